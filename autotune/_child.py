@@ -1,0 +1,77 @@
+"""The trial child: ``python -m autotune._child RECIPE_PATH DEVICE CPU_SHARE``.
+
+Reads one JSON request per line on stdin, measures it, and writes JSON events
+on the file descriptor given in AUTOTUNE_EVENTS_FD (stdout stays free for the
+workload's own prints). After a failure it exits: a CUDA context that saw an
+error or an OOM is not trusted with the next trial.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _die_with_parent() -> None:
+    # The search may be killed with SIGKILL; its children must not outlive it.
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def main() -> None:
+    recipe_path, device_name, cpu_share = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    parent = int(os.environ.get("AUTOTUNE_PARENT_PID", "0"))
+    _die_with_parent()
+    if parent and os.getppid() != parent:
+        os._exit(1)
+    events = os.fdopen(int(os.environ["AUTOTUNE_EVENTS_FD"]), "w", buffering=1)
+
+    def send(**event: Any) -> None:
+        events.write(json.dumps(event) + "\n")
+
+    import torch
+
+    from autotune.config import Config
+    from autotune.measure import Windows
+    from autotune.runner import Runner, classify_failure
+    from autotune.workload import RecipeRef, load
+
+    try:
+        path = Path(recipe_path)
+        workload = load(RecipeRef(path.stem, path, path.with_suffix(".tuned.toml"), False))
+        runner = Runner(workload, torch.device(device_name), cpu_share=cpu_share)
+        runner.dataset  # noqa: B018  (build it now, outside any trial's clock)
+    except BaseException as exc:  # noqa: BLE001  (anything that stops start-up is the reason)
+        send(event="failed", reason=classify_failure(exc))
+        sys.exit(1)
+    send(event="ready")
+
+    for line in sys.stdin:
+        request = json.loads(line)
+        if request.get("cmd") == "quit":
+            break
+
+        def on_window(i: int, rate: float) -> bool:
+            send(event="window", index=i, rate=rate)
+            answer = sys.stdin.readline()
+            return not answer or json.loads(answer).get("cmd") == "stop"
+
+        try:
+            config = Config.from_dict(request["config"])
+            result = runner.run(config, request["lr"], Windows(**request.get("windows", {})), on_window)
+        except BaseException as exc:  # noqa: BLE001
+            send(event="failed", reason=classify_failure(exc))
+            sys.stdout.flush()
+            os._exit(1)  # skip DataLoader/CUDA teardown that may hang after a fault
+        send(event="result", result=result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""The `autotune` command: parse, call one library function, print."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+import click
+
+from autotune import recipe as recipe_file
+from autotune.config import LR_RULES
+from autotune.space import SpaceError, parse_fix
+from autotune.workload import WorkloadError, resolve
+
+EPILOG_SEARCH = """\b
+Examples:
+  autotune search --recipe mnist_cnn
+  autotune search --recipe mnist_cnn --trials 8 --time-budget 300
+  autotune search --recipe mnist_cnn --fix batch_size=128 --fix num_workers=0..4
+  autotune search --recipe ./my_workload.py --storage postgresql://user@db/autotune --study mine
+"""
+
+
+def _fail(message: str) -> None:
+    raise click.UsageError(message)
+
+
+@click.group()
+def main() -> None:
+    """autotune: the fastest settings that still train correctly, for your training loop on this machine."""
+
+
+@main.command(epilog=EPILOG_SEARCH)
+@click.option("--recipe", required=True, help="A name in ./recipes, a path to a workload .py file, or a built-in name.")
+@click.option("--trials", default=40, show_default=True, type=click.IntRange(min=1), help="Finished trials the study should hold (earlier runs count).")
+@click.option("--time-budget", type=click.FloatRange(min=1), help="Seconds after which no new trial starts.")
+@click.option("--fix", "fixes", multiple=True, metavar="KNOB=VALUE", help="Pin a knob (batch_size=128) or narrow it (num_workers=0..4, amp=off,bf16). Repeatable.")
+@click.option("--storage", help="Optuna storage URL; default: an SQLite file in ./.autotune.")
+@click.option("--study", "study_name", help="Study name; default: RECIPE@HARDWARE.")
+@click.option("--trial-timeout", default=90.0, show_default=True, type=click.FloatRange(min=1), help="Seconds one trial may take before it fails as a timeout.")
+@click.option("--lr-scaling", default="linear", show_default=True, type=click.Choice(LR_RULES), help="How the learning rate follows a new batch size.")
+@click.option("--device", "device_index", default=0, show_default=True, type=click.IntRange(min=0), help="CUDA device index.")
+def search(recipe: str, trials: int, time_budget: float | None, fixes: tuple[str, ...], storage: str | None,
+           study_name: str | None, trial_timeout: float, lr_scaling: str, device_index: int) -> None:
+    """Tune a workload's loader and loop knobs; write recipes/NAME.tuned.toml."""
+    from autotune.search import SearchError, SearchOptions
+    from autotune.search import search as run_search
+
+    parsed: dict = {}
+    try:
+        for text in fixes:
+            knob, values = parse_fix(text)
+            parsed[knob] = values
+    except SpaceError as exc:
+        _fail(str(exc))
+    options = SearchOptions(
+        trials=trials, time_budget_s=time_budget, fixes=parsed, storage=storage, study=study_name,
+        trial_timeout_s=trial_timeout, lr_rule=lr_scaling, device_index=device_index,
+        command=shlex.join(["autotune", *sys.argv[1:]]),
+    )
+    try:
+        run_search(recipe, options, echo=click.echo)
+    except (WorkloadError, SpaceError, SearchError, recipe_file.RecipeError) as exc:
+        _fail(str(exc))
+    except KeyboardInterrupt:
+        click.echo("interrupted: finished trials are kept in the study; run the same command to resume. No recipe was written.", err=True)
+        sys.exit(130)
+
+
+@main.command(epilog="\b\nExamples:\n  autotune show --recipe mnist_cnn\n  autotune show --recipe ./recipes/mine.tuned.toml")
+@click.option("--recipe", required=True, help="A recipe name or path, or a .tuned.toml file.")
+def show(recipe: str) -> None:
+    """Print a tuned recipe's profiles as a table."""
+    from autotune.show import render
+
+    try:
+        path = Path(recipe) if recipe.endswith(".toml") else resolve(recipe).tuned_path
+        if not path.exists():
+            _fail(f"no tuned recipe at {path}: run `autotune search --recipe {recipe}` first.")
+        click.echo(render(recipe_file.read(path), path))
+    except (WorkloadError, recipe_file.RecipeError) as exc:
+        _fail(str(exc))

@@ -1,0 +1,245 @@
+"""Build the training loop a config describes: the loader and the step.
+
+The loader is a ``torch.utils.data.DataLoader`` (placement ``stream``) or a
+``DeviceLoader`` whose whole transformed data set lives on the device
+(placement ``device``). The step is eager, or the whole step (forward, backward,
+optimizer) captured once in a CUDA graph and replayed. The same objects serve
+the benchmark and the user's training code (``autotune.api``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from typing import Any, Callable, Iterator
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+from autotune.config import Config
+
+AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+GRAPH_WARMUP_STEPS = 3  # eager steps on a side stream before capture, as torch.cuda.graphs asks
+
+
+def _materialize(dataset: Dataset, device: torch.device, workers: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run the data set's transform over every sample once and stack the results on `device`."""
+    loader = DataLoader(dataset, batch_size=1024, num_workers=workers, shuffle=False)
+    inputs: torch.Tensor | None = None
+    targets: torch.Tensor | None = None
+    start = 0
+    for x, y in loader:
+        y = torch.as_tensor(y)
+        if inputs is None:
+            inputs = torch.empty((len(dataset), *x.shape[1:]), dtype=x.dtype, device=device)
+            targets = torch.empty((len(dataset), *y.shape[1:]), dtype=y.dtype, device=device)
+        inputs[start : start + len(x)].copy_(x)
+        targets[start : start + len(x)].copy_(y)  # type: ignore[index]
+        start += len(x)
+    assert inputs is not None and targets is not None, "cannot materialize an empty data set"
+    return inputs, targets
+
+
+class DeviceLoader:
+    """A data set materialised once on the device, batches sliced there; no DataLoader at all.
+
+    Iterates like a DataLoader (``len``, ``iter``, ``batch_size``, ``drop_last``,
+    ``shuffle``) and yields ``(inputs, targets)`` already on the device. Its shuffled
+    order is drawn exactly as DataLoader's RandomSampler draws it, so under the same
+    seed both loaders visit the samples in the same order.
+
+    >>> loader = DeviceLoader(dataset, batch_size=512, shuffle=True, device="cuda")  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        batch_size: int,
+        shuffle: bool = False,
+        drop_last: bool = False,
+        device: str | torch.device = "cuda",
+        augment: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        workers: int = 0,
+        tensors: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"`batch_size >= 1` must hold, but got {batch_size=}.")
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.drop_last = drop_last
+        self.augment = augment
+        self.device = torch.device(device)
+        start = time.perf_counter()
+        self.inputs, self.targets = tensors if tensors is not None else _materialize(dataset, self.device, workers)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.materialize_s = time.perf_counter() - start  # one-time cost, reported with the trial
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        n = len(self.inputs)
+        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        n = len(self.inputs)
+        order = None
+        if self.shuffle:
+            # Exactly RandomSampler's draw: a seed from the global generator, then randperm on the CPU.
+            seed = int(torch.empty((), dtype=torch.int64).random_().item())
+            generator = torch.Generator()
+            generator.manual_seed(seed)
+            order = torch.randperm(n, generator=generator).to(self.device, non_blocking=True)
+        for i in range(len(self)):
+            lo, hi = i * self.batch_size, min(n, (i + 1) * self.batch_size)
+            if order is None:
+                x, y = self.inputs[lo:hi], self.targets[lo:hi]
+            else:
+                idx = order[lo:hi]
+                x, y = self.inputs[idx], self.targets[idx]
+            if self.augment is not None:
+                x = self.augment(x)
+            yield x, y
+
+
+def build_loader(
+    dataset: Dataset,
+    config: Config,
+    shuffle: bool,
+    drop_last: bool,
+    device: torch.device,
+    augment: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    device_tensors: tuple[torch.Tensor, torch.Tensor] | None = None,
+    materialize_workers: int = 0,
+) -> DataLoader | DeviceLoader:
+    """The loader a config describes."""
+    if config.placement == "device":
+        return DeviceLoader(
+            dataset, config.batch_size, shuffle, drop_last, device, augment, materialize_workers, device_tensors
+        )
+    kwargs: dict[str, Any] = {}
+    if config.num_workers > 0:
+        kwargs["persistent_workers"] = config.persistent_workers
+        kwargs["prefetch_factor"] = config.prefetch_factor or 2
+    return DataLoader(
+        dataset,
+        batch_size=config.batch_size,
+        shuffle=shuffle,
+        drop_last=drop_last,
+        num_workers=config.num_workers,
+        pin_memory=config.pin_memory and device.type == "cuda",
+        **kwargs,
+    )
+
+
+class Step:
+    """``loss = step(x, y)``: one training step under a config's loop knobs.
+
+    Moves the batch to the device (non-blocking when pinned), applies channels_last
+    and autocast, and steps the optimizer (through a GradScaler under fp16). With
+    ``cuda_graph`` the whole step is captured once, after a side-stream warm-up, and
+    replayed with the batch copied into static buffers; a batch of another shape (an
+    epoch's last, short batch) runs eagerly on the same parameters and optimizer. It
+    returns the loss tensor without synchronising the host.
+
+    >>> step = Step(model, nn.CrossEntropyLoss(), optimizer, config, device)  # doctest: +SKIP
+    >>> for x, y in loader:
+    ...     loss = step(x, y)
+    """
+
+    def __init__(self, model: nn.Module, loss_fn: Callable, optimizer: torch.optim.Optimizer, config: Config, device: torch.device) -> None:
+        self.model, self.loss_fn, self.optimizer, self.config = model, loss_fn, optimizer, config
+        self.device = device
+        self.non_blocking = config.pin_memory or config.placement == "device"
+        self.memory_format = torch.channels_last if config.channels_last else torch.contiguous_format
+        self.amp_dtype = AMP_DTYPES.get(config.amp)
+        self.scaler = torch.amp.GradScaler(device.type) if config.amp == "fp16" else None
+        if device.type == "cuda":
+            torch.backends.cudnn.benchmark = config.cudnn_benchmark
+        model.to(device=device, memory_format=self.memory_format)
+        model.train()
+        self.use_graph = config.cuda_graph and device.type == "cuda"
+        if self.use_graph:
+            for group in optimizer.param_groups:
+                if "capturable" in group:  # Adam-style optimizers keep their step count on the device
+                    group["capturable"] = True
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.static: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.static_loss: torch.Tensor | None = None
+        self.calls = 0
+        self.capture_s = 0.0  # one-time cost of the capture, reported with the trial
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+
+    def _forward_backward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        with self._autocast():
+            loss = self.loss_fn(self.model(x), y)
+        (self.scaler.scale(loss) if self.scaler else loss).backward()
+        return loss
+
+    def _optimizer_step(self) -> None:
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+
+    def _eager(self, x: torch.Tensor, y: torch.Tensor, set_to_none: bool = True) -> torch.Tensor:
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+        loss = self._forward_backward(x, y)
+        self._optimizer_step()
+        return loss.detach()
+
+    def _to_device(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = x.to(self.device, non_blocking=self.non_blocking)
+        y = y.to(self.device, non_blocking=self.non_blocking)
+        if self.memory_format is torch.channels_last and x.dim() == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return x, y
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if not self.use_graph:
+            return self._eager(*self._to_device(x, y))
+        if self.static is not None and (x.shape != self.static[0].shape or y.shape != self.static[1].shape):
+            # Zero the captured gradient buffers in place: the graph and the scaler keep using them.
+            return self._eager(*self._to_device(x, y), set_to_none=self.graph is None)
+        if self.static is None:
+            self.static = (
+                torch.empty(x.shape, dtype=x.dtype, device=self.device, memory_format=self.memory_format if x.dim() == 4 else torch.contiguous_format),
+                torch.empty(y.shape, dtype=y.dtype, device=self.device),
+            )
+        self.static[0].copy_(x, non_blocking=self.non_blocking)
+        self.static[1].copy_(y, non_blocking=self.non_blocking)
+        if self.calls < GRAPH_WARMUP_STEPS:
+            self.calls += 1
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                loss = self._eager(*self.static)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            return loss
+        if self.graph is None:
+            self._capture()
+        assert self.graph is not None and self.static_loss is not None
+        self.graph.replay()
+        if self.scaler is not None:
+            # The scaler's inf check reads a flag on the host; it stays outside the graph.
+            self._optimizer_step()
+        return self.static_loss
+
+    def _capture(self) -> None:
+        start = time.perf_counter()
+        self.graph = torch.cuda.CUDAGraph()
+        self.optimizer.zero_grad(set_to_none=True)  # gradients are then allocated from the graph's pool
+        assert self.static is not None
+        with torch.cuda.graph(self.graph):
+            loss = self._forward_backward(*self.static)
+            if self.scaler is None:
+                self.optimizer.step()
+            self.static_loss = loss.detach()
+        torch.cuda.synchronize(self.device)
+        self.capture_s = time.perf_counter() - start

@@ -1,0 +1,205 @@
+"""Trials in child processes, with time limits and a recorded reason for every failure.
+
+An OOM, a CUDA error, a hang, a dead DataLoader worker or any exception ends
+that trial as ``failed`` with a one-line reason; the search goes on. A healthy
+child serves the next trial (CUDA start-up and the data set are paid once); a
+failed or timed-out one is killed with its whole process group and replaced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from autotune.config import Config
+from autotune.measure import Windows
+
+STARTUP_TIMEOUT_S = 180.0  # importing torch, initialising CUDA and loading the data set
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """How a trial ended: complete (with a result), pruned (with a partial result) or failed (with a reason)."""
+
+    state: str
+    result: dict[str, Any] | None = None
+    reason: str | None = None
+    windows: tuple[float, ...] = ()
+
+
+class _Lines:
+    """Whole lines from a pipe, with a deadline; select() and Python's buffering do not mix."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.buffer = fd, b""
+
+    def read(self, deadline: float) -> str | None:
+        while b"\n" not in self.buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            ready, _, _ = select.select([self.fd], [], [], remaining)
+            if not ready:
+                raise TimeoutError
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                return None  # the child closed its end: it died
+            self.buffer += chunk
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        return line.decode()
+
+
+class Child:
+    """One trial process for one workload on one device."""
+
+    def __init__(self, recipe_path: Path, device: str, cpu_share: int, log_path: Path, env: dict[str, str] | None = None) -> None:
+        read_fd, write_fd = os.pipe()
+        child_env = dict(os.environ if env is None else env)
+        child_env.update(
+            AUTOTUNE_EVENTS_FD=str(write_fd),
+            AUTOTUNE_QUIET="1",
+            AUTOTUNE_PARENT_PID=str(os.getpid()),
+            PYTHONUNBUFFERED="1",
+        )
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path = log_path
+        with open(log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "autotune._child", str(recipe_path), device, str(cpu_share)],
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(write_fd,),
+                env=child_env,
+                start_new_session=True,  # its own process group: a kill reaches its DataLoader workers too
+            )
+        os.close(write_fd)
+        self.events = _Lines(read_fd)
+        self.read_fd = read_fd
+        self.ready = False
+
+    def _send(self, message: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write((json.dumps(message) + "\n").encode())
+        self.proc.stdin.flush()
+
+    def _death_reason(self) -> str:
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            code = None
+        tail = _last_line(self.log_path)
+        if code is not None and code < 0:
+            what = f"killed by signal {signal.Signals(-code).name}"
+        else:
+            what = f"exited with code {code}"
+        return f"crashed: trial process {what}" + (f" ({tail})" if tail else "")
+
+    def run(self, config: Config, lr: float, windows: Windows, timeout_s: float, on_window: Callable[[int, float], bool] | None = None) -> Outcome:
+        """Measure one config in this child; the child is unusable after a failed outcome."""
+        rates: list[float] = []
+        try:
+            if not self.ready:
+                event = self._read(time.monotonic() + STARTUP_TIMEOUT_S)
+                if event is None:
+                    return Outcome("failed", reason=self._death_reason())
+                if event["event"] == "failed":
+                    return Outcome("failed", reason=event["reason"])
+                self.ready = True
+            deadline = time.monotonic() + timeout_s
+            self._send({"cmd": "trial", "config": config.as_dict(), "lr": lr, "windows": dataclasses.asdict(windows)})
+            while True:
+                event = self._read(deadline)
+                if event is None:
+                    return Outcome("failed", reason=self._death_reason(), windows=tuple(rates))
+                kind = event["event"]
+                if kind == "window":
+                    rates.append(event["rate"])
+                    stop = bool(on_window and on_window(event["index"], event["rate"]))
+                    self._send({"cmd": "stop" if stop else "continue"})
+                elif kind == "result":
+                    result = event["result"]
+                    return Outcome("pruned" if result["stopped_early"] else "complete", result=result, windows=tuple(rates))
+                else:
+                    return Outcome("failed", reason=event["reason"], windows=tuple(rates))
+        except TimeoutError:
+            self.kill()
+            limit = STARTUP_TIMEOUT_S if not self.ready else timeout_s
+            return Outcome("failed", reason=f"timeout: no result within {limit:.0f} s", windows=tuple(rates))
+        except (BrokenPipeError, ConnectionResetError):
+            return Outcome("failed", reason=self._death_reason(), windows=tuple(rates))
+
+    def _read(self, deadline: float) -> dict[str, Any] | None:
+        line = self.events.read(deadline)
+        return None if line is None else json.loads(line)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait()
+        self.close()
+
+    def close(self) -> None:
+        for closer in (lambda: os.close(self.read_fd), lambda: self.proc.stdin and self.proc.stdin.close()):
+            try:
+                closer()
+            except OSError:
+                pass
+
+    def stop(self) -> None:
+        """Ask a healthy child to exit; kill it if it does not."""
+        if self.proc.poll() is None:
+            try:
+                self._send({"cmd": "quit"})
+                self.proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self.kill()
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:200] if lines else ""
+
+
+class TrialPool:
+    """Runs trials one at a time, reusing a healthy child and replacing a failed one."""
+
+    def __init__(self, recipe_path: Path, device: str, cpu_share: int, log_dir: Path, timeout_s: float, env: dict[str, str] | None = None) -> None:
+        self.recipe_path, self.device, self.cpu_share = recipe_path, device, cpu_share
+        self.log_dir, self.timeout_s, self.env = log_dir, timeout_s, env
+        self.child: Child | None = None
+        self.children_started = 0
+
+    def run(self, config: Config, lr: float, windows: Windows = Windows(), on_window: Callable[[int, float], bool] | None = None, fresh: bool = False) -> Outcome:
+        if fresh:
+            self.close()
+        if self.child is None:
+            self.children_started += 1
+            log = self.log_dir / f"trial-process-{os.getpid()}-{self.children_started}.log"
+            self.child = Child(self.recipe_path, self.device, self.cpu_share, log, self.env)
+        outcome = self.child.run(config, lr, windows, self.timeout_s, on_window)
+        if outcome.state == "failed":
+            self.child.kill()
+            self.child = None
+        return outcome
+
+    def close(self) -> None:
+        if self.child is not None:
+            self.child.stop()
+            self.child = None
