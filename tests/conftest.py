@@ -1,0 +1,31 @@
+"""Shared fixtures: a tiny workload, a temporary project folder, and a GPU marker that skips on a CPU."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+TINY = Path(__file__).parent / "workloads" / "tiny.py"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU; run `pytest -m gpu` on a GPU machine")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh working folder holding recipes/tiny.py, with data and study state kept inside it."""
+    (tmp_path / "recipes").mkdir()
+    shutil.copy(TINY, tmp_path / "recipes" / "tiny.py")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AUTOTUNE_DATA", str(tmp_path / "data"))
+    monkeypatch.delenv("TINY_FAIL", raising=False)
+    return tmp_path
