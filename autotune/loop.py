@@ -26,6 +26,13 @@ GRAPH_WARMUP_STEPS = 3  # eager steps on a side stream before capture, as torch.
 
 def _materialize(dataset: Dataset, device: torch.device, workers: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the data set's transform over every sample once and stack the results on `device`."""
+    # Iterating a DataLoader draws a seed from the global generator; materialising must not
+    # shift the data order of the training that follows it (a runner materialises only once).
+    with torch.random.fork_rng(devices=[]):
+        return _materialize_now(dataset, device, workers)
+
+
+def _materialize_now(dataset: Dataset, device: torch.device, workers: int) -> tuple[torch.Tensor, torch.Tensor]:
     loader = DataLoader(dataset, batch_size=1024, num_workers=workers, shuffle=False)
     inputs: torch.Tensor | None = None
     targets: torch.Tensor | None = None
@@ -47,8 +54,9 @@ class DeviceLoader:
 
     Iterates like a DataLoader (``len``, ``iter``, ``batch_size``, ``drop_last``,
     ``shuffle``) and yields ``(inputs, targets)`` already on the device. Its shuffled
-    order is drawn exactly as DataLoader's RandomSampler draws it, so under the same
-    seed both loaders visit the samples in the same order.
+    order is drawn exactly as a (non-persistent) DataLoader draws it, so under the same
+    seed both loaders visit the samples in the same order, epoch after epoch; with a
+    ``generator`` it is drawn from that, as RandomSampler(generator=...) does.
 
     >>> loader = DeviceLoader(dataset, batch_size=512, shuffle=True, device="cuda")  # doctest: +SKIP
     """
@@ -63,6 +71,7 @@ class DeviceLoader:
         augment: Callable[[torch.Tensor], torch.Tensor] | None = None,
         workers: int = 0,
         tensors: tuple[torch.Tensor, torch.Tensor] | None = None,
+        generator: torch.Generator | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"`batch_size >= 1` must hold, but got {batch_size=}.")
@@ -70,6 +79,7 @@ class DeviceLoader:
         self.shuffle = shuffle
         self.drop_last = drop_last
         self.augment = augment
+        self.generator = generator
         self.device = torch.device(device)
         start = time.perf_counter()
         self.inputs, self.targets = tensors if tensors is not None else _materialize(dataset, self.device, workers)
@@ -86,10 +96,13 @@ class DeviceLoader:
         n = len(self.inputs)
         order = None
         if self.shuffle:
-            # Exactly RandomSampler's draw: a seed from the global generator, then randperm on the CPU.
-            seed = int(torch.empty((), dtype=torch.int64).random_().item())
-            generator = torch.Generator()
-            generator.manual_seed(seed)
+            generator = self.generator
+            if generator is None:
+                # Exactly a DataLoader's draws: each new iterator takes a seed for its workers,
+                # then RandomSampler takes the seed of its permutation.
+                torch.empty((), dtype=torch.int64).random_()
+                generator = torch.Generator()
+                generator.manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
             order = torch.randperm(n, generator=generator).to(self.device, non_blocking=True)
         for i in range(len(self)):
             lo, hi = i * self.batch_size, min(n, (i + 1) * self.batch_size)

@@ -1,0 +1,505 @@
+"""The parity check: a faster config may win only if it trains like the workload's own.
+
+AMP, CUDA graphs, channels_last, cudnn.benchmark, device placement and a new
+batch size each make training faster, and each can silently change what is
+trained. Before a config may win, it and the baseline (the workload's own batch
+size and loader, fp32, eager) train for a short run from the same initial
+weights over the same data order, and their losses are compared at equal samples
+seen::
+
+    verdict = check(runner.build, baseline, 0.01, candidate, 0.32)
+    verdict.passed, verdict.deviation   # True, 0.155
+
+The run. ``S = max(512 baseline steps, 8 candidate steps)`` samples (65,536 for
+the seed's MNIST CNN: 1.1 epochs), so a 64x batch still takes 8 steps. Both runs
+first evaluate the untrained model (fp32, no autocast) on the first ``W = S/4``
+samples: the initial loss ``L0``, which must agree between the two runs (it
+proves the same weights and data). Then each trains, recording the loss of every
+step on the batch it trained on. Data order comes from one seeded generator per
+run, epoch after epoch, whatever the loader (DataLoader with or without
+persistent workers, or the device-resident loader).
+
+The comparison. ``L`` is a run's loss over the last window of samples,
+``(S - W, S]``, each step weighted by the samples it overlaps: at equal samples
+seen, a 64x batch's 2 steps against the baseline's 128. The deviation is the
+difference in units of what the baseline learned::
+
+    deviation = (L_candidate - L_baseline) / max(L0 - L_baseline, 1% of L0)
+
+positive when the candidate learned less, negative when its loss fell further
+(a step training on a stale batch memorises it). A raw relative loss difference
+does not work: MNIST sits on a plateau near ln 10 for the first epoch, where
+batch 8192 at the unscaled learning rate is within 2% of the baseline's loss.
+A candidate also fails when any loss or parameter is NaN or inf.
+
+Tolerances, per knob family (``|deviation| <= tolerance``), chosen from these
+measurements on a CPU (synthetic MNIST, mnist_cnn, SGD, S = 65,536, baseline batch
+128 at lr 0.01, L0 = 2.3037, baseline L = 2.2599; deterministic, so the numbers
+repeat exactly):
+
+==================================================  ==========
+config (learning rate by the linear rule unless said)  deviation
+==================================================  ==========
+same config again; placement=device                 0 (bitwise)
+amp=bf16                                            -0.004
+step trains on its first batch forever (stale input)  -1.89
+batch 32 / 256 / 512 / 1024 / 2048 / 4096           -0.006 / +0.005 / +0.015 / +0.039 / +0.070 / +0.155
+batch 8192 at lr 0.5 (linear, capped by LR_MAX)     +0.48 (diverges at 140k samples)
+batch 8192 at lr 0.01 (unscaled)                    +1.006
+batch 8192 at lr 0.08, batch 1024 at 0.028 (sqrt)   +0.93, +0.78
+batch 4096 at lr 0.5, bf16, device                  -2.23
+==================================================  ==========
+
+Run to 3 epochs, batch 1024 at 0.08 tracks the baseline to the end (both reach
+loss 0.01); batch 8192 at 0.5 diverges to a dead network (loss 2.30) after
+140k samples; batch 8192 at 0.01 never leaves 2.30. So:
+
+- ``loader`` (only workers, pinning, prefetch, persistence differ) and
+  ``numerics`` (amp, cuda_graph, channels_last, cudnn_benchmark, placement):
+  0.05, 12x the bf16 deviation measured, 38x below the stale-input bug. On a GPU,
+  non-deterministic kernels add noise of the same order as bf16's.
+- ``batch_size``: 0.25. A larger step lags the baseline at equal samples (its
+  loss is that of the weights at the start of its 8,192 samples), so the
+  deviation grows with the batch even under a correct rule: 0.155 at 32x.
+  0.25 passes that and rejects the unscaled, the sqrt-scaled and the capped
+  64x batch, whose deviation is 0.48 or more.
+
+The numbers of a check go into the tuned recipe under ``parity`` and are
+printed by ``autotune show``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch.utils.data import RandomSampler
+
+from autotune.config import Config
+from autotune.loop import Step
+
+LOADER_KNOBS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
+NUMERICS_KNOBS = ("amp", "cuda_graph", "channels_last", "cudnn_benchmark", "placement")
+# |deviation| allowed, in units of the baseline's progress; the module docstring has the measurements.
+TOLERANCES = {"loader": 0.05, "numerics": 0.05, "batch_size": 0.25}
+FAMILIES = tuple(TOLERANCES)
+BASELINE_STEPS = 512  # the baseline trains at least this many steps: MNIST leaves its plateau by then
+CANDIDATE_STEPS = 8  # and a candidate at least this many, however large its batch
+WINDOW_PARTS = 4  # the compared window is the last quarter of the run
+PROGRESS_FLOOR = 0.01  # a baseline that learned less than 1% of its initial loss is measured against 1%
+INITIAL_RTOL = 1e-3  # two runs from the same weights and data agree on the initial loss this closely
+ORDER_SEED = 0  # seeds the generator that orders the data of every parity run
+PROBE_SAMPLES = 4096  # the fixed samples both runs are evaluated on, before and after training
+PROBE_BATCH = 1024
+
+Builder = Callable[[Config, float], tuple[Any, Step, float]]
+
+
+class ParityError(RuntimeError):
+    """The check cannot judge anything: the baseline itself failed or diverged."""
+
+
+class TraceFailed(RuntimeError):
+    """A parity run that crashed, ran out of memory or timed out; the message is the reason."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Trace:
+    """The losses of one short training run, by samples seen."""
+
+    batch_size: int
+    lr: float
+    initial_loss: float  # the untrained model on the probe set
+    final_loss: float  # the trained model on the probe set
+    ends: tuple[int, ...]  # samples seen after each step
+    losses: tuple[float, ...]  # each step's loss, on the batch it trained on
+    finite_params: bool  # every parameter finite after the run
+    seconds: float
+
+    @property
+    def samples(self) -> int:
+        return self.ends[-1] if self.ends else 0
+
+    def window_loss(self, lo: int, hi: int) -> float:
+        """The mean loss over samples (lo, hi], each step weighted by the samples it overlaps."""
+        total = weight = 0.0
+        start = 0
+        for end, loss in zip(self.ends, self.losses):
+            overlap = min(end, hi) - max(start, lo)
+            if overlap > 0:
+                total += loss * overlap
+                weight += overlap
+            start = end
+        if weight == 0:
+            raise ValueError(f"`0 <= lo < hi <= samples` must hold, but got ({lo=}, {hi=}, samples={self.samples}).")
+        return total / weight
+
+    def first_nonfinite(self) -> tuple[int, float] | None:
+        for end, loss in zip(self.ends, self.losses):
+            if not math.isfinite(loss):
+                return end, loss
+        return None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "Trace":
+        values = dict(values)
+        values["ends"], values["losses"] = tuple(values["ends"]), tuple(values["losses"])
+        return cls(**values)
+
+
+def run_length(baseline_batch: int, batch: int) -> tuple[int, int]:
+    """Samples to train and the window compared at their end, for two batch sizes.
+
+    >>> run_length(128, 8192)
+    (65536, 16384)
+    """
+    samples = max(BASELINE_STEPS * baseline_batch, CANDIDATE_STEPS * batch)
+    return samples, samples // WINDOW_PARTS
+
+
+def family(baseline: Config, candidate: Config) -> str:
+    """Which tolerance applies: the loosest family among the knobs that differ."""
+    if candidate.batch_size != baseline.batch_size:
+        return "batch_size"
+    if any(getattr(candidate, k) != getattr(baseline, k) for k in NUMERICS_KNOBS):
+        return "numerics"
+    return "loader"
+
+
+def _own_order(loader: Any, seed: int) -> None:
+    """Seed the order of a shuffling loader's next epoch, whatever the loader.
+
+    A DataLoader draws one global seed per epoch with persistent workers and two
+    without, and RandomSampler draws from its generator more than the one
+    permutation it uses; a fresh generator per epoch makes the epoch's order
+    the first permutation of `seed` in every loader (DeviceLoader draws as
+    RandomSampler does).
+    """
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    sampler = getattr(loader, "sampler", None)
+    if isinstance(sampler, RandomSampler):
+        sampler.generator = generator
+    elif hasattr(loader, "generator") and getattr(loader, "shuffle", False):
+        loader.generator = generator
+
+
+def probe(dataset: Any, samples: int = PROBE_SAMPLES) -> tuple[Any, Any]:
+    """The first `samples` of the data set, transformed under a fixed seed: the same tensors in every run."""
+    n = min(samples, len(dataset))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(ORDER_SEED)  # a random transform draws the same augmentation every time
+        pairs = [dataset[i] for i in range(n)]
+    return torch.stack([torch.as_tensor(x) for x, _ in pairs]), torch.stack([torch.as_tensor(y) for _, y in pairs])
+
+
+def probe_loss(step: Step, probe_set: tuple[Any, Any]) -> float:
+    """The model's mean loss on the probe set, fp32, no autocast, no update; computed by us, not by the step."""
+    model = step.model
+    saved = [b.detach().clone() for b in model.buffers()]  # batch-norm statistics move even under no_grad
+    inputs, targets = probe_set
+    total = 0.0
+    with torch.no_grad():
+        for lo in range(0, len(inputs), PROBE_BATCH):
+            x, y = step._to_device(inputs[lo : lo + PROBE_BATCH], targets[lo : lo + PROBE_BATCH])
+            total += float(step.loss_fn(model(x), y)) * len(x)
+    for buffer, value in zip(model.buffers(), saved):
+        buffer.copy_(value)
+    return total / len(inputs)
+
+
+def run_trace(build: Builder, config: Config, lr: float, samples: int, probe_set: tuple[Any, Any]) -> Trace:
+    """Build `config` from the seed and train it for `samples`, recording every step's loss.
+
+    `build` is ``Runner.build``: it seeds, then builds the loader and step. The
+    probe set is evaluated before and after the run.
+    """
+    loader, step, _ = build(config, lr)
+    start = time.perf_counter()
+    initial = probe_loss(step, probe_set)
+    ends: list[int] = []
+    losses: list[Any] = []
+    seen = epoch = 0
+    while seen < samples:
+        before = seen
+        _own_order(loader, ORDER_SEED + epoch)
+        epoch += 1
+        for x, y in loader:
+            loss = step(x, y)
+            seen += len(x)
+            ends.append(seen)
+            # A graph step returns the same tensor every replay: keep a copy, and sync only once, at the end.
+            losses.append(loss.detach().float().clone())
+            if seen >= samples:
+                break
+        if seen == before:
+            raise ValueError(f"the loader of {config.describe()} yielded no batch")
+    values = torch.stack(losses).cpu().tolist()
+    finite = all(bool(torch.isfinite(p).all()) for p in step.model.parameters())
+    final = probe_loss(step, probe_set) if finite else math.nan
+    seconds = time.perf_counter() - start
+    return Trace(config.batch_size, lr, initial, final, tuple(ends), tuple(values), finite, seconds)
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """The outcome of one check, with the numbers that decided it."""
+
+    passed: bool
+    family: str
+    tolerance: float  # for both deviations
+    samples: int  # each run trained this many
+    window: int  # the last `window` of them are compared
+    lr: float
+    baseline_lr: float
+    initial_loss: float | None = None  # the untrained model on the probe set (both runs agree on it)
+    loss: float | None = None  # training loss over the window, as the step reported it
+    baseline_loss: float | None = None
+    deviation: float | None = None  # (loss - baseline_loss) / scale; None when not reached
+    probe_loss: float | None = None  # the trained model on the probe set, evaluated by the check
+    baseline_probe_loss: float | None = None
+    probe_deviation: float | None = None
+    run_s: float = 0.0  # the candidate's parity run
+    reason: str | None = None  # why it failed
+
+    @property
+    def word(self) -> str:
+        return "pass" if self.passed else "REJECT"
+
+    def summary(self) -> str:
+        """One line: the decision and its numbers."""
+        if self.deviation is None or self.probe_deviation is None:
+            return f"{self.word:<6}  {self.reason}"
+        return (
+            f"{self.word:<6}  deviation {self.deviation:+.1%}, probe {self.probe_deviation:+.1%} "
+            f"(tolerance ±{self.tolerance:.0%}, {self.family}): loss {self.loss:.4g} vs {self.baseline_loss:.4g}, "
+            f"probe {self.probe_loss:.4g} vs {self.baseline_probe_loss:.4g} at {self.samples:,} samples "
+            f"from {self.initial_loss:.4g}; lr {self.lr:g}"
+        )
+
+    def as_record(self) -> dict[str, Any]:
+        """Plain data for the study and the tuned recipe: finite numbers only, nothing absent as None."""
+        record: dict[str, Any] = {}
+        for key, value in dataclasses.asdict(self).items():
+            if value is None or (isinstance(value, float) and not math.isfinite(value)):
+                continue
+            record[key] = round(value, 6) if isinstance(value, float) else value
+        return record
+
+
+def deviation(initial: float, baseline: float, candidate: float) -> float:
+    """How far `candidate` is from `baseline`, in units of what the baseline learned or has left.
+
+    The unit is the smaller of the baseline's progress (``initial - baseline``)
+    and its remaining loss (``baseline``), and at least 1% of ``initial``: on a
+    plateau a small difference is a large share of the progress, and near
+    convergence a loss 40 times the baseline's is a large share of what is left.
+
+    >>> round(deviation(2.30, 2.26, 2.30), 2)  # no progress where the baseline made 0.04
+    1.0
+    """
+    unit = max(min(initial - baseline, baseline), PROGRESS_FLOOR * abs(initial))
+    return (candidate - baseline) / unit
+
+
+def compare(baseline: Trace, candidate: Trace, family_name: str, samples: int, window: int) -> Verdict:
+    """Judge `candidate` against `baseline` at `samples` seen, over the last `window` of them."""
+    tolerance = TOLERANCES[family_name]
+    numbers: dict[str, Any] = dict(family=family_name, tolerance=tolerance, samples=samples, window=window,
+                                   lr=candidate.lr, baseline_lr=baseline.lr, run_s=round(candidate.seconds, 3))
+    if baseline.first_nonfinite() or not baseline.finite_params or not math.isfinite(baseline.initial_loss):
+        raise ParityError(f"the baseline's own parity run is not finite (batch {baseline.batch_size}, "
+                          f"lr {baseline.lr:g}); nothing can be compared to it.")
+    if baseline.samples < samples or candidate.samples < samples:
+        raise ValueError(f"both runs must reach {samples:,} samples, but got baseline {baseline.samples:,}, "
+                         f"candidate {candidate.samples:,}.")
+    bad = candidate.first_nonfinite()
+    if bad is not None:
+        return Verdict(False, **numbers, reason=f"loss is {bad[1]} after {bad[0]:,} samples")
+    if not candidate.finite_params:
+        return Verdict(False, **numbers, reason="parameters are NaN or inf after the run")
+    l0 = baseline.initial_loss
+    numbers["initial_loss"] = l0
+    if not math.isclose(candidate.initial_loss, l0, rel_tol=INITIAL_RTOL):
+        return Verdict(False, **numbers, reason=(
+            f"not the same start: the untrained model's probe loss is {candidate.initial_loss:.6f}, "
+            f"the baseline's {l0:.6f} (same weights and data agree within {INITIAL_RTOL:.0e})"))
+    lo = samples - window
+    numbers.update(loss=candidate.window_loss(lo, samples), baseline_loss=baseline.window_loss(lo, samples),
+                   probe_loss=candidate.final_loss, baseline_probe_loss=baseline.final_loss)
+    numbers["deviation"] = deviation(l0, numbers["baseline_loss"], numbers["loss"])
+    numbers["probe_deviation"] = deviation(l0, baseline.final_loss, candidate.final_loss)
+    passed = abs(numbers["deviation"]) <= tolerance and abs(numbers["probe_deviation"]) <= tolerance
+    return Verdict(passed, **numbers)
+
+
+def check(runner: Any, baseline: Config, baseline_lr: float, candidate: Config, lr: float) -> Verdict:
+    """Train both configs in this process and compare them: the one-call form of the check.
+
+    `runner` is a ``Runner`` (or anything with its ``build`` and ``dataset``).
+
+    >>> check(runner, Config(batch_size=128), 0.01, Config(batch_size=8192), 0.01).passed  # doctest: +SKIP
+    False
+    """
+    samples, window = run_length(baseline.batch_size, candidate.batch_size)
+    probe_set = probe(runner.dataset)
+    base = run_trace(runner.build, baseline, baseline_lr, samples, probe_set)
+    trace = run_trace(runner.build, candidate, lr, samples, probe_set)
+    return compare(base, trace, family(baseline, candidate), samples, window)
+
+
+def _numerics(config: Config) -> tuple[Any, ...]:
+    # Loader knobs change speed, not the samples or their order: configs equal here train alike.
+    return tuple(v for k, v in config.as_dict().items() if k not in LOADER_KNOBS)
+
+
+class Gate:
+    """Checks configs in rank order against one baseline run; the first `want` that pass are the finalists.
+
+    `trace(config, lr, samples)` makes one parity run (in a trial process, in the
+    search) and raises TraceFailed with the reason when it cannot.
+    """
+
+    def __init__(self, baseline: Config, lr_of: Callable[[Config], float],
+                 trace: Callable[[Config, float, int], Trace], echo: Callable[[str], None] = print) -> None:
+        self.baseline, self.lr_of, self.trace, self.echo = baseline, lr_of, trace, echo
+        self.verdicts: dict[Config, Verdict] = {}
+        self.runs = 0  # candidates run; a config with the numerics of one already run reuses its verdict
+        self.seconds = 0.0  # wall time of every parity run, the baseline's included: the check's cost
+        self.baseline_seconds = 0.0
+        self._base: Trace | None = None
+        self._by_numerics: dict[tuple[Any, ...], tuple[Config, Verdict]] = {}
+
+    def _timed(self, config: Config, samples: int) -> Trace:
+        start = time.perf_counter()
+        try:
+            return self.trace(config, self.lr_of(config), samples)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+    def select(self, ranked: Sequence[Config], want: int, max_runs: int) -> list[Config]:
+        """The first `want` configs of `ranked` that pass, running at most `max_runs` candidates."""
+        if not ranked:
+            return []
+        # One run length for all, so one baseline run serves every candidate.
+        samples, window = run_length(self.baseline.batch_size, max(c.batch_size for c in ranked))
+        passed: list[Config] = []
+        for config in ranked:
+            if len(passed) == want:
+                break
+            key = _numerics(config)
+            if key in self._by_numerics:
+                twin, verdict = self._by_numerics[key]
+                self.echo(f"  parity {verdict.word:<6}  (same numerics as {twin.describe()})  {config.describe()}")
+            elif self.runs == max_runs:
+                break
+            else:
+                verdict = self._check(config, samples, window)
+                self._by_numerics[key] = (config, verdict)
+                self.echo(f"  parity {verdict.summary()}  [{verdict.run_s:.1f} s]  {config.describe()}")
+            self.verdicts[config] = verdict
+            if verdict.passed:
+                passed.append(config)
+        rejected = sum(not v.passed for v in self.verdicts.values())
+        self.echo(f"parity: {len(self.verdicts)} config(s) checked, {rejected} rejected; {self.runs} run(s) and the "
+                  f"baseline's took {self.seconds:.1f} s (baseline {self.baseline_seconds:.1f} s)")
+        return passed
+
+    def _check(self, config: Config, samples: int, window: int) -> Verdict:
+        if self._base is None:
+            before = self.seconds
+            try:
+                self._base = self._timed(self.baseline, samples)
+            except TraceFailed as exc:
+                raise ParityError(f"the baseline's parity run failed: {exc}") from exc
+            self.baseline_seconds = self.seconds - before
+        self.runs += 1
+        name = family(self.baseline, config)
+        try:
+            trace = self._timed(config, samples)
+        except TraceFailed as exc:
+            return Verdict(False, name, TOLERANCES[name], samples, window, self.lr_of(config), self._base.lr, reason=str(exc))
+        return compare(self._base, trace, name, samples, window)
+
+    def record(self, config: Config) -> dict[str, Any]:
+        """What the tuned recipe keeps: the winner's numbers and what the whole check cost."""
+        return {
+            "checked": True,
+            **self.verdicts[config].as_record(),
+            "configs_checked": len(self.verdicts),
+            "configs_rejected": sum(not v.passed for v in self.verdicts.values()),
+            "check_s": round(self.seconds, 1),
+        }
+
+
+_NUMBER = (int, float)
+# The `parity` table of a tuned profile: key -> (types, required when checked).
+RECORD_KEYS: dict[str, tuple[tuple[type, ...], bool]] = {
+    "checked": ((bool,), True),
+    "passed": ((bool,), True),
+    "family": ((str,), True),
+    "tolerance": (_NUMBER, True),
+    "samples": ((int,), True),
+    "window": ((int,), True),
+    "lr": (_NUMBER, True),
+    "baseline_lr": (_NUMBER, True),
+    "initial_loss": (_NUMBER, False),
+    "loss": (_NUMBER, False),
+    "baseline_loss": (_NUMBER, False),
+    "deviation": (_NUMBER, False),
+    "probe_loss": (_NUMBER, False),
+    "baseline_probe_loss": (_NUMBER, False),
+    "probe_deviation": (_NUMBER, False),
+    "run_s": (_NUMBER, False),
+    "reason": ((str,), False),
+    "configs_checked": ((int,), True),
+    "configs_rejected": ((int,), True),
+    "check_s": (_NUMBER, True),
+}
+
+
+def validate_record(at: str, record: dict[str, Any]) -> list[str]:
+    """Every problem in a profile's `parity` table, as messages that name the key and the rule."""
+    problems: list[str] = []
+    checked = record.get("checked")
+    if not isinstance(checked, bool):
+        return [f"{at}.checked must be true or false, but got {checked!r}"]
+    if not checked:
+        extra = sorted(set(record) - {"checked"})
+        return [f"{at} says checked = false, so it must hold nothing else, but has {extra}"] if extra else []
+    for key, value in record.items():
+        if key not in RECORD_KEYS:
+            problems.append(f"{at} has unknown key {key!r}; known: {', '.join(RECORD_KEYS)}")
+            continue
+        types = RECORD_KEYS[key][0]
+        if isinstance(value, bool) != (bool in types) or not isinstance(value, types):
+            kind = "a number" if types == _NUMBER else " or ".join(t.__name__ for t in types)
+            problems.append(f"{at}.{key} must be {kind}, but got {value!r}")
+    problems += [f"{at} lacks {key!r}" for key, (_, required) in RECORD_KEYS.items() if required and key not in record]
+    if problems:
+        return problems
+    if record["family"] not in FAMILIES:
+        problems.append(f"{at}.family must be one of {', '.join(FAMILIES)}, but got {record['family']!r}")
+    for key in ("tolerance", "lr", "baseline_lr", "samples", "window"):
+        if record[key] <= 0:
+            problems.append(f"{at}.{key} must be > 0, but got {record[key]!r}")
+    if record["window"] > record["samples"]:
+        problems.append(f"`window <= samples` must hold in {at}, but got (window={record['window']}, samples={record['samples']})")
+    for key in ("check_s", "run_s", "configs_checked", "configs_rejected"):
+        if record.get(key, 0) < 0:
+            problems.append(f"{at}.{key} must be >= 0, but got {record[key]!r}")
+    if record["configs_rejected"] > record["configs_checked"]:
+        problems.append(f"`configs_rejected <= configs_checked` must hold in {at}, but got "
+                        f"(configs_rejected={record['configs_rejected']}, configs_checked={record['configs_checked']})")
+    if record["passed"]:
+        for key in ("deviation", "probe_deviation"):
+            if key in record and abs(record[key]) > record["tolerance"]:
+                problems.append(f"{at} says passed, but |{key}| = {abs(record[key]):g} exceeds its tolerance {record['tolerance']:g}")
+    return problems
