@@ -1,6 +1,7 @@
 """The trial child: ``python -m autotune._child RECIPE_PATH DEVICE CPU_SHARE``.
 
-Reads one JSON request per line on stdin, measures it, and writes JSON events
+Reads one JSON request per line on stdin (a trial to measure, or a parity run
+to train, see autotune.parity), runs it, and writes JSON events
 on the file descriptor given in AUTOTUNE_EVENTS_FD (stdout stays free for the
 workload's own prints). After a failure it exits: a CUDA context that saw an
 error or an OOM is not trusted with the next trial.
@@ -38,6 +39,7 @@ def main() -> None:
 
     import torch
 
+    from autotune import parity
     from autotune.config import Config
     from autotune.measure import Windows
     from autotune.runner import Runner, classify_failure
@@ -52,11 +54,24 @@ def main() -> None:
         send(event="failed", reason=classify_failure(exc))
         sys.exit(1)
     send(event="ready")
+    probe_set = None
 
     for line in sys.stdin:
         request = json.loads(line)
         if request.get("cmd") == "quit":
             break
+        if request.get("cmd") == "parity":
+            try:
+                if probe_set is None:
+                    probe_set = parity.probe(runner.dataset)
+                config = Config.from_dict(request["config"])
+                trace = parity.run_trace(runner.build, config, request["lr"], request["samples"], probe_set)
+            except BaseException as exc:  # noqa: BLE001
+                send(event="failed", reason=classify_failure(exc))
+                sys.stdout.flush()
+                os._exit(1)
+            send(event="trace", trace=trace.as_dict())
+            continue
 
         def on_window(i: int, rate: float) -> bool:
             send(event="window", index=i, rate=rate)

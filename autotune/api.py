@@ -75,9 +75,17 @@ def load_tuned(recipe: str, device: torch.device | str | None = None) -> Tuned:
     lr = float(profile.get("lr", workload.defaults["lr"]))
     if config.batch_size != workload.defaults["batch_size"] and (ref.name, hardware) not in _told:
         _told.add((ref.name, hardware))
+        check = profile.get("parity") or {}
+        if check.get("checked") and check.get("passed"):
+            checked = f"the parity check trained it at that rate like the baseline (tolerance ±{check['tolerance']:.0%})"
+        elif check.get("checked"):
+            checked = f"the parity check found it trains differently from the baseline ({check.get('reason', 'see autotune show')})"
+        else:
+            checked = "it was not checked to train like the baseline"
         print(
             f"autotune: {ref.name} on {hardware} uses batch size {config.batch_size} (the workload's is "
-            f"{workload.defaults['batch_size']}); its learning rate is {lr:g} by the {profile.get('lr_rule', 'linear')} rule.",
+            f"{workload.defaults['batch_size']}); its learning rate is {lr:g} by the {profile.get('lr_rule', 'linear')} rule, "
+            f"and {checked}. Build your optimizer with load_tuned({recipe!r}).lr.",
             file=sys.stderr,
         )
     return Tuned(workload, config, lr, hardware, profile)

@@ -18,6 +18,7 @@ Examples:
   autotune search --recipe mnist_cnn
   autotune search --recipe mnist_cnn --trials 8 --time-budget 300
   autotune search --recipe mnist_cnn --fix batch_size=128 --fix num_workers=0..4
+  autotune search --recipe mnist_cnn --lr-scaling sqrt --no-parity-check
   autotune search --recipe ./my_workload.py --storage postgresql://user@db/autotune --study mine
 """
 
@@ -40,9 +41,10 @@ def main() -> None:
 @click.option("--study", "study_name", help="Study name; default: RECIPE@HARDWARE.")
 @click.option("--trial-timeout", default=90.0, show_default=True, type=click.FloatRange(min=1), help="Seconds one trial may take before it fails as a timeout.")
 @click.option("--lr-scaling", default="linear", show_default=True, type=click.Choice(LR_RULES), help="How the learning rate follows a new batch size.")
+@click.option("--no-parity-check", "no_parity_check", is_flag=True, help="Let a config win without checking that it trains like the baseline.")
 @click.option("--device", "device_index", default=0, show_default=True, type=click.IntRange(min=0), help="CUDA device index.")
 def search(recipe: str, trials: int, time_budget: float | None, fixes: tuple[str, ...], storage: str | None,
-           study_name: str | None, trial_timeout: float, lr_scaling: str, device_index: int) -> None:
+           study_name: str | None, trial_timeout: float, lr_scaling: str, no_parity_check: bool, device_index: int) -> None:
     """Tune a workload's loader and loop knobs; write recipes/NAME.tuned.toml."""
     from autotune.search import SearchError, SearchOptions
     from autotune.search import search as run_search
@@ -56,7 +58,7 @@ def search(recipe: str, trials: int, time_budget: float | None, fixes: tuple[str
         _fail(str(exc))
     options = SearchOptions(
         trials=trials, time_budget_s=time_budget, fixes=parsed, storage=storage, study=study_name,
-        trial_timeout_s=trial_timeout, lr_rule=lr_scaling, device_index=device_index,
+        trial_timeout_s=trial_timeout, lr_rule=lr_scaling, parity_check=not no_parity_check, device_index=device_index,
         command=shlex.join(["autotune", *sys.argv[1:]]),
     )
     try:

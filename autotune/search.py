@@ -23,6 +23,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from autotune import parity
 from autotune import recipe as recipe_file
 from autotune.config import Config, baseline_config, scaled_lr
 from autotune.measure import Windows
@@ -32,6 +33,8 @@ from autotune.workload import Workload, load, resolve
 
 HEARTBEAT_S = 5  # a live search touches its running trial this often
 GRACE_S = 20  # a running trial not touched for this long belongs to a dead search
+PARITY_TIMEOUT_FACTOR = 4  # a parity run trains about an epoch; a trial times a few seconds of it
+PARITY_RUNS_PER_FINALIST = 3  # candidates the parity check may run, per finalist wanted
 
 
 class SearchError(RuntimeError):
@@ -69,6 +72,7 @@ class SearchOptions:
     trial_timeout_s: float = 90.0
     lr_rule: str = "linear"
     finalists: int = 3  # best configs measured again against the baseline
+    parity_check: bool = True  # a finalist must train like the baseline (autotune.parity)
     rounds: int = 2  # fresh processes each finalist is measured in
     device_index: int = 0
     cpu_share: int | None = None
@@ -273,16 +277,40 @@ class Search:
 
     # -- finalists and the recipe --------------------------------------------------------------
 
-    def finalists(self, study: optuna.Study) -> list[Config]:
+    def ranked(self, study: optuna.Study) -> dict[Config, int]:
+        """Distinct complete configs, fastest first, each with its fastest trial's number; not the baseline."""
         complete = sorted(study.get_trials(states=(TrialState.COMPLETE,)), key=lambda t: t.value or 0.0, reverse=True)
-        chosen: list[Config] = []
+        chosen: dict[Config, int] = {}
         for t in complete:
             config = self.space.normalise(Config.from_dict(t.user_attrs["config"]))
             if config not in chosen and config != self.baseline:
-                chosen.append(config)
-            if len(chosen) == self.options.finalists:
-                break
+                chosen[config] = t.number
         return chosen
+
+    def finalists(self, study: optuna.Study) -> list[Config]:
+        return list(self.ranked(study))[: self.options.finalists]
+
+    def parity_gate(self, pool: TrialPool, study: optuna.Study, ranked: dict[Config, int]) -> tuple[list[Config], parity.Gate]:
+        """The fastest configs that train like the baseline; each verdict is kept in the study, by trial."""
+        timeout = PARITY_TIMEOUT_FACTOR * self.options.trial_timeout_s
+
+        def trace(config: Config, lr: float, samples: int) -> parity.Trace:
+            outcome = pool.trace(config, lr, samples, timeout)
+            if outcome.state != "complete" or outcome.result is None:
+                raise parity.TraceFailed(outcome.reason or "no result")
+            return parity.Trace.from_dict(outcome.result)
+
+        gate = parity.Gate(self.baseline, self.lr, trace, self.echo)
+        self.echo(f"parity: checking the fastest configs against the baseline ({self.baseline.describe()}, "
+                  f"lr {self.lr(self.baseline):g}, fp32, eager) from the same weights and data order")
+        try:
+            chosen = gate.select(list(ranked), self.options.finalists, PARITY_RUNS_PER_FINALIST * self.options.finalists)
+        except parity.ParityError as exc:
+            raise SearchError(f"{exc} Run with --no-parity-check to skip the check.") from exc
+        for config, verdict in gate.verdicts.items():
+            # Optuna keeps a finished trial read-only: the verdict is kept on the study, under its trial.
+            study.set_user_attr(f"parity:trial-{ranked[config]}", {**verdict.as_record(), "config": config.describe()})
+        return chosen, gate
 
     def remeasure(self, pool: TrialPool, finalists: list[Config]) -> dict[Config, list[dict[str, Any]]]:
         """Each finalist and the baseline, interleaved, in a fresh process per round."""
@@ -299,7 +327,8 @@ class Search:
                 self.echo(f"  round {r + 1}: {_fmt_rate(outcome.result['samples_per_s']):>14}  {config.describe()}")
         return results
 
-    def profile(self, study: optuna.Study, winner: Config, results: dict[Config, list[dict[str, Any]]]) -> dict[str, Any]:
+    def profile(self, study: optuna.Study, winner: Config, results: dict[Config, list[dict[str, Any]]],
+                parity_record: dict[str, Any] | None = None) -> dict[str, Any]:
         def med(config: Config, key: str) -> float:
             return statistics.median(r[key] for r in results[config])
 
@@ -339,6 +368,7 @@ class Search:
             "knobs": recipe_file.config_to_knobs(winner),
             "excluded": dict(self.space.excluded),
             "versions": versions(),
+            "parity": parity_record or {"checked": False},
         }
 
     def run(self) -> SearchResult:
@@ -357,9 +387,20 @@ class Search:
                          self.options.state_dir / "logs", self.options.trial_timeout_s)
         try:
             self.run_study(study, pool)
-            finalists = self.finalists(study)
-            if not finalists:
+            ranked = self.ranked(study)
+            if not ranked:
                 raise SearchError(f"no trial completed in study {self.study_name!r}; the failures above say why.")
+            gate = None
+            if self.options.parity_check:
+                finalists, gate = self.parity_gate(pool, study, ranked)
+                if not finalists:
+                    raise SearchError(
+                        f"no config faster than the baseline trains like it: all {len(gate.verdicts)} checked were rejected "
+                        f"(the lines above give the numbers). Narrow the search (e.g. --fix batch_size="
+                        f"{self.baseline.batch_size}), try --lr-scaling, or skip the check with --no-parity-check."
+                    )
+            else:
+                finalists = list(ranked)[: self.options.finalists]
             self.echo(f"finalists: measuring {len(finalists)} config(s) against the baseline, {self.options.rounds} round(s), fresh processes")
             results = self.remeasure(pool, finalists)
         finally:
@@ -370,13 +411,20 @@ class Search:
         if not measured:
             raise SearchError("every finalist failed when measured again; see the reasons above.")
         winner = max(measured, key=lambda c: statistics.median(r["samples_per_s"] for r in results[c]))
-        profile = self.profile(study, winner, results)
+        profile = self.profile(study, winner, results, gate.record(winner) if gate else None)
         recipe_file.write_profile(self.ref.tuned_path, self.ref.name, self.machine.hardware, profile)
         self.echo(
             f"wrote {self.ref.tuned_path}: {winner.describe()}: {_fmt_rate(profile['samples_per_s'])}, "
             f"{profile['speedup']}x the baseline's {_fmt_rate(profile['baseline_samples_per_s'])} "
             f"(noise ±{profile['spread']:.1%}), search {profile['search_s']:.0f} s"
         )
+        check = profile["parity"]
+        if check.get("checked"):
+            self.echo(f"parity: the winner trains like the baseline (deviation {check['deviation']:+.1%}, probe "
+                      f"{check['probe_deviation']:+.1%}, tolerance ±{check['tolerance']:.0%}) at lr {check['lr']:g}; "
+                      f"the check took {check['check_s']:.0f} s")
+        else:
+            self.echo("parity: not checked (--no-parity-check): the winner may train differently from the baseline")
         return SearchResult(self.ref.tuned_path, self.machine.hardware, profile)
 
 

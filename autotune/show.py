@@ -37,6 +37,25 @@ def _cell(key: str, value: Any) -> str:
     return str(value)
 
 
+def _parity_rows(profiles: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+    """The parity check's numbers (autotune.parity): the decision, the deviations, the losses, the cost."""
+    cells: dict[str, list[str]] = {"parity": [], "parity deviation/probe": [], "parity loss (baseline)": [], "parity check, s": []}
+    for p in profiles:
+        check = p.get("parity") or {}
+        if not check.get("checked"):
+            values = ["not checked" if check else "-", "-", "-", "-"]
+        else:
+            values = [
+                f"{'passed' if check['passed'] else 'REJECTED'} ({check['family']}, ±{check['tolerance']:.0%})",
+                f"{check['deviation']:+.1%} / {check['probe_deviation']:+.1%}" if "probe_deviation" in check else "-",
+                f"{check['loss']:.4g} ({check['baseline_loss']:.4g}) at {check['samples']:,}" if "loss" in check else "-",
+                f"{check['check_s']:.1f} ({check['configs_checked']} checked, {check['configs_rejected']} rejected)",
+            ]
+        for key, value in zip(cells, values):
+            cells[key].append(value)
+    return list(cells.items())
+
+
 def render(data: dict[str, Any], path: Path) -> str:
     """Rows are knobs and numbers, one column per hardware profile."""
     profiles = data.get("profiles", {})
@@ -48,6 +67,7 @@ def render(data: dict[str, Any], path: Path) -> str:
         rows.append((knob, [_cell(knob, p["knobs"].get(knob)) if knob not in p.get("excluded", {}) else "n/a" for p in profiles.values()]))
     for key, label in _ROWS:
         rows.append((label, [_cell(key, p.get(key)) for p in profiles.values()]))
+    rows += _parity_rows(list(profiles.values()))
     rows.append(("trials ok/failed/pruned", [f"{p.get('trials_complete', 0)}/{p.get('trials_failed', 0)}/{p.get('trials_pruned', 0)}" for p in profiles.values()]))
     rows.append(("versions", [" ".join(f"{k} {v}" for k, v in p.get("versions", {}).items() if k != "python") for p in profiles.values()]))
     label_w = max(len(r[0]) for r in rows)

@@ -104,17 +104,25 @@ class Child:
             what = f"exited with code {code}"
         return f"crashed: trial process {what}" + (f" ({tail})" if tail else "")
 
+    def _start(self) -> Outcome | None:
+        """Wait for a new child's start-up; a failed outcome if it did not come up."""
+        if self.ready:
+            return None
+        event = self._read(time.monotonic() + STARTUP_TIMEOUT_S)
+        if event is None:
+            return Outcome("failed", reason=self._death_reason())
+        if event["event"] == "failed":
+            return Outcome("failed", reason=event["reason"])
+        self.ready = True
+        return None
+
     def run(self, config: Config, lr: float, windows: Windows, timeout_s: float, on_window: Callable[[int, float], bool] | None = None) -> Outcome:
         """Measure one config in this child; the child is unusable after a failed outcome."""
         rates: list[float] = []
         try:
-            if not self.ready:
-                event = self._read(time.monotonic() + STARTUP_TIMEOUT_S)
-                if event is None:
-                    return Outcome("failed", reason=self._death_reason())
-                if event["event"] == "failed":
-                    return Outcome("failed", reason=event["reason"])
-                self.ready = True
+            failed = self._start()
+            if failed is not None:
+                return failed
             deadline = time.monotonic() + timeout_s
             self._send({"cmd": "trial", "config": config.as_dict(), "lr": lr, "windows": dataclasses.asdict(windows)})
             while True:
@@ -137,6 +145,26 @@ class Child:
             return Outcome("failed", reason=f"timeout: no result within {limit:.0f} s", windows=tuple(rates))
         except (BrokenPipeError, ConnectionResetError):
             return Outcome("failed", reason=self._death_reason(), windows=tuple(rates))
+
+    def trace(self, config: Config, lr: float, samples: int, timeout_s: float) -> Outcome:
+        """One parity run (autotune.parity.run_trace) in this child; its trace is the outcome's result."""
+        try:
+            failed = self._start()
+            if failed is not None:
+                return failed
+            self._send({"cmd": "parity", "config": config.as_dict(), "lr": lr, "samples": samples})
+            event = self._read(time.monotonic() + timeout_s)
+            if event is None:
+                return Outcome("failed", reason=self._death_reason())
+            if event["event"] == "trace":
+                return Outcome("complete", result=event["trace"])
+            return Outcome("failed", reason=event.get("reason", f"unexpected event {event['event']!r}"))
+        except TimeoutError:
+            self.kill()
+            limit = STARTUP_TIMEOUT_S if not self.ready else timeout_s
+            return Outcome("failed", reason=f"timeout: no parity run within {limit:.0f} s")
+        except (BrokenPipeError, ConnectionResetError):
+            return Outcome("failed", reason=self._death_reason())
 
     def _read(self, deadline: float) -> dict[str, Any] | None:
         line = self.events.read(deadline)
@@ -186,18 +214,27 @@ class TrialPool:
         self.child: Child | None = None
         self.children_started = 0
 
-    def run(self, config: Config, lr: float, windows: Windows = Windows(), on_window: Callable[[int, float], bool] | None = None, fresh: bool = False) -> Outcome:
+    def _child(self, fresh: bool) -> Child:
         if fresh:
             self.close()
         if self.child is None:
             self.children_started += 1
             log = self.log_dir / f"trial-process-{os.getpid()}-{self.children_started}.log"
             self.child = Child(self.recipe_path, self.device, self.cpu_share, log, self.env)
-        outcome = self.child.run(config, lr, windows, self.timeout_s, on_window)
-        if outcome.state == "failed":
+        return self.child
+
+    def _settle(self, outcome: Outcome) -> Outcome:
+        if outcome.state == "failed" and self.child is not None:
             self.child.kill()
             self.child = None
         return outcome
+
+    def run(self, config: Config, lr: float, windows: Windows = Windows(), on_window: Callable[[int, float], bool] | None = None, fresh: bool = False) -> Outcome:
+        return self._settle(self._child(fresh).run(config, lr, windows, self.timeout_s, on_window))
+
+    def trace(self, config: Config, lr: float, samples: int, timeout_s: float) -> Outcome:
+        """A parity run in a trial process: a crash, an OOM or a hang fails it, as it fails a trial."""
+        return self._settle(self._child(False).trace(config, lr, samples, timeout_s))
 
     def close(self) -> None:
         if self.child is not None:
