@@ -65,7 +65,7 @@ def main() -> None:
                 if probe_set is None:
                     probe_set = parity.probe(runner.dataset)
                 config = Config.from_dict(request["config"])
-                trace = parity.run_trace(runner.build, config, request["lr"], request["samples"], probe_set)
+                trace = parity.run_trace(runner.build, config, request["lr"], request["samples"], probe_set, request["probe_batch"])
             except BaseException as exc:  # noqa: BLE001
                 send(event="failed", reason=classify_failure(exc))
                 sys.stdout.flush()

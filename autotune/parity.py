@@ -94,7 +94,6 @@ PROGRESS_FLOOR = 0.01  # a baseline that learned less than 1% of its initial los
 INITIAL_RTOL = 1e-3  # two runs from the same weights and data agree on the initial loss this closely
 ORDER_SEED = 0  # seeds the generator that orders the data of every parity run
 PROBE_SAMPLES = 4096  # the fixed samples both runs are evaluated on, before and after training
-PROBE_BATCH = 1024
 
 Builder = Callable[[Config, float], tuple[Any, Step, float]]
 
@@ -200,30 +199,34 @@ def probe(dataset: Any, samples: int = PROBE_SAMPLES) -> tuple[Any, Any]:
     return torch.stack([torch.as_tensor(x) for x, _ in pairs]), torch.stack([torch.as_tensor(y) for _, y in pairs])
 
 
-def probe_loss(step: Step, probe_set: tuple[Any, Any]) -> float:
-    """The model's mean loss on the probe set, fp32, no autocast, no update; computed by us, not by the step."""
+def probe_loss(step: Step, probe_set: tuple[Any, Any], batch: int) -> float:
+    """The model's mean loss on the probe set, fp32, no autocast, no update; computed by us, not by the step.
+
+    Evaluated in batches of the baseline's size in every run: it fits wherever the
+    baseline trains, and batch-norm statistics see the same batches in both runs.
+    """
     model = step.model
     saved = [b.detach().clone() for b in model.buffers()]  # batch-norm statistics move even under no_grad
     inputs, targets = probe_set
     total = 0.0
     with torch.no_grad():
-        for lo in range(0, len(inputs), PROBE_BATCH):
-            x, y = step._to_device(inputs[lo : lo + PROBE_BATCH], targets[lo : lo + PROBE_BATCH])
+        for lo in range(0, len(inputs), batch):
+            x, y = step._to_device(inputs[lo : lo + batch], targets[lo : lo + batch])
             total += float(step.loss_fn(model(x), y)) * len(x)
     for buffer, value in zip(model.buffers(), saved):
         buffer.copy_(value)
     return total / len(inputs)
 
 
-def run_trace(build: Builder, config: Config, lr: float, samples: int, probe_set: tuple[Any, Any]) -> Trace:
+def run_trace(build: Builder, config: Config, lr: float, samples: int, probe_set: tuple[Any, Any], probe_batch: int) -> Trace:
     """Build `config` from the seed and train it for `samples`, recording every step's loss.
 
     `build` is ``Runner.build``: it seeds, then builds the loader and step. The
-    probe set is evaluated before and after the run.
+    probe set is evaluated, in batches of `probe_batch`, before and after the run.
     """
     loader, step, _ = build(config, lr)
     start = time.perf_counter()
-    initial = probe_loss(step, probe_set)
+    initial = probe_loss(step, probe_set, probe_batch)
     ends: list[int] = []
     losses: list[Any] = []
     seen = epoch = 0
@@ -243,7 +246,7 @@ def run_trace(build: Builder, config: Config, lr: float, samples: int, probe_set
             raise ValueError(f"the loader of {config.describe()} yielded no batch")
     values = torch.stack(losses).cpu().tolist()
     finite = all(bool(torch.isfinite(p).all()) for p in step.model.parameters())
-    final = probe_loss(step, probe_set) if finite else math.nan
+    final = probe_loss(step, probe_set, probe_batch) if finite else math.nan
     seconds = time.perf_counter() - start
     return Trace(config.batch_size, lr, initial, final, tuple(ends), tuple(values), finite, seconds)
 
@@ -295,18 +298,23 @@ class Verdict:
 
 
 def deviation(initial: float, baseline: float, candidate: float) -> float:
-    """How far `candidate` is from `baseline`, in units of what the baseline learned or has left.
+    """How far `candidate`'s loss is from `baseline`'s, in units of what the baseline learned or has left.
 
-    The unit is the smaller of the baseline's progress (``initial - baseline``)
-    and its remaining loss (``baseline``), and at least 1% of ``initial``: on a
-    plateau a small difference is a large share of the progress, and near
-    convergence a loss 40 times the baseline's is a large share of what is left.
+    A candidate above the baseline (it learned less) is measured against the
+    smaller of the baseline's progress (``initial - baseline``) and its remaining
+    loss (``baseline``): on a plateau a small shortfall is a large share of the
+    progress, and near convergence a loss 40 times the baseline's is a large
+    share of what is left. A candidate below the baseline (it learned more) is
+    measured against the progress alone: learning much faster than the baseline
+    is a different run (a memorised batch), converging a little further is not.
+    The unit is at least 1% of ``initial``.
 
     >>> round(deviation(2.30, 2.26, 2.30), 2)  # no progress where the baseline made 0.04
     1.0
     """
-    unit = max(min(initial - baseline, baseline), PROGRESS_FLOOR * abs(initial))
-    return (candidate - baseline) / unit
+    progress = initial - baseline
+    unit = min(progress, baseline) if candidate > baseline else progress
+    return (candidate - baseline) / max(unit, PROGRESS_FLOOR * abs(initial))
 
 
 def compare(baseline: Trace, candidate: Trace, family_name: str, samples: int, window: int) -> Verdict:
@@ -350,8 +358,8 @@ def check(runner: Any, baseline: Config, baseline_lr: float, candidate: Config, 
     """
     samples, window = run_length(baseline.batch_size, candidate.batch_size)
     probe_set = probe(runner.dataset)
-    base = run_trace(runner.build, baseline, baseline_lr, samples, probe_set)
-    trace = run_trace(runner.build, candidate, lr, samples, probe_set)
+    base = run_trace(runner.build, baseline, baseline_lr, samples, probe_set, baseline.batch_size)
+    trace = run_trace(runner.build, candidate, lr, samples, probe_set, baseline.batch_size)
     return compare(base, trace, family(baseline, candidate), samples, window)
 
 

@@ -295,7 +295,7 @@ class Search:
         timeout = PARITY_TIMEOUT_FACTOR * self.options.trial_timeout_s
 
         def trace(config: Config, lr: float, samples: int) -> parity.Trace:
-            outcome = pool.trace(config, lr, samples, timeout)
+            outcome = pool.trace(config, lr, samples, self.baseline.batch_size, timeout)
             if outcome.state != "complete" or outcome.result is None:
                 raise parity.TraceFailed(outcome.reason or "no result")
             return parity.Trace.from_dict(outcome.result)

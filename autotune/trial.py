@@ -146,13 +146,13 @@ class Child:
         except (BrokenPipeError, ConnectionResetError):
             return Outcome("failed", reason=self._death_reason(), windows=tuple(rates))
 
-    def trace(self, config: Config, lr: float, samples: int, timeout_s: float) -> Outcome:
+    def trace(self, config: Config, lr: float, samples: int, probe_batch: int, timeout_s: float) -> Outcome:
         """One parity run (autotune.parity.run_trace) in this child; its trace is the outcome's result."""
         try:
             failed = self._start()
             if failed is not None:
                 return failed
-            self._send({"cmd": "parity", "config": config.as_dict(), "lr": lr, "samples": samples})
+            self._send({"cmd": "parity", "config": config.as_dict(), "lr": lr, "samples": samples, "probe_batch": probe_batch})
             event = self._read(time.monotonic() + timeout_s)
             if event is None:
                 return Outcome("failed", reason=self._death_reason())
@@ -232,9 +232,9 @@ class TrialPool:
     def run(self, config: Config, lr: float, windows: Windows = Windows(), on_window: Callable[[int, float], bool] | None = None, fresh: bool = False) -> Outcome:
         return self._settle(self._child(fresh).run(config, lr, windows, self.timeout_s, on_window))
 
-    def trace(self, config: Config, lr: float, samples: int, timeout_s: float) -> Outcome:
+    def trace(self, config: Config, lr: float, samples: int, probe_batch: int, timeout_s: float) -> Outcome:
         """A parity run in a trial process: a crash, an OOM or a hang fails it, as it fails a trial."""
-        return self._settle(self._child(False).trace(config, lr, samples, timeout_s))
+        return self._settle(self._child(False).trace(config, lr, samples, probe_batch, timeout_s))
 
     def close(self) -> None:
         if self.child is not None:

@@ -72,10 +72,13 @@ class Bench:
         self.base_lr = float(self.workload.defaults["lr"])
         self.samples, self.window = parity.run_length(self.base_config.batch_size, largest_batch)
         self.probe = parity.probe(self.runner.dataset)
-        self.base = parity.run_trace(self.runner.build, self.base_config, self.base_lr, self.samples, self.probe)
+        self.base = self.run(self.base_config, self.base_lr, self.runner.build)
+
+    def run(self, config: Config, lr: float, build: parity.Builder) -> parity.Trace:
+        return parity.run_trace(build, config, lr, self.samples, self.probe, self.base_config.batch_size)
 
     def judge(self, config: Config, lr: float, build: parity.Builder | None = None) -> parity.Verdict:
-        trace = parity.run_trace(build or self.runner.build, config, lr, self.samples, self.probe)
+        trace = self.run(config, lr, build or self.runner.build)
         return parity.compare(self.base, trace, parity.family(self.base_config, config), self.samples, self.window)
 
 
@@ -165,8 +168,8 @@ def test_same_data_order_whatever_the_loader(project: Path, config: Config) -> N
     # The tiny workload shuffles; 8,192 samples are 16 epochs, so every epoch's order must agree.
     runner = Runner(load(resolve("tiny")), torch.device("cpu"))
     probe_set = parity.probe(runner.dataset)
-    base = parity.run_trace(runner.build, Config(batch_size=16), 0.05, 8192, probe_set)
-    other = parity.run_trace(runner.build, config, 0.05, 8192, probe_set)
+    base = parity.run_trace(runner.build, Config(batch_size=16), 0.05, 8192, probe_set, 16)
+    other = parity.run_trace(runner.build, config, 0.05, 8192, probe_set, 16)
     assert other.ends == base.ends and other.losses == base.losses
     assert (other.initial_loss, other.final_loss) == (base.initial_loss, base.final_loss)
 
@@ -191,10 +194,11 @@ def test_family_is_the_loosest_that_applies(candidate: Config, expected: str) ->
     assert parity.family(Config(batch_size=128), candidate) == expected
 
 
-def test_deviation_is_measured_in_the_baseline_s_progress_or_remaining_loss() -> None:
+def test_deviation_is_measured_in_the_baseline_s_progress_or_what_it_has_left() -> None:
     assert parity.deviation(2.30, 2.26, 2.30) == pytest.approx(1.0)  # plateau: progress 0.04 is the unit
     assert parity.deviation(1.40, 0.01, 0.024) == pytest.approx(1.0)  # converged: 1% of 1.4, above the 0.01 left, is the unit
-    assert parity.deviation(1.40, 0.70, 0.35) == pytest.approx(-0.5)
+    assert parity.deviation(1.40, 0.70, 0.35) == pytest.approx(-0.5)  # learned more: progress 0.7 is the unit
+    assert parity.deviation(1.40, 0.01, 0.0) == pytest.approx(-0.01 / 1.39)  # converged a little further: fine
 
 
 def trace(losses: list[float], batch: int = 4, initial: float = 2.0, final: float | None = None, finite: bool = True) -> parity.Trace:

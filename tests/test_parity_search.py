@@ -1,0 +1,141 @@
+"""The parity check inside a real search: a config that trains differently cannot win, and its numbers reach
+the tuned recipe, the study, `autotune show` and the first-use note."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import tomli_w
+from click.testing import CliRunner
+
+from autotune import api, cli
+from autotune import recipe as recipe_file
+from autotune.search import SearchError, SearchOptions, search
+from autotune.show import render
+
+# Two configs only: the baseline (batch 16) and batch 128, so which one is fastest is never in doubt on a CPU.
+FIXES: dict[str, tuple[Any, ...]] = {
+    "batch_size": (16, 128), "placement": ("stream",), "num_workers": (0,), "amp": ("off",), "channels_last": (False,),
+}
+
+
+def run(rule: str, check: bool = True) -> tuple[list[str], dict[str, Any]]:
+    lines: list[str] = []
+    options = SearchOptions(trials=2, fixes=FIXES, lr_rule=rule, parity_check=check, finalists=1, rounds=1)
+    result = search("tiny", options, echo=lines.append)
+    return lines, result.profile
+
+
+@pytest.mark.slow
+def test_a_rejected_config_cannot_win_and_without_the_check_it_does(project: Path) -> None:
+    # Batch 128 at the batch-16 learning rate learns far less in the same samples: rejected, and nothing else is faster.
+    lines: list[str] = []
+    with pytest.raises(SearchError, match="no config faster than the baseline trains like it: all 1 checked were rejected"):
+        search("tiny", SearchOptions(trials=2, fixes=FIXES, lr_rule="none", finalists=1, rounds=1), echo=lines.append)
+    rejected = [line for line in lines if line.startswith("  parity REJECT")]
+    assert len(rejected) == 1 and rejected[0].endswith("bs=128 workers=0")
+    assert "(tolerance ±25%, batch_size)" in rejected[0] and "lr 0.05" in rejected[0]
+    assert not (project / "recipes" / "tiny.tuned.toml").exists()
+
+    # The same study without the check: the config the check rejected is the winner.
+    lines, profile = run("none", check=False)
+    assert profile["knobs"]["batch_size"] == 128 and profile["lr"] == 0.05
+    assert profile["parity"] == {"checked": False}
+    assert lines[-1] == "parity: not checked (--no-parity-check): the winner may train differently from the baseline"
+
+    # Scaled linearly (8x the rate), batch 128 trains like the baseline and wins, with the numbers recorded.
+    lines, profile = run("linear")
+    check = profile["parity"]
+    assert profile["knobs"]["batch_size"] == 128 and profile["lr"] == 0.4 and profile["lr_rule"] == "linear"
+    assert (check["checked"], check["passed"], check["family"], check["tolerance"]) == (True, True, "batch_size", 0.25)
+    assert (check["lr"], check["baseline_lr"], check["samples"], check["window"]) == (0.4, 0.05, 8192, 2048)
+    assert abs(check["deviation"]) <= 0.25 and abs(check["probe_deviation"]) <= 0.25
+    assert (check["configs_checked"], check["configs_rejected"]) == (1, 0) and check["check_s"] > 0
+    assert any(line.startswith("  parity pass    deviation ") and line.endswith("bs=128 workers=0") for line in lines)
+    assert lines[-1].startswith("parity: the winner trains like the baseline (deviation ")
+
+    written = recipe_file.read(project / "recipes" / "tiny.tuned.toml")
+    assert written["profiles"]["cpu"]["parity"] == check
+    table = render(written, project / "recipes" / "tiny.tuned.toml")
+    assert "parity                   passed (batch_size, ±25%)" in table
+    assert "parity check, s          " in table and "(1 checked, 0 rejected)" in table
+
+    # Optuna keeps finished trials read-only: each verdict is on the study, under the trial that found the config.
+    study = optuna.load_study(study_name="tiny@cpu+amp=off+batch_size=16,128+channels_last=False+num_workers=0+placement=stream",
+                              storage=f"sqlite:///{project / '.autotune' / 'tiny.db'}")
+    assert study.trials[1].user_attrs["config"]["batch_size"] == 128
+    stored = study.user_attrs["parity:trial-1"]
+    assert stored["passed"] and stored["lr"] == 0.4 and stored["config"] == "bs=128 workers=0"
+
+
+def test_the_cli_flag_turns_the_check_off(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[SearchOptions] = []
+    # The package exports the function `search` under the module's name: patch the module itself.
+    monkeypatch.setattr(sys.modules["autotune.search"], "search", lambda recipe, options, echo: seen.append(options))
+    for args in ([], ["--no-parity-check"]):
+        result = CliRunner().invoke(cli.main, ["search", "--recipe", "tiny", *args])
+        assert result.exit_code == 0, result.output
+    assert [o.parity_check for o in seen] == [True, False]
+
+
+def test_first_use_says_the_learning_rate_and_what_the_check_found(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    profile = {
+        "samples_per_s": 9000.0, "baseline_samples_per_s": 1000.0, "speedup": 9.0, "lr": 0.4, "lr_rule": "linear",
+        "knobs": {"batch_size": 128, "num_workers": 0, "pin_memory": False, "persistent_workers": False, "cudnn_benchmark": False,
+                  "channels_last": False, "amp": "off", "cuda_graph": False, "placement": "stream"},
+        "versions": {"torch": "2.14.1"},
+        "parity": {"checked": True, "passed": True, "family": "batch_size", "tolerance": 0.25, "samples": 8192, "window": 2048,
+                   "lr": 0.4, "baseline_lr": 0.05, "deviation": -0.01, "probe_deviation": 0.02,
+                   "configs_checked": 1, "configs_rejected": 0, "check_s": 3.0},
+    }
+    (project / "recipes" / "tiny.tuned.toml").write_text(tomli_w.dumps({"schema": 1, "recipe": "tiny", "profiles": {"cpu": profile}}))
+    api._told.clear()
+    assert api.load_tuned("tiny", "cpu").lr == 0.4
+    api.load_tuned("tiny", "cpu")  # told once, not twice
+    assert capsys.readouterr().err == (
+        "autotune: tiny on cpu uses batch size 128 (the workload's is 16); its learning rate is 0.4 by the linear rule, "
+        "and the parity check trained it at that rate like the baseline (tolerance ±25%). "
+        "Build your optimizer with load_tuned('tiny').lr.\n"
+    )
+
+
+def test_a_broken_parity_table_is_a_recipe_error(project: Path) -> None:
+    path = project / "recipes" / "tiny.tuned.toml"
+    profile = {"samples_per_s": 2.0, "baseline_samples_per_s": 1.0, "speedup": 2.0, "versions": {},
+               "knobs": {"batch_size": 128, "num_workers": 0, "pin_memory": False, "persistent_workers": False, "cudnn_benchmark": False,
+                         "channels_last": False, "amp": "off", "cuda_graph": False, "placement": "stream"},
+               "parity": {"checked": True, "passed": "yes"}}
+    path.write_text(tomli_w.dumps({"schema": 1, "recipe": "tiny", "profiles": {"cpu": profile}}))
+    with pytest.raises(recipe_file.RecipeError, match=r"has 10 problem\(s\):\n  - profiles.'cpu'.parity.passed must be bool, but got 'yes'\n  - profiles.'cpu'.parity lacks 'family'"):
+        recipe_file.read(path)
+
+
+def test_a_parity_run_in_a_trial_process_matches_one_in_this_process(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from autotune import parity
+    from autotune.config import Config
+    from autotune.runner import Runner
+    from autotune.trial import TrialPool
+    from autotune.workload import load, resolve
+
+    ref = resolve("tiny")
+    runner = Runner(load(ref), torch.device("cpu"))
+    here = parity.run_trace(runner.build, Config(batch_size=64), 0.2, 2048, parity.probe(runner.dataset), 16)
+    monkeypatch.setenv("TINY_FAIL", "oom")  # batch >= 64 raises "CUDA out of memory." in the child
+    pool = TrialPool(ref.workload_path, "cpu", 1, project / "logs", timeout_s=60)
+    try:
+        ok = pool.trace(Config(batch_size=32), 0.1, 2048, 16, timeout_s=60)
+        oom = pool.trace(Config(batch_size=64), 0.2, 2048, 16, timeout_s=60)
+        monkeypatch.delenv("TINY_FAIL")
+        again = pool.trace(Config(batch_size=64), 0.2, 2048, 16, timeout_s=60)  # a fresh child replaces the failed one
+    finally:
+        pool.close()
+    assert ok.state == "complete" and parity.Trace.from_dict(ok.result).samples == 2048
+    assert (oom.state, oom.reason) == ("failed", "oom")
+    assert again.state == "complete" and parity.Trace.from_dict(again.result).losses == here.losses
+    assert pool.children_started == 2
