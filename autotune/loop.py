@@ -238,7 +238,10 @@ class Step:
         self.graph = torch.cuda.CUDAGraph()
         self.optimizer.zero_grad(set_to_none=True)  # gradients are then allocated from the graph's pool
         assert self.static is not None
-        with torch.cuda.graph(self.graph):
+        # thread_local: DataLoader's pin-memory thread keeps calling CUDA while we capture; under the
+        # default ("global") mode its calls invalidate the capture ("operation failed due to a previous
+        # error during capture", seen on an H200 with pinned, multi-worker loaders).
+        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
             loss = self._forward_backward(*self.static)
             if self.scaler is None:
                 self.optimizer.step()
