@@ -36,6 +36,8 @@ from autotune.workload import load, resolve
 # Short windows: five feeds of one loop must fit in well under a minute on a GPU.
 WINDOWS = Windows(warmup_steps=5, window_s=0.2, min_windows=3, max_windows=8, rel_tol=0.05, boundaries=1)
 LOW_UTIL_PERCENT = 50  # the health check reports the share of GPU samples below this
+SYNTHETIC_EPOCH = 1_000_000  # steps: a repeated batch has no epoch, so a window is never cut short by one
+MIN_CPU_WALL_S = 0.25  # CPU time counts in 10 ms ticks: shorter runs give no usable share of a core
 
 
 class DiagnoseError(RuntimeError):
@@ -65,7 +67,7 @@ class Probe:
 class _Repeat:
     """The same few batches over and over, shaped like a loader for `measure` (len, iter, dataset)."""
 
-    def __init__(self, batches: list[tuple[torch.Tensor, torch.Tensor]], steps: int) -> None:
+    def __init__(self, batches: list[tuple[torch.Tensor, torch.Tensor]], steps: int = SYNTHETIC_EPOCH) -> None:
         self.batches, self.steps = batches, max(2, steps)
         self.batch_size = int(batches[0][0].shape[0])
         self.drop_last = True
@@ -104,8 +106,9 @@ def _probe(label: str, step: Callable, loader: Any, device: torch.device, window
     with sampler or contextlib.nullcontext():
         m = measure(step, loader, windows, sync=sync)
     wall, after = time.perf_counter() - start, cpu_times()
+    main = (after.main_s - before.main_s) / wall if wall >= MIN_CPU_WALL_S else None
     workers = None
-    if after.children_s is not None and before.children_s is not None:
+    if after.children_s is not None and before.children_s is not None and wall >= MIN_CPU_WALL_S:
         workers = (after.children_s - before.children_s) / wall
     return Probe(
         label=label,
@@ -115,7 +118,7 @@ def _probe(label: str, step: Callable, loader: Any, device: torch.device, window
         epoch_overhead_s=m.epoch_overhead_s,
         gpu_util=sampler.mean_util if sampler else None,
         gpu_util_low=sampler.share_below(LOW_UTIL_PERCENT) if sampler else None,
-        main_cpu=(after.main_s - before.main_s) / wall,
+        main_cpu=main,
         worker_cpu=workers,
         peak_memory_bytes=torch.cuda.max_memory_allocated(device) if cuda else None,
         seconds=wall,
@@ -198,7 +201,6 @@ def diagnose(recipe: str, profile: bool = False, device_index: int = 0, windows:
     probes: dict[str, Probe] = {}
     failed: dict[str, str] = {}
     kept: list[tuple[torch.Tensor, torch.Tensor]] = []  # the first host batch, and its device copy
-    epoch: list[int] = []  # steps per epoch of the real loader: the synthetic feeds keep its epoch length
     non_blocking = config.pin_memory and machine.cuda
 
     def copy(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -213,17 +215,16 @@ def diagnose(recipe: str, profile: bool = False, device_index: int = 0, windows:
             return _probe("(c) the real loop", step, loader, device, windows)
         if name == "input":
             loader, _, _ = runner.build(config, lr)
-            epoch.append(len(loader))
             return _probe("(b) the real loader, no model", copy, loader, device, windows)
         if not kept:
             raise DiagnoseError("the input ceiling (b) failed, so no real batch is at hand to copy or imitate")
         if name == "transfer":
-            return _probe("    the host-to-device copy alone", copy, _Repeat([kept[0]], epoch[0]), device, windows)
+            return _probe("    the host-to-device copy alone", copy, _Repeat([kept[0]]), device, windows)
         batches = _synthetic(*kept[1])
         graphed = dataclasses.replace(config, cuda_graph=True) if name == "graphed" else config
         _, step, _ = runner.build(graphed, lr)
         label = "(a) synthetic batches on the device" if name == "compute" else "    the same step, graph-captured"
-        return _probe(label, step, _Repeat(batches, epoch[0]), device, windows)
+        return _probe(label, step, _Repeat(batches), device, windows)
 
     for i, name in enumerate(plan, 1):
         echo(f"  [{i}/{len(plan)}] {_DOING[name]} ...")
@@ -243,12 +244,12 @@ def diagnose(recipe: str, profile: bool = False, device_index: int = 0, windows:
     if machine.cuda and probes["loop"].gpu_util is None:
         skipped["GPU utilisation"] = "NVML is not available (no driver library, or no permission)"
 
-    def rate(name: str) -> float | None:
+    def speed(name: str) -> float | None:
         return probes[name].samples_per_s if name in probes else None
 
     measured = Measured(
-        loop=probes["loop"].samples_per_s, input=rate("input"), compute=rate("compute"), transfer=rate("transfer"),
-        graphed=rate("graphed"), compute_gpu_util=probes["compute"].gpu_util if "compute" in probes else None, cuda=machine.cuda,
+        loop=probes["loop"].samples_per_s, input=speed("input"), compute=speed("compute"), transfer=speed("transfer"),
+        graphed=speed("graphed"), compute_gpu_util=probes["compute"].gpu_util if "compute" in probes else None, cuda=machine.cuda,
     )
     return Diagnosis(
         recipe=ref.name, hardware=machine.hardware, device=str(device), cpu_cores=machine.cpu_share, source=source,
@@ -287,8 +288,12 @@ def render(d: Diagnosis) -> str:
         health.append(("GPU utilisation", f"mean {loop.gpu_util:.0f}%; {percent(loop.gpu_util_low)} of samples under {LOW_UTIL_PERCENT}%"))
     if loop.peak_memory_bytes is not None:
         health.append(("peak GPU memory", f"{mib(loop.peak_memory_bytes)} allocated by tensors"))
-    health.append(("CPU, main process", f"{_cores(loop.main_cpu)} cores"))
-    health.append(("CPU, loader workers", f"{_cores(loop.worker_cpu)} cores over {workers} workers" if workers else "none (num_workers=0: the main process loads)"))
+    too_short = f"- (the run was shorter than {MIN_CPU_WALL_S} s)"
+    health.append(("CPU, main process", f"{_cores(loop.main_cpu)} cores" if loop.main_cpu is not None else too_short))
+    if not workers:
+        health.append(("CPU, loader workers", "none (num_workers=0: the main process loads)"))
+    else:
+        health.append(("CPU, loader workers", f"{_cores(loop.worker_cpu)} cores over {workers} workers" if loop.worker_cpu is not None else too_short))
     width = max(len(k) for k, _ in health)
     lines += [f"  {k.ljust(width)}  {v}" for k, v in health]
 

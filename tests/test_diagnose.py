@@ -14,7 +14,7 @@ from autotune import recipe as recipe_file
 from autotune.cli import main
 from autotune.config import Config
 from autotune.cputime import cpu_times
-from autotune.diagnosis import DiagnoseError, diagnose, render
+from autotune.diagnosis import DiagnoseError, Diagnosis, Probe, diagnose, render
 from autotune.measure import Windows
 from autotune.verdict import Measured, decide
 
@@ -102,10 +102,11 @@ def test_diagnose_on_a_cpu_runs_what_applies_and_says_what_it_skipped(project: P
         "host-to-device copy alone": "no host-to-device copy on a CPU",
         "graph-captured step": "CUDA graphs need a CUDA device",
     }
-    # The tiny step is slow next to reading 8x8 tensors from memory.
-    assert d.verdict.kind == "compute-bound" and d.measured.input > 5 * d.measured.compute  # type: ignore[operator]
+    # Without CUDA the verdict is the slower of the two ceilings; which one depends on this CPU.
+    assert d.verdict.kind == ("compute-bound" if d.measured.input > d.measured.compute else "input-bound")  # type: ignore[operator]
+    assert not {"pin_memory", "cudnn_benchmark", "cuda_graph"} & {k.split()[0] for k in d.verdict.knobs}
     loop = d.probes["loop"]
-    assert loop.gpu_util is None and loop.peak_memory_bytes is None and loop.main_cpu > 0.3 and loop.worker_cpu < 0.05  # type: ignore[operator]
+    assert loop.gpu_util is None and loop.peak_memory_bytes is None and loop.main_cpu > 0.1 and loop.worker_cpu < 0.05  # type: ignore[operator]
     assert lines[0] == "autotune diagnose: tiny on cpu (2 CPU cores), the workload's own settings: bs=16 workers=0".replace(
         "2 CPU cores", f"{d.cpu_cores} CPU cores")
     assert [line.strip() for line in lines[1::2]] == [
@@ -114,8 +115,35 @@ def test_diagnose_on_a_cpu_runs_what_applies_and_says_what_it_skipped(project: P
         "[3/3] the same step on synthetic batches already on the device ...",
     ]
     text = render(d)
-    assert "verdict: compute-bound: the step's own work sets the pace" in text
+    assert f"verdict: {d.verdict.title}" in text
     assert "  graph-captured step: CUDA graphs need a CUDA device" in text
+
+
+def _probe(label: str, rate: float, util: float, low: float, memory: int | None = None) -> Probe:
+    return Probe(label, rate, rate * 0.98, 0.012, 0.05, util, low, 1.0, 0.0, memory, 2.0)
+
+
+def test_render_of_a_gpu_diagnosis_reads_at_a_glance() -> None:
+    probes = {
+        "loop": _probe("(c) the real loop", 14_210, 23, 0.88, 47 * 2**20),
+        "input": _probe("(b) the real loader, no model", 17_050, 5, 1.0),
+        "transfer": _probe("    the host-to-device copy alone", 3.1e6, 40, 0.6),
+        "compute": _probe("(a) synthetic batches on the device", 81_000, 61, 0.3),
+        "graphed": _probe("    the same step, graph-captured", 530_000, 97, 0.0),
+    }
+    measured = Measured(loop=14_210, input=17_050, compute=81_000, transfer=3.1e6, graphed=530_000, compute_gpu_util=61)
+    d = Diagnosis("mnist_cnn", "NVIDIA H200", "cuda:0", 16, "the workload's own settings", BS128, 0.01, probes, {},
+                  {"graphed": "error: RuntimeError: capture failed"}, measured, decide(measured, BS128), 21.0)
+    lines = render(d).splitlines()
+    assert lines[0] == "mnist_cnn on NVIDIA H200 (16 CPU cores), the workload's own settings: bs=128 workers=0 pinned"
+    assert "  GPU utilisation        mean 23%; 88% of samples under 50%" in lines
+    assert "  peak GPU memory        47 MiB allocated by tensors" in lines
+    assert "  CPU, loader workers    none (num_workers=0: the main process loads)" in lines
+    assert "  (b) the real loader, no model           17,050    1.20x        5%      1.00         0.00" in lines
+    assert "      the same step, graph-captured      530,000   37.30x       97%      1.00         0.00" in lines
+    assert "verdict: input-bound: the loader cannot feed the step" in lines
+    assert "  the same step on the device, captured in a CUDA graph: error: RuntimeError: capture failed" in lines
+    assert lines[-1] == "diagnosed in 21 s"
 
 
 def _write_profile(project: Path, hardware: str, config: Config) -> None:
