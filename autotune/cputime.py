@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from pathlib import Path
 
 
 @dataclasses.dataclass(frozen=True)
 class CpuTimes:
-    main_s: float  # this process, all its threads (the pin-memory thread included)
+    main_s: float  # this process, all its threads (the pin-memory thread included); nanosecond clock
     children_s: float | None  # its child processes, live and already reaped; None where /proc is absent
 
 
@@ -29,18 +30,28 @@ def _proc_stat(pid: int | str) -> list[str] | None:
     return text[text.rindex(")") + 2 :].split()  # fields after the command name, which may hold spaces
 
 
+def _process_cpu_s(pid: str) -> float | None:
+    """CPU seconds of one process: its threads' schedstat nanoseconds, or stat's 10 ms ticks without schedstat."""
+    total = 0.0
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            total += int((task / "schedstat").read_text().split()[0]) / 1e9
+        return total
+    except (OSError, ValueError, IndexError):
+        fields = _proc_stat(pid)
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") if fields else None  # utime, stime
+
+
 def _live_children_s(pid: int) -> float | None:
     proc = Path("/proc")
     if not proc.is_dir():
         return None
-    tick = os.sysconf("SC_CLK_TCK")
     total = 0.0
     for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        fields = _proc_stat(entry.name)
-        if fields and int(fields[1]) == pid:  # ppid; utime and stime follow at 11 and 12
-            total += (int(fields[11]) + int(fields[12])) / tick
+        if entry.name.isdigit():
+            fields = _proc_stat(entry.name)
+            if fields and int(fields[1]) == pid:  # its parent is us: a DataLoader worker
+                total += _process_cpu_s(entry.name) or 0.0
     return total
 
 
@@ -49,4 +60,4 @@ def cpu_times() -> CpuTimes:
     t = os.times()
     live = _live_children_s(os.getpid())
     # A worker that exits is reaped by the DataLoader, and its time moves into children_user/system.
-    return CpuTimes(t.user + t.system, None if live is None else live + t.children_user + t.children_system)
+    return CpuTimes(time.process_time(), None if live is None else live + t.children_user + t.children_system)

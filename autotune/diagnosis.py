@@ -37,7 +37,6 @@ from autotune.workload import load, resolve
 WINDOWS = Windows(warmup_steps=5, window_s=0.2, min_windows=3, max_windows=8, rel_tol=0.05, boundaries=1)
 LOW_UTIL_PERCENT = 50  # the health check reports the share of GPU samples below this
 SYNTHETIC_EPOCH = 1_000_000  # steps: a repeated batch has no epoch, so a window is never cut short by one
-MIN_CPU_WALL_S = 0.25  # CPU time counts in 10 ms ticks: shorter runs give no usable share of a core
 
 
 class DiagnoseError(RuntimeError):
@@ -58,7 +57,7 @@ class Probe:
     epoch_overhead_s: float
     gpu_util: float | None  # mean %, NVML
     gpu_util_low: float | None  # share of NVML samples under LOW_UTIL_PERCENT
-    main_cpu: float | None  # cores busy in this process
+    main_cpu: float  # cores busy in this process
     worker_cpu: float | None  # cores busy in its child processes (DataLoader workers)
     peak_memory_bytes: int | None
     seconds: float
@@ -106,9 +105,8 @@ def _probe(label: str, step: Callable, loader: Any, device: torch.device, window
     with sampler or contextlib.nullcontext():
         m = measure(step, loader, windows, sync=sync)
     wall, after = time.perf_counter() - start, cpu_times()
-    main = (after.main_s - before.main_s) / wall if wall >= MIN_CPU_WALL_S else None
     workers = None
-    if after.children_s is not None and before.children_s is not None and wall >= MIN_CPU_WALL_S:
+    if after.children_s is not None and before.children_s is not None:
         workers = (after.children_s - before.children_s) / wall
     return Probe(
         label=label,
@@ -118,7 +116,7 @@ def _probe(label: str, step: Callable, loader: Any, device: torch.device, window
         epoch_overhead_s=m.epoch_overhead_s,
         gpu_util=sampler.mean_util if sampler else None,
         gpu_util_low=sampler.share_below(LOW_UTIL_PERCENT) if sampler else None,
-        main_cpu=main,
+        main_cpu=(after.main_s - before.main_s) / wall,
         worker_cpu=workers,
         peak_memory_bytes=torch.cuda.max_memory_allocated(device) if cuda else None,
         seconds=wall,
@@ -288,12 +286,13 @@ def render(d: Diagnosis) -> str:
         health.append(("GPU utilisation", f"mean {loop.gpu_util:.0f}%; {percent(loop.gpu_util_low)} of samples under {LOW_UTIL_PERCENT}%"))
     if loop.peak_memory_bytes is not None:
         health.append(("peak GPU memory", f"{mib(loop.peak_memory_bytes)} allocated by tensors"))
-    too_short = f"- (the run was shorter than {MIN_CPU_WALL_S} s)"
-    health.append(("CPU, main process", f"{_cores(loop.main_cpu)} cores" if loop.main_cpu is not None else too_short))
+    health.append(("CPU, main process", f"{_cores(loop.main_cpu)} cores"))
     if not workers:
         health.append(("CPU, loader workers", "none (num_workers=0: the main process loads)"))
+    elif loop.worker_cpu is None:
+        health.append(("CPU, loader workers", "not measured (live workers are visible in Linux's /proc only)"))
     else:
-        health.append(("CPU, loader workers", f"{_cores(loop.worker_cpu)} cores over {workers} workers" if loop.worker_cpu is not None else too_short))
+        health.append(("CPU, loader workers", f"{_cores(loop.worker_cpu)} cores over {workers} workers"))
     width = max(len(k) for k, _ in health)
     lines += [f"  {k.ljust(width)}  {v}" for k, v in health]
 

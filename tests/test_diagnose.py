@@ -89,7 +89,7 @@ def test_cpu_times_count_live_and_reaped_children() -> None:
         child.kill()
         child.wait()
     reaped = cpu_times().children_s - before.children_s  # type: ignore[operator]
-    assert live >= 0.35 and reaped >= live
+    assert live >= 0.35 and reaped >= live - 0.02  # a reaped child's time comes in 10 ms ticks
 
 
 def test_diagnose_on_a_cpu_runs_what_applies_and_says_what_it_skipped(project: Path) -> None:
