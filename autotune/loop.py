@@ -141,7 +141,8 @@ class Step:
     ``cuda_graph`` the whole step is captured once, after a side-stream warm-up, and
     replayed with the batch copied into static buffers; a batch of another shape (an
     epoch's last, short batch) runs eagerly on the same parameters and optimizer. It
-    returns the loss tensor without synchronising the host.
+    returns the loss as a fresh tensor (a graph's own output is overwritten by the
+    next replay) without synchronising the host.
 
     >>> step = Step(model, nn.CrossEntropyLoss(), optimizer, config, device)  # doctest: +SKIP
     >>> for x, y in loader:
@@ -229,7 +230,8 @@ class Step:
         if self.scaler is not None:
             # The scaler's inf check reads a flag on the host; it stays outside the graph.
             self._optimizer_step()
-        return self.static_loss
+        # A copy: the static loss is overwritten by the next replay, and callers may keep losses.
+        return self.static_loss.clone()
 
     def _capture(self) -> None:
         start = time.perf_counter()

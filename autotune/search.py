@@ -225,6 +225,12 @@ class Search:
             outcome = pool.run(config, lr, self.windows, on_window)
             self._record(trial, outcome)
             self._progress(study, trial.number, config, outcome)
+            if outcome.state == "failed" and trial.user_attrs.get("role") == "baseline":
+                # Nothing can be compared against a loop that does not run; stop before wasting the budget.
+                raise SearchError(
+                    f"the workload's own settings ({config.describe()}) fail: {outcome.reason}. "
+                    f"Fix the workload first; trial process logs are in {self.options.state_dir / 'logs'}."
+                )
             if outcome.state == "failed":
                 raise TrialFailed(outcome.reason)
             if outcome.state == "pruned":
