@@ -27,7 +27,7 @@ from autotune import recipe as recipe_file
 from autotune.config import Config, baseline_config
 from autotune.cputime import cpu_times
 from autotune.measure import GpuSampler, Windows, measure
-from autotune.runner import Runner, classify_failure
+from autotune.runner import Runner, classify_failure, nvml_index
 from autotune.space import build_space, detect_machine
 from autotune.text import mib, percent, rate, table
 from autotune.verdict import Measured, Verdict, decide
@@ -100,7 +100,7 @@ def _probe(label: str, step: Callable, loader: Any, device: torch.device, window
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
     sync = (lambda: torch.cuda.synchronize(device)) if cuda else (lambda: None)
-    sampler = GpuSampler(device.index or 0) if cuda else None
+    sampler = GpuSampler(nvml_index(device.index or 0)) if cuda else None
     before, start = cpu_times(), time.perf_counter()
     with sampler or contextlib.nullcontext():
         m = measure(step, loader, windows, sync=sync)
