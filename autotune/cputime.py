@@ -4,8 +4,8 @@ Two readings around a run, divided by its wall time, give the cores each side
 kept busy. Where /proc is absent, the children's share is unknown (None) rather
 than guessed: live workers are only visible there.
 
-    >>> before = cpu_times(); ...; after = cpu_times()  # doctest: +SKIP
-    >>> (after.main_s - before.main_s) / wall_s  # cores busy in this process
+    >>> before = cpu_times(); run(); after = cpu_times()  # doctest: +SKIP
+    >>> main_cores = (after.main_s - before.main_s) / wall_s  # doctest: +SKIP
 """
 
 from __future__ import annotations

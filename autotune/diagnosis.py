@@ -171,7 +171,7 @@ def diagnose(recipe: str, profile: bool = False, device_index: int = 0, windows:
     `echo` receives progress lines; the returned `Diagnosis` holds every number.
 
     >>> d = diagnose("mnist_cnn")  # doctest: +SKIP
-    >>> d.verdict.kind, d.probes["loop"].samples_per_s
+    >>> d.verdict.kind, d.probes["loop"].samples_per_s  # doctest: +SKIP
     ('input-bound', 14210.4)
     """
     started = time.perf_counter()

@@ -218,7 +218,7 @@ def report(recipe: str, storage: str | None = None, study: str | None = None, ou
     default next to the recipe (``./recipes``). `command` is recorded in the report.
 
     >>> rep = report("mnist_cnn")  # doctest: +SKIP
-    >>> rep.figures["heatmap"]
+    >>> rep.figures["heatmap"]  # doctest: +SKIP
     PosixPath('recipes/mnist_cnn.nvidia-h200.heatmap.png')
     """
     if top < 1:
