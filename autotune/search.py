@@ -371,6 +371,7 @@ class Search:
             "command": self.options.command,
             "created": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
             "samples_per_s": round(rate, 1),
+            "steady_samples_per_s": round(med(winner, "steady_samples_per_s"), 1),
             "baseline_samples_per_s": round(base, 1),
             "speedup": round(rate / base, 2),
             "spread": round(noise(winner), 4),
