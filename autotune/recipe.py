@@ -31,6 +31,7 @@ PROFILE_KEYS: dict[str, tuple[type, ...]] = {
     "command": (str,),
     "created": (str,),
     "samples_per_s": _NUMBER,
+    "steady_samples_per_s": _NUMBER,  # epoch boundaries excluded; samples_per_s includes them
     "baseline_samples_per_s": _NUMBER,
     "speedup": _NUMBER,
     "spread": _NUMBER,
@@ -78,7 +79,7 @@ def _check_type(where: str, value: Any, types: tuple[type, ...], problems: list[
     else:
         ok = isinstance(value, types)
     if not ok:
-        names = " or ".join("number" if t in _NUMBER and len(types) == 2 else t.__name__ for t in dict.fromkeys(types))
+        names = "number" if set(types) == set(_NUMBER) else " or ".join(t.__name__ for t in types)
         problems.append(f"{where} must be {names}, but got {value!r}")
     return ok
 

@@ -26,6 +26,7 @@ from optuna.trial import TrialState
 from autotune import parity
 from autotune import recipe as recipe_file
 from autotune.config import Config, baseline_config, scaled_lr
+from autotune.failures import Finished, Hopeless, blocks, hopeless_values
 from autotune.measure import Windows
 from autotune.space import Machine, Space, build_space, detect_machine
 from autotune.trial import Outcome, TrialPool
@@ -176,6 +177,8 @@ class Search:
         self.storage_url = options.storage or f"sqlite:///{(options.state_dir / f'{self.ref.name}.db').resolve()}"
         self.windows = Windows(window_s=0.2 if self.machine.cuda else 0.4)
         self.started = time.monotonic()
+        self.hopeless: list[Hopeless] = []
+        self.base_sampler: optuna.samplers.BaseSampler | None = None
 
     def lr(self, config: Config) -> float:
         d = self.workload.defaults
@@ -191,6 +194,7 @@ class Search:
         sampler = optuna.samplers.TPESampler(
             seed=self.options.seed, n_startup_trials=10, multivariate=True, group=True, constant_liar=True
         )
+        self.base_sampler = sampler
         try:
             study = optuna.create_study(
                 storage=storage, study_name=self.study_name, direction="maximize",
@@ -221,6 +225,19 @@ class Search:
             lr = self.lr(config)
             trial.set_user_attr("config", config.as_dict())
             trial.set_user_attr("lr", lr)
+            twin = self._measured(study, config)
+            if twin is not None:  # the sampler proposed a config already measured: reuse its number
+                assert twin.value is not None
+                trial.set_user_attr("duplicate_of", twin.number)
+                trial.set_user_attr("result", twin.user_attrs.get("result"))
+                self._progress(study, trial.number, config, Outcome("complete", result={"samples_per_s": twin.value, "spread": 0.0}), twin=twin.number)
+                return twin.value
+            blocked = blocks(config.as_dict(), self.hopeless)
+            if blocked is not None:  # known not to work: record it, spend no time on it
+                outcome = Outcome("failed", reason=f"skipped: {blocked.short()}")
+                self._record(trial, outcome)
+                self._progress(study, trial.number, config, outcome)
+                raise TrialFailed(outcome.reason)
 
             def on_window(i: int, rate: float) -> bool:
                 trial.report(rate, i)
@@ -229,6 +246,12 @@ class Search:
             outcome = pool.run(config, lr, self.windows, on_window)
             self._record(trial, outcome)
             self._progress(study, trial.number, config, outcome)
+            if outcome.state == "failed" and trial.user_attrs.get("role") == "baseline":
+                # Nothing can be compared against a loop that does not run; stop before wasting the budget.
+                raise SearchError(
+                    f"the workload's own settings ({config.describe()}) fail: {outcome.reason}. "
+                    f"Fix the workload first; trial process logs are in {self.options.state_dir / 'logs'}."
+                )
             if outcome.state == "failed":
                 raise TrialFailed(outcome.reason)
             if outcome.state == "pruned":
@@ -238,6 +261,12 @@ class Search:
 
         return run
 
+    def _measured(self, study: optuna.Study, config: Config) -> optuna.trial.FrozenTrial | None:
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            if "duplicate_of" not in t.user_attrs and self.space.normalise(Config.from_dict(t.user_attrs["config"])) == config:
+                return t
+        return None
+
     def _record(self, trial: optuna.Trial, outcome: Outcome) -> None:
         if outcome.reason:
             trial.set_user_attr("reason", outcome.reason)
@@ -246,14 +275,14 @@ class Search:
                     "setup_s", "materialize_s", "capture_s", "gpu_util", "peak_memory_bytes")
             trial.set_user_attr("result", {k: outcome.result.get(k) for k in keep})
 
-    def _progress(self, study: optuna.Study, number: int, config: Config, outcome: Outcome) -> None:
+    def _progress(self, study: optuna.Study, number: int, config: Config, outcome: Outcome, twin: int | None = None) -> None:
         done = sum(t.state.is_finished() for t in study.get_trials(deepcopy=False)) + 1
         head = f"[{done:>3}/{self.options.trials}] {_elapsed(time.monotonic() - self.started)}"
         if outcome.state == "complete":
             assert outcome.result is not None
             rate = outcome.result["samples_per_s"]
             best = max([rate] + [t.value for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value])
-            what = f"{_fmt_rate(rate):>14} ±{outcome.result['spread']:.1%}"
+            what = f"{_fmt_rate(rate):>14} ±{outcome.result['spread']:.1%}" if twin is None else f"{_fmt_rate(rate):>14} = trial {twin}"
             tail = f"best {_fmt_rate(best)}"
         elif outcome.state == "pruned":
             rates = outcome.windows
@@ -264,15 +293,38 @@ class Search:
             what, tail = f"failed: {reason if len(reason) <= 110 else reason[:107] + '...'}", ""
         self.echo(f"{head}  trial {number:<3} {what:<28} {config.describe():<58} {tail}".rstrip())
 
+    def learn_failures(self, study: optuna.Study, _trial: optuna.trial.FrozenTrial | None = None) -> None:
+        """After each trial: find values that cannot work, say so once, and stop sampling them."""
+        finished = [
+            Finished(t.number, t.user_attrs.get("config", {}), t.state in (TrialState.COMPLETE, TrialState.PRUNED), t.user_attrs.get("reason"))
+            for t in study.get_trials(deepcopy=False)
+            if t.state.is_finished()
+        ]
+        found = hopeless_values(finished)
+        known = {(h.knob, repr(h.value)) for h in self.hopeless}
+        for h in found:
+            if (h.knob, repr(h.value)) not in known:
+                self.echo(f"  not trying again: {h.describe()}")
+        self.hopeless = found
+        fixed: dict[str, Any] = {}
+        for knob in {h.knob for h in found}:
+            domain = self.space.domains[knob]
+            left = [v for v in domain if blocks({knob: v}, found) is None]
+            if len(domain) > 1 and len(left) == 1:
+                fixed[knob] = left[0]  # the sampler stops proposing the value at all
+        if fixed and self.base_sampler is not None:
+            study.sampler = optuna.samplers.PartialFixedSampler(fixed, self.base_sampler)
+
     def run_study(self, study: optuna.Study, pool: TrialPool) -> None:
         finished = sum(t.state.is_finished() for t in study.trials)
         remaining = max(0, self.options.trials - finished)
         if finished:
             self.echo(f"resuming study {self.study_name!r}: {finished} trial(s) already finished, {remaining} to go")
+        self.learn_failures(study)
         if remaining:
             study.optimize(
                 self.objective(pool, study), n_trials=remaining, timeout=self.options.time_budget_s,
-                catch=(TrialFailed,), gc_after_trial=False,
+                catch=(TrialFailed,), gc_after_trial=False, callbacks=[self.learn_failures],
             )
 
     # -- finalists and the recipe --------------------------------------------------------------
@@ -348,6 +400,7 @@ class Search:
             "command": self.options.command,
             "created": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
             "samples_per_s": round(rate, 1),
+            "steady_samples_per_s": round(med(winner, "steady_samples_per_s"), 1),
             "baseline_samples_per_s": round(base, 1),
             "speedup": round(rate / base, 2),
             "spread": round(noise(winner), 4),
