@@ -389,15 +389,18 @@ def _clearly_too_far(verdict: Verdict) -> bool:
 
 
 class Gate:
-    """Checks configs in rank order against one baseline run; the first `want` that pass are the finalists.
+    """Checks configs in the order given against one baseline run, keeping every verdict.
 
     `trace(config, lr, samples)` makes one parity run (in a trial process, in the
-    search) and raises TraceFailed with the reason when it cannot.
+    search) and raises TraceFailed with the reason when it cannot. One run length
+    serves every candidate, set by the largest batch among `candidates`, so the
+    baseline trains once.
     """
 
-    def __init__(self, baseline: Config, lr_of: Callable[[Config], float],
-                 trace: Callable[[Config, float, int], Trace], echo: Callable[[str], None] = print) -> None:
+    def __init__(self, baseline: Config, lr_of: Callable[[Config], float], trace: Callable[[Config, float, int], Trace],
+                 candidates: Sequence[Config], echo: Callable[[str], None] = print) -> None:
         self.baseline, self.lr_of, self.trace, self.echo = baseline, lr_of, trace, echo
+        self.samples, self.window = run_length(baseline.batch_size, max([c.batch_size for c in candidates], default=1))
         self.verdicts: dict[Config, Verdict] = {}
         self.runs = 0  # candidates run; a config with the numerics (or the hopeless batch) of one run reuses its verdict
         self.seconds = 0.0  # wall time of every parity run, the baseline's included: the check's cost
@@ -407,35 +410,34 @@ class Gate:
         # Batch sizes (at their learning rate) rejected by a margin: every config with that batch fails too.
         self._batch_rejected: dict[int, tuple[Config, Verdict]] = {}
 
-    def _timed(self, config: Config, samples: int) -> Trace:
+    def _timed(self, config: Config) -> Trace:
         start = time.perf_counter()
         try:
-            return self.trace(config, self.lr_of(config), samples)
+            return self.trace(config, self.lr_of(config), self.samples)
         finally:
             self.seconds += time.perf_counter() - start
 
     def select(self, ranked: Sequence[Config], want: int, max_runs: int) -> list[Config]:
-        """The first `want` configs of `ranked` that pass, running at most `max_runs` candidates."""
-        if not ranked:
-            return []
-        # One run length for all, so one baseline run serves every candidate.
-        samples, window = run_length(self.baseline.batch_size, max(c.batch_size for c in ranked))
+        """The first `want` configs of `ranked` that pass, running at most `max_runs` more candidates."""
         passed: list[Config] = []
+        limit = self.runs + max_runs
         for config in ranked:
             if len(passed) == want:
                 break
             key = _numerics(config)
-            if key in self._by_numerics:
+            if config in self.verdicts:
+                verdict = self.verdicts[config]
+            elif key in self._by_numerics:
                 twin, verdict = self._by_numerics[key]
                 self.echo(f"  parity {verdict.word:<6}  (same numerics as {twin.describe()})  {config.describe()}")
             elif config.batch_size in self._batch_rejected:
                 twin, verdict = self._batch_rejected[config.batch_size]
                 self.echo(f"  parity {verdict.word:<6}  (batch {config.batch_size} at lr {verdict.lr:g} is too far whatever the "
                           f"numerics: see {twin.describe()})  {config.describe()}")
-            elif self.runs == max_runs:
+            elif self.runs == limit:
                 break
             else:
-                verdict = self._check(config, samples, window)
+                verdict = self._check(config)
                 self._by_numerics[key] = (config, verdict)
                 if _clearly_too_far(verdict):
                     self._batch_rejected[config.batch_size] = (config, verdict)
@@ -443,26 +445,30 @@ class Gate:
             self.verdicts[config] = verdict
             if verdict.passed:
                 passed.append(config)
-        rejected = sum(not v.passed for v in self.verdicts.values())
-        self.echo(f"parity: {len(self.verdicts)} config(s) checked, {rejected} rejected; {self.runs} run(s) and the "
-                  f"baseline's took {self.seconds:.1f} s (baseline {self.baseline_seconds:.1f} s)")
         return passed
 
-    def _check(self, config: Config, samples: int, window: int) -> Verdict:
+    def summary(self) -> str:
+        """The check's cost, in one line."""
+        rejected = sum(not v.passed for v in self.verdicts.values())
+        return (f"parity: {len(self.verdicts)} config(s) checked, {rejected} rejected; {self.runs} run(s) and the "
+                f"baseline's took {self.seconds:.1f} s (baseline {self.baseline_seconds:.1f} s)")
+
+    def _check(self, config: Config) -> Verdict:
         if self._base is None:
             before = self.seconds
             try:
-                self._base = self._timed(self.baseline, samples)
+                self._base = self._timed(self.baseline)
             except TraceFailed as exc:
                 raise ParityError(f"the baseline's parity run failed: {exc}") from exc
             self.baseline_seconds = self.seconds - before
         self.runs += 1
         name = family(self.baseline, config)
         try:
-            trace = self._timed(config, samples)
+            trace = self._timed(config)
         except TraceFailed as exc:
-            return Verdict(False, name, TOLERANCES[name], samples, window, self.lr_of(config), self._base.lr, reason=str(exc))
-        return compare(self._base, trace, name, samples, window)
+            return Verdict(False, name, TOLERANCES[name], self.samples, self.window, self.lr_of(config), self._base.lr,
+                           reason=str(exc))
+        return compare(self._base, trace, name, self.samples, self.window)
 
     def record(self, config: Config) -> dict[str, Any]:
         """What the tuned recipe keeps: the winner's numbers and what the whole check cost."""

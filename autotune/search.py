@@ -35,7 +35,7 @@ from autotune.workload import Workload, load, resolve
 HEARTBEAT_S = 5  # a live search touches its running trial this often
 GRACE_S = 20  # a running trial not touched for this long belongs to a dead search
 PARITY_TIMEOUT_FACTOR = 4  # a parity run trains about an epoch; a trial times a few seconds of it
-PARITY_RUNS_PER_FINALIST = 3  # candidates the parity check may run, per finalist wanted
+PARITY_EXTRA_RUNS = 6  # configs beyond the finalists the parity check may run when every finalist fails it
 
 
 class SearchError(RuntimeError):
@@ -342,8 +342,14 @@ class Search:
     def finalists(self, study: optuna.Study) -> list[Config]:
         return list(self.ranked(study))[: self.options.finalists]
 
-    def parity_gate(self, pool: TrialPool, study: optuna.Study, ranked: dict[Config, int]) -> tuple[list[Config], parity.Gate]:
-        """The fastest configs that train like the baseline; each verdict is kept in the study, by trial."""
+    def parity_winner(self, pool: TrialPool, study: optuna.Study, ranked: dict[Config, int], by_speed: list[Config],
+                      results: dict[Config, list[dict[str, Any]]]) -> tuple[parity.Gate, Config]:
+        """The fastest finalist that trains like the baseline; failing all, the fastest config after them that does.
+
+        Checked in that order, so the check usually costs the baseline's run and one
+        more. A winner from beyond the finalists is measured again like them (into
+        `results`). Each verdict is kept in the study, by trial.
+        """
         timeout = PARITY_TIMEOUT_FACTOR * self.options.trial_timeout_s
 
         def trace(config: Config, lr: float, samples: int) -> parity.Trace:
@@ -352,17 +358,33 @@ class Search:
                 raise parity.TraceFailed(outcome.reason or "no result")
             return parity.Trace.from_dict(outcome.result)
 
-        gate = parity.Gate(self.baseline, self.lr, trace, self.echo)
-        self.echo(f"parity: checking the fastest configs against the baseline ({self.baseline.describe()}, "
-                  f"lr {self.lr(self.baseline):g}, fp32, eager) from the same weights and data order")
+        gate = parity.Gate(self.baseline, self.lr, trace, list(ranked), self.echo)
+        self.echo(f"parity: checking the fastest against the baseline ({self.baseline.describe()}, lr {self.lr(self.baseline):g}, "
+                  f"fp32, eager) from the same weights and data order, {gate.samples:,} samples each")
         try:
-            chosen = gate.select(list(ranked), self.options.finalists, PARITY_RUNS_PER_FINALIST * self.options.finalists)
+            chosen = gate.select(by_speed, want=1, max_runs=len(by_speed))
+            if not chosen:
+                rest = [c for c in ranked if c not in gate.verdicts]
+                chosen = gate.select(rest, want=1, max_runs=PARITY_EXTRA_RUNS)
+                if chosen:
+                    self.echo(f"finalists: no finalist trains like the baseline; measuring {chosen[0].describe()} again instead")
+                    more = self.remeasure(pool, chosen)
+                    results[chosen[0]] = more[chosen[0]]
+                    results[self.baseline] += more[self.baseline]
         except parity.ParityError as exc:
             raise SearchError(f"{exc} Run with --no-parity-check to skip the check.") from exc
-        for config, verdict in gate.verdicts.items():
-            # Optuna keeps a finished trial read-only: the verdict is kept on the study, under its trial.
-            study.set_user_attr(f"parity:trial-{ranked[config]}", {**verdict.as_record(), "config": config.describe()})
-        return chosen, gate
+        finally:
+            for config, verdict in gate.verdicts.items():
+                # Optuna keeps a finished trial read-only: the verdict is kept on the study, under its trial.
+                study.set_user_attr(f"parity:trial-{ranked[config]}", {**verdict.as_record(), "config": config.describe()})
+            self.echo(gate.summary())
+        if not chosen or not results[chosen[0]]:
+            raise SearchError(
+                f"no config faster than the baseline trains like it: all {len(gate.verdicts)} checked were rejected "
+                f"(the lines above give the numbers). Narrow the search (e.g. --fix batch_size="
+                f"{self.baseline.batch_size}), try --lr-scaling, or skip the check with --no-parity-check."
+            )
+        return gate, chosen[0]
 
     def remeasure(self, pool: TrialPool, finalists: list[Config]) -> dict[Config, list[dict[str, Any]]]:
         """Each finalist and the baseline, interleaved, in a fresh process per round."""
@@ -443,27 +465,21 @@ class Search:
             ranked = self.ranked(study)
             if not ranked:
                 raise SearchError(f"no trial completed in study {self.study_name!r}; the failures above say why.")
-            gate = None
-            if self.options.parity_check:
-                finalists, gate = self.parity_gate(pool, study, ranked)
-                if not finalists:
-                    raise SearchError(
-                        f"no config faster than the baseline trains like it: all {len(gate.verdicts)} checked were rejected "
-                        f"(the lines above give the numbers). Narrow the search (e.g. --fix batch_size="
-                        f"{self.baseline.batch_size}), try --lr-scaling, or skip the check with --no-parity-check."
-                    )
-            else:
-                finalists = list(ranked)[: self.options.finalists]
+            finalists = list(ranked)[: self.options.finalists]
             self.echo(f"finalists: measuring {len(finalists)} config(s) against the baseline, {self.options.rounds} round(s), fresh processes")
             results = self.remeasure(pool, finalists)
+            if not results[self.baseline]:
+                raise SearchError("the baseline (the workload's own settings) failed in every round; no speed-up can be stated.")
+            measured = [c for c in finalists if results[c]]
+            if not measured:
+                raise SearchError("every finalist failed when measured again; see the reasons above.")
+            by_speed = sorted(measured, key=lambda c: statistics.median(r["samples_per_s"] for r in results[c]), reverse=True)
+            gate = None
+            winner = by_speed[0]
+            if self.options.parity_check:
+                gate, winner = self.parity_winner(pool, study, ranked, by_speed, results)
         finally:
             pool.close()
-        if not results[self.baseline]:
-            raise SearchError("the baseline (the workload's own settings) failed in every round; no speed-up can be stated.")
-        measured = [c for c in finalists if results[c]]
-        if not measured:
-            raise SearchError("every finalist failed when measured again; see the reasons above.")
-        winner = max(measured, key=lambda c: statistics.median(r["samples_per_s"] for r in results[c]))
         profile = self.profile(study, winner, results, gate.record(winner) if gate else None)
         recipe_file.write_profile(self.ref.tuned_path, self.ref.name, self.machine.hardware, profile)
         self.echo(

@@ -246,12 +246,13 @@ def fake_runs(losses: dict[int, float], fail: dict[int, str] | None = None) -> t
 def test_gate_picks_the_fastest_that_pass_and_reuses_verdicts_of_equal_numerics() -> None:
     run, calls = fake_runs({16: 1.0, 64: 1.9, 32: 1.05, 8: 1.0})
     lines: list[str] = []
-    gate = parity.Gate(Config(batch_size=16), lambda c: 0.1 * c.batch_size / 16, run, lines.append)
     fast_bad, same_numerics, same_batch, good, also_good = (
         Config(batch_size=64), Config(batch_size=64, num_workers=2, prefetch_factor=2), Config(batch_size=64, amp="bf16"),
         Config(batch_size=32), Config(batch_size=8),
     )
     ranked = [fast_bad, same_numerics, same_batch, good, also_good]
+    gate = parity.Gate(Config(batch_size=16), lambda c: 0.1 * c.batch_size / 16, run, ranked, lines.append)
+    assert (gate.samples, gate.window) == (8192, 2048)  # 512 baseline steps; 8 of the largest batch need less
     assert gate.select(ranked, want=2, max_runs=5) == [good, also_good]
     assert calls == [Config(batch_size=16), fast_bad, good, also_good]  # the baseline once; the twins not at all
     assert [gate.verdicts[c].passed for c in ranked] == [False, False, False, True, True]
@@ -261,7 +262,9 @@ def test_gate_picks_the_fastest_that_pass_and_reuses_verdicts_of_equal_numerics(
     assert lines[1] == f"  parity REJECT  (same numerics as {fast_bad.describe()})  {same_numerics.describe()}"
     assert lines[2] == (f"  parity REJECT  (batch 64 at lr 0.4 is too far whatever the numerics: see {fast_bad.describe()})  "
                         f"{same_batch.describe()}")
-    assert lines[-1].startswith("parity: 5 config(s) checked, 3 rejected; 3 run(s) and the baseline's took ")
+    assert gate.summary().startswith("parity: 5 config(s) checked, 3 rejected; 3 run(s) and the baseline's took ")
+    assert gate.select(ranked, want=3, max_runs=0) == [good, also_good]  # verdicts are kept: nothing runs again
+    assert len(calls) == 4
     record = gate.record(good)
     assert record["checked"] and record["passed"] and record["configs_checked"] == 5 and record["configs_rejected"] == 3
     assert parity.validate_record("parity", record) == []
@@ -269,22 +272,24 @@ def test_gate_picks_the_fastest_that_pass_and_reuses_verdicts_of_equal_numerics(
 
 def test_gate_runs_a_batch_size_again_when_its_rejection_was_narrow() -> None:
     run, calls = fake_runs({16: 1.0, 64: 1.28})  # deviation 0.28: beyond 0.25, but within what numerics may move
-    gate = parity.Gate(Config(batch_size=16), lambda c: 0.4, run, lambda line: None)
-    assert gate.select([Config(batch_size=64), Config(batch_size=64, amp="bf16")], want=1, max_runs=5) == []
+    configs = [Config(batch_size=64), Config(batch_size=64, amp="bf16")]
+    gate = parity.Gate(Config(batch_size=16), lambda c: 0.4, run, configs, lambda line: None)
+    assert gate.select(configs, want=1, max_runs=5) == []
     assert len(calls) == 3
 
 
 def test_gate_stops_after_max_runs_and_records_a_crashed_run() -> None:
     run, calls = fake_runs({16: 1.0, 32: 1.0}, fail={64: "oom"})
-    gate = parity.Gate(Config(batch_size=16), lambda c: 0.1, run, lambda line: None)
-    assert gate.select([Config(batch_size=64), Config(batch_size=32)], want=1, max_runs=1) == []
+    configs = [Config(batch_size=64), Config(batch_size=32)]
+    gate = parity.Gate(Config(batch_size=16), lambda c: 0.1, run, configs, lambda line: None)
+    assert gate.select(configs, want=1, max_runs=1) == []
     assert gate.verdicts[Config(batch_size=64)].reason == "oom"
     assert len(calls) == 2  # the baseline and the one run allowed
 
 
 def test_gate_raises_when_the_baseline_cannot_run() -> None:
     run, _ = fake_runs({}, fail={16: "crashed: trial process killed by signal SIGKILL"})
-    gate = parity.Gate(Config(batch_size=16), lambda c: 0.1, run, lambda line: None)
+    gate = parity.Gate(Config(batch_size=16), lambda c: 0.1, run, [Config(batch_size=32)], lambda line: None)
     with pytest.raises(parity.ParityError, match="the baseline's parity run failed: crashed: trial process killed"):
         gate.select([Config(batch_size=32)], want=1, max_runs=3)
 

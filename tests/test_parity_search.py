@@ -139,3 +139,48 @@ def test_a_parity_run_in_a_trial_process_matches_one_in_this_process(project: Pa
     assert (oom.state, oom.reason) == ("failed", "oom")
     assert again.state == "complete" and parity.Trace.from_dict(again.result).losses == here.losses
     assert pool.children_started == 2
+
+
+class FakePool:
+    """Trials and parity runs without processes: larger batches run faster, and above batch 32 learn too little."""
+
+    traces: list[Any] = []
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    def run(self, config: Any, lr: float, windows: object = None, on_window: object = None, fresh: bool = False) -> Any:
+        from autotune.trial import Outcome
+
+        rate = config.batch_size * 100.0 + config.num_workers
+        result = dict(samples_per_s=rate, steady_samples_per_s=rate, spread=0.01, step_s=config.batch_size / rate,
+                      epoch_s=512 / rate, setup_s=0.5, materialize_s=0.0, stopped_early=False)
+        return Outcome("complete", result=result, windows=(rate,))
+
+    def trace(self, config: Any, lr: float, samples: int, probe_batch: int, timeout_s: float) -> Any:
+        from autotune import parity
+        from autotune.trial import Outcome
+
+        FakePool.traces.append(config)
+        loss = 1.0 if config.batch_size <= 32 else 1.9
+        return Outcome("complete", result=parity.Trace(config.batch_size, lr, 2.0, loss, (samples,), (loss,), True, 0.1).as_dict())
+
+    def close(self) -> None:
+        pass
+
+
+def test_when_every_finalist_fails_the_fastest_passing_config_after_them_is_measured_and_wins(
+        project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    FakePool.traces = []
+    monkeypatch.setattr(sys.modules["autotune.search"], "TrialPool", FakePool)
+    lines: list[str] = []
+    fixes = {"batch_size": (16, 32, 64, 128), "placement": ("stream",), "amp": ("off",), "channels_last": (False,)}
+    result = search("tiny", SearchOptions(trials=10, fixes=fixes, finalists=2, seed=1), echo=lines.append)
+    profile = result.profile
+    assert profile["knobs"]["batch_size"] == 32 and profile["lr"] == 0.1
+    check = profile["parity"]
+    assert check["passed"] and check["family"] == "batch_size" and check["configs_rejected"] >= 2
+    assert any(line.startswith("finalists: no finalist trains like the baseline; measuring bs=32 ") for line in lines)
+    assert [c.batch_size for c in FakePool.traces][0] == 16  # the baseline first, once
+    assert [c.batch_size for c in FakePool.traces].count(16) == 1
+    assert all(c.batch_size in (64, 128) for c in FakePool.traces[1:-1]) and FakePool.traces[-1].batch_size == 32
