@@ -78,15 +78,15 @@ def load_tuned(recipe: str, device: torch.device | str | None = None) -> Tuned:
         _told.add((ref.name, hardware))
         check = profile.get("parity") or {}
         if check.get("checked") and check.get("passed"):
-            checked = f"the parity check trained it at that rate like the baseline (tolerance ±{check['tolerance']:.0%})"
+            checked = f"The parity check trained it at that rate like the baseline (tolerance ±{check['tolerance']:.0%})"
         elif check.get("checked"):
-            checked = f"the parity check found it trains differently from the baseline ({check.get('reason', 'see autotune show')})"
+            checked = f"The parity check found it trains differently from the baseline ({check.get('reason', 'see autotune show')})"
         else:
-            checked = "it was not checked to train like the baseline"
+            checked = "It was not checked to train like the baseline"
         print(
             f"autotune: {ref.name} on {hardware} uses batch size {config.batch_size} (the workload's is "
-            f"{workload.defaults['batch_size']}); its learning rate is {lr:g} by the {profile.get('lr_rule', 'linear')} rule, "
-            f"and {checked}. Build your optimizer with load_tuned({recipe!r}).lr.",
+            f"{workload.defaults['batch_size']}); its learning rate is {lr:g} by the {profile.get('lr_rule', 'linear')} rule. "
+            f"{checked}; build your optimizer with load_tuned({recipe!r}).lr.",
             file=sys.stderr,
         )
     return Tuned(workload, config, lr, hardware, profile)

@@ -97,9 +97,9 @@ def test_first_use_says_the_learning_rate_and_what_the_check_found(project: Path
     assert api.load_tuned("tiny", "cpu").lr == 0.4
     api.load_tuned("tiny", "cpu")  # told once, not twice
     assert capsys.readouterr().err == (
-        "autotune: tiny on cpu uses batch size 128 (the workload's is 16); its learning rate is 0.4 by the linear rule, "
-        "and the parity check trained it at that rate like the baseline (tolerance ±25%). "
-        "Build your optimizer with load_tuned('tiny').lr.\n"
+        "autotune: tiny on cpu uses batch size 128 (the workload's is 16); its learning rate is 0.4 by the linear rule. "
+        "The parity check trained it at that rate like the baseline (tolerance ±25%); "
+        "build your optimizer with load_tuned('tiny').lr.\n"
     )
 
 
