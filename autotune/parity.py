@@ -98,10 +98,10 @@ from autotune.loop import Step
 
 LOADER_KNOBS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
 NUMERICS_KNOBS = ("amp", "cuda_graph", "channels_last", "cudnn_benchmark", "placement")
-# |deviation| allowed, in units of the baseline's progress; the module docstring has the measurements.
+# |deviation| and |probe_deviation| allowed (units: see deviation()); the module docstring has the measurements.
 TOLERANCES = {"loader": 0.05, "numerics": 0.05, "batch_size": 0.25}
 FAMILIES = tuple(TOLERANCES)
-BASELINE_STEPS = 512  # the baseline trains at least this many steps: MNIST leaves its plateau by then
+BASELINE_STEPS = 512  # the baseline trains at least this many steps: 65,536 samples, 1.1 epochs, for mnist_cnn
 CANDIDATE_STEPS = 8  # and a candidate at least this many, however large its batch
 WINDOW_PARTS = 4  # the compared window is the last quarter of the run
 PROGRESS_FLOOR = 0.01  # a baseline that learned less than 1% of its initial loss is measured against 1%
