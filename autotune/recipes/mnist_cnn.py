@@ -23,7 +23,7 @@ DEFAULTS = dict(
 DETERMINISTIC_TRANSFORM = True
 # Linear learning-rate scaling stops here. Measured over 3 epochs (synthetic MNIST, CPU): lr 0.08 at batch
 # 1024 tracks the baseline to the end (loss 0.011); 0.16 at 2048, 0.32 at 4096 and 0.5 at 8192 track it through
-# the first plateau, then blow up where the loss falls (4.2 at 115k samples) and end near ln 10.
+# the first plateau, then blow up where the loss falls (4.2 at 115k samples) and end at 1.8 to 2.3.
 LR_MAX = 0.08
 
 
