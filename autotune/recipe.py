@@ -181,21 +181,45 @@ def write_profile(path: Path, recipe: str, hardware: str, profile: dict[str, Any
         f"# Each profile says which command made it; `autotune show --recipe {recipe}` prints it.\n"
     )
     text = header + tomli_w.dumps(data)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise RecipeError(_unwritable(path, exc)) from exc
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(exc, OSError):
+            raise RecipeError(_unwritable(path, exc)) from exc
         raise
     return data
+
+
+def check_writable(path: Path) -> None:
+    """Fail before a search, not after it, when the tuned recipe's folder cannot take the file."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".check", dir=path.parent)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise RecipeError(_unwritable(path, exc)) from exc
+
+
+def _unwritable(path: Path, exc: OSError) -> str:
+    return (
+        f"cannot write tuned recipe {path}: {exc.strerror or exc} ({exc.filename or path.parent}); "
+        f"the study keeps its trials: make {path.parent} writable and run the same command again."
+    )
 
 
 def match(data: dict[str, Any], hardware: str) -> dict[str, Any] | None:

@@ -4,19 +4,25 @@ Only this module (with ``space``) knows about Optuna. A study lives in an
 embedded SQLite file by default, or any Optuna storage URL; running the same
 command again resumes it. Heartbeats mark the trials of a search that was killed
 as failed, and re-queue their configs, so nothing is lost and nothing waits.
+Several workers may share one study (``autotune.sharing`` says how); one of
+them measures the finalists and writes the recipe.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import logging
+import os
 import re
+import signal
 import statistics
 import sys
 import time
+import traceback
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,22 +30,19 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune import recipe as recipe_file
+from autotune import sharing
 from autotune.config import Config, baseline_config, scaled_lr
 from autotune.measure import Windows
-from autotune.space import Machine, Space, build_space, detect_machine
+from autotune.space import Machine, Space, SpaceError, build_space, detect_machine
 from autotune.trial import Outcome, TrialPool
-from autotune.workload import Workload, load, resolve
+from autotune.workload import Workload, WorkloadError, load, resolve
 
-HEARTBEAT_S = 5  # a live search touches its running trial this often
-GRACE_S = 20  # a running trial not touched for this long belongs to a dead search
+SQLITE_BUSY_TIMEOUT_S = 60  # workers on one host wait this long for the SQLite file's lock
+CONNECT_TIMEOUT_S = 10  # an unreachable database server fails after this long, not TCP's minutes
 
 
 class SearchError(RuntimeError):
     """A search that cannot start or finish; the message says why and what to do."""
-
-
-class TrialFailed(Exception):
-    """Raised inside the objective so Optuna records the trial as FAIL; carries the reason."""
 
 
 class ClearlyWorsePruner(optuna.pruners.BasePruner):
@@ -72,7 +75,8 @@ class SearchOptions:
     rounds: int = 2  # fresh processes each finalist is measured in
     device_index: int = 0
     cpu_share: int | None = None
-    seed: int = 0
+    seed: int = 0  # the sampler's, mixed with the process id so workers of one study differ
+    write_recipe: bool = True  # False: a worker under `--gpus` only runs trials; its parent writes
     command: str = "autotune search"
     state_dir: Path = Path(".autotune")  # the default SQLite study and trial-process logs
 
@@ -94,19 +98,69 @@ def default_study_name(recipe: str, hardware: str, fixes: dict[str, tuple[Any, .
     return f"{recipe}@{slug(hardware)}{fixed}"
 
 
-def open_storage(url: str) -> optuna.storages.BaseStorage:
-    """An RDB storage with heartbeats, or a clear error for a URL that cannot be used."""
+def open_storage(url: str) -> optuna.storages.RDBStorage:
+    """An RDB storage with heartbeats, or a clear error for a URL that cannot be used.
+
+    SQLite serves several worker processes on one host: every transaction takes the
+    file's write lock up front (BEGIN IMMEDIATE), so taking a ticket is atomic there
+    as it is in PostgreSQL. It is no storage for workers on several hosts.
+    """
     try:
-        return optuna.storages.RDBStorage(
+        interval, grace = sharing.heartbeat_settings()
+    except sharing.SharingError as exc:
+        raise SearchError(str(exc)) from exc
+    url = _with_driver(url)
+    engine_kwargs: dict[str, Any] = {"pool_pre_ping": True}
+    if url.startswith("sqlite"):
+        engine_kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_S}
+    elif url.startswith("postgresql"):
+        engine_kwargs["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT_S}
+    try:
+        storage = optuna.storages.RDBStorage(
             url,
-            heartbeat_interval=HEARTBEAT_S,
-            grace_period=GRACE_S,
+            heartbeat_interval=interval,
+            grace_period=grace,
             heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=2),
-            engine_kwargs={"pool_pre_ping": True},
+            engine_kwargs=engine_kwargs,
         )
+    except ImportError as exc:
+        raise SearchError(
+            f"cannot open study storage {_redact(url)}: its database driver is not installed; "
+            f"for PostgreSQL: pip install 'autotune[postgres]'."
+        ) from exc
     except Exception as exc:  # sqlalchemy raises many kinds; the user needs one line
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise SearchError(f"cannot open study storage {_redact(url)}: {first}") from exc
+    if url.startswith("sqlite"):
+        _serialise_sqlite(storage)
+    return storage
+
+
+def _with_driver(url: str) -> str:
+    # We ship psycopg 3; SQLAlchemy's default PostgreSQL driver depends on its version.
+    for plain in ("postgresql://", "postgres://"):
+        if url.startswith(plain):
+            return "postgresql+psycopg://" + url[len(plain):]
+    return url
+
+
+def _serialise_sqlite(storage: optuna.storages.RDBStorage) -> None:
+    """Make every SQLite transaction take the write lock at BEGIN (SQLAlchemy's documented recipe).
+
+    By default pysqlite begins lazily: two processes can both read a ticket as WAITING
+    and both move it to RUNNING. Taking the lock at BEGIN makes that read-then-write atomic.
+    """
+    import sqlalchemy
+
+    @sqlalchemy.event.listens_for(storage.engine, "connect")
+    def _no_implicit_begin(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+
+    @sqlalchemy.event.listens_for(storage.engine, "begin")
+    def _begin_immediate(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    storage.engine.dispose()  # connections opened before the hooks would skip them
 
 
 def _redact(url: str) -> str:
@@ -141,7 +195,8 @@ def seed_configs(workload: Workload, machine: Machine, space: Space) -> list[Con
 
 def _count(trials: list[optuna.trial.FrozenTrial]) -> dict[str, int]:
     states = {"complete": TrialState.COMPLETE, "failed": TrialState.FAIL, "pruned": TrialState.PRUNED}
-    return {name: sum(t.state == s for t in trials) for name, s in states.items()}
+    mine = sharing.counted(trials)  # an interrupted trial's retry stands for it
+    return {name: sum(t.state == s for t in mine) for name, s in states.items()}
 
 
 def _fmt_rate(rate: float) -> str:
@@ -165,13 +220,19 @@ class Search:
         from autotune.runner import Runner
 
         self.device = f"cuda:{options.device_index}" if self.machine.cuda else "cpu"
-        self.facts = Runner(self.workload, torch.device("cpu")).facts()  # builds the data set here, once
+        try:
+            self.facts = Runner(self.workload, torch.device("cpu")).facts()  # builds the data set here, once
+        except Exception as exc:  # user code: say where it failed, in one line
+            raise WorkloadError(f"workload {self.ref.workload_path}: building or reading its data set failed: {_where(exc, self.ref.workload_path)}") from exc
         self.space = build_space(self.workload.defaults["batch_size"], self.machine, self.facts, options.fixes)
         self.baseline = self.space.normalise(baseline_config(self.workload, self.machine.cuda))
         self.study_name = options.study or default_study_name(self.ref.name, self.machine.hardware, options.fixes)
         self.storage_url = options.storage or f"sqlite:///{(options.state_dir / f'{self.ref.name}.db').resolve()}"
         self.windows = Windows(window_s=0.2 if self.machine.cuda else 0.4)
         self.started = time.monotonic()
+        self.started_at = time.time()  # wall clock: compared with other workers' records
+        self.storage: optuna.storages.RDBStorage | None = None
+        self.study: optuna.Study | None = None
 
     def lr(self, config: Config) -> float:
         d = self.workload.defaults
@@ -180,59 +241,127 @@ class Search:
     # -- the study ---------------------------------------------------------------------------
 
     def open_study(self) -> optuna.Study:
+        """Open or create the study; under its lock, check the hardware and queue its tickets."""
         optuna.logging.set_verbosity(optuna.logging.ERROR)  # we print our own progress lines
         if self.options.storage is None:
             self.options.state_dir.mkdir(parents=True, exist_ok=True)
         storage = open_storage(self.storage_url)
         sampler = optuna.samplers.TPESampler(
-            seed=self.options.seed, n_startup_trials=10, multivariate=True, group=True, constant_liar=True
+            # Mixed with the process id: workers of one study must not draw the same random configs.
+            seed=(self.options.seed * 1_000_003 + os.getpid()) % 2**31,
+            n_startup_trials=10, multivariate=True, group=True, constant_liar=True,
         )
         try:
             study = optuna.create_study(
                 storage=storage, study_name=self.study_name, direction="maximize",
                 sampler=sampler, pruner=ClearlyWorsePruner(), load_if_exists=True,
             )
+            with sharing.study_lock(storage, self.study_name):
+                self._bind(study)
+                seeds = [
+                    {"params": self.space.params(c) or {}, "user_attrs": {"role": "baseline" if c == self.baseline else "seed"}}
+                    for c in seed_configs(self.workload, self.machine, self.space)
+                ]
+                sharing.top_up(study, self.options.trials, seeds)
+        except (SearchError, SpaceError):
+            raise
         except Exception as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise SearchError(f"cannot open study {self.study_name!r} in {_redact(self.storage_url)}: {first}") from exc
-        recorded = study.user_attrs.get("hardware")
+        self.storage, self.study = storage, study
+        return study
+
+    def _bind(self, study: optuna.Study) -> None:
+        """Record what the study measures, or refuse a worker that would measure something else."""
+        attrs = study.user_attrs
+        recorded = attrs.get("hardware")
         if recorded is None:
             study.set_user_attr("hardware", self.machine.hardware)
             study.set_user_attr("recipe", self.ref.name)
             study.set_user_attr("cpu_share", self.machine.cpu_share)
-        elif recorded != self.machine.hardware:
+            return
+        if recorded != self.machine.hardware:
             raise SearchError(
                 f"study {self.study_name!r} measures {recorded!r}, but this worker runs on {self.machine.hardware!r}; "
                 f"a study is bound to one hardware model: use another --study for this machine."
             )
-        if not study.trials:
-            for config in seed_configs(self.workload, self.machine, self.space):
-                role = "baseline" if config == self.baseline else "seed"
-                study.enqueue_trial(self.space.params(config) or {}, user_attrs={"role": role}, skip_if_exists=True)
-        return study
+        share = attrs.get("cpu_share", self.machine.cpu_share)
+        if share > self.machine.cpu_share:
+            raise SearchError(
+                f"study {self.study_name!r} gives each worker {share} CPU cores, but this worker has "
+                f"{self.machine.cpu_share}; every worker must measure with the share the profile will state: "
+                f"run fewer workers on this host, or use another --study."
+            )
+        if share < self.machine.cpu_share:
+            # More cores than the study's share: measure with the share, as every other worker does.
+            self.echo(f"  cpu share: {share} cores, as study {self.study_name!r} records (this host could give {self.machine.cpu_share})")
+            self.machine = dataclasses.replace(self.machine, cpu_share=share)
+            self.space = build_space(self.workload.defaults["batch_size"], self.machine, self.facts, self.options.fixes)
 
-    def objective(self, pool: TrialPool, study: optuna.Study) -> Callable[[optuna.Trial], float]:
-        def run(trial: optuna.Trial) -> float:
-            config = self.space.suggest(trial)
-            lr = self.lr(config)
-            trial.set_user_attr("config", config.as_dict())
-            trial.set_user_attr("lr", lr)
+    def run_trial(self, study: optuna.Study, trial: optuna.Trial, pool: TrialPool) -> None:
+        """Measure the config a ticket holds (or the sampler fills in) and tell the study how it went."""
+        assert self.storage is not None
+        storage = self.storage
+        interval, _ = sharing.heartbeat_settings()
+        with sharing.Heartbeat(lambda: storage.record_heartbeat(trial._trial_id), interval):
+            try:
+                # Stays the reason if this worker dies mid-trial; the heartbeat then fails it.
+                trial.set_user_attr("reason", f"{sharing.INTERRUPTED}: its worker {sharing.owner()} stopped during the trial; the config was queued again")
+                trial.set_user_attr("worker", sharing.owner())
+                config = self.space.suggest(trial)
+                lr = self.lr(config)
+                trial.set_user_attr("config", config.as_dict())
+                trial.set_user_attr("lr", lr)
+                twin = self._twin(study, trial.number, config)
+                if twin is not None:
+                    outcome = _outcome_of(twin)
+                    trial.set_user_attr("twin_of", twin.number)
+                else:
+                    def on_window(i: int, rate: float) -> bool:
+                        trial.report(rate, i)
+                        return trial.should_prune()
 
-            def on_window(i: int, rate: float) -> bool:
-                trial.report(rate, i)
-                return trial.should_prune()
-
-            outcome = pool.run(config, lr, self.windows, on_window)
-            self._record(trial, outcome)
-            self._progress(study, trial.number, config, outcome)
-            if outcome.state == "failed":
-                raise TrialFailed(outcome.reason)
-            if outcome.state == "pruned":
-                raise optuna.TrialPruned()
+                    outcome = pool.run(config, lr, self.windows, on_window)
+            except KeyboardInterrupt:
+                with _sigint_ignored():  # a second Ctrl-C must not cut the hand-back short
+                    pool.close()
+                    sharing.requeue(study, storage, trial, f"{sharing.INTERRUPTED}: the search was stopped (SIGINT or SIGTERM); the config was queued again")
+                raise
+            except Exception as exc:
+                with contextlib.suppress(Exception):
+                    trial.set_user_attr("reason", f"error in the search process: {type(exc).__name__}: {exc}")
+                    study.tell(trial, state=TrialState.FAIL)
+                raise
+        self._record(trial, outcome)
+        trial.set_user_attr("reason", outcome.reason)  # None: nothing went wrong
+        self._progress(study, trial.number, config, outcome, twin)
+        if outcome.state == "complete":
             assert outcome.result is not None
-            return float(outcome.result["samples_per_s"])
+            study.tell(trial, float(outcome.result["samples_per_s"]))
+        else:
+            study.tell(trial, state=TrialState.PRUNED if outcome.state == "pruned" else TrialState.FAIL)
 
-        return run
+    def _twin(self, study: optuna.Study, number: int, config: Config) -> optuna.trial.FrozenTrial | None:
+        """An earlier trial of the same config: its outcome stands for this one, so no config is measured twice.
+
+        One still running (on another worker) is waited for; if its worker dies, this one measures.
+        """
+        target = self.space.normalise(config)
+        interval, grace = sharing.heartbeat_settings()
+        deadline = time.monotonic() + self.options.trial_timeout_s + 2 * grace
+        while True:
+            same = [
+                t for t in sharing.counted(study.get_trials(deepcopy=False))
+                if t.number < number and "config" in t.user_attrs
+                and self.space.normalise(Config.from_dict(t.user_attrs["config"])) == target
+            ]
+            done = [t for t in same if t.state.is_finished()]
+            if done:
+                return done[0]
+            if not any(t.state == TrialState.RUNNING for t in same) or time.monotonic() > deadline:
+                return None
+            time.sleep(min(1.0, interval))
+            sharing.fail_stale(study)
 
     def _record(self, trial: optuna.Trial, outcome: Outcome) -> None:
         if outcome.reason:
@@ -242,13 +371,15 @@ class Search:
                     "setup_s", "materialize_s", "capture_s", "gpu_util", "peak_memory_bytes")
             trial.set_user_attr("result", {k: outcome.result.get(k) for k in keep})
 
-    def _progress(self, study: optuna.Study, number: int, config: Config, outcome: Outcome) -> None:
-        done = sum(t.state.is_finished() for t in study.get_trials(deepcopy=False)) + 1
-        head = f"[{done:>3}/{self.options.trials}] {_elapsed(time.monotonic() - self.started)}"
+    def _progress(self, study: optuna.Study, number: int, config: Config, outcome: Outcome,
+                  twin: optuna.trial.FrozenTrial | None = None) -> None:
+        trials = study.get_trials(deepcopy=False)
+        done, total = len(sharing.finished(trials)) + 1, len(sharing.counted(trials))
+        head = f"[{done:>3}/{total}] {_elapsed(time.monotonic() - self.started)}"
         if outcome.state == "complete":
             assert outcome.result is not None
             rate = outcome.result["samples_per_s"]
-            best = max([rate] + [t.value for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value])
+            best = max([rate] + [t.value for t in trials if t.state == TrialState.COMPLETE and t.value])
             what = f"{_fmt_rate(rate):>14} ±{outcome.result['spread']:.1%}"
             tail = f"best {_fmt_rate(best)}"
         elif outcome.state == "pruned":
@@ -258,18 +389,34 @@ class Search:
         else:
             reason = outcome.reason or "unknown"
             what, tail = f"failed: {reason if len(reason) <= 110 else reason[:107] + '...'}", ""
+        if twin is not None:
+            tail = f"(same config as trial {twin.number}; not measured again)"
         self.echo(f"{head}  trial {number:<3} {what:<28} {config.describe():<58} {tail}".rstrip())
 
     def run_study(self, study: optuna.Study, pool: TrialPool) -> None:
-        finished = sum(t.state.is_finished() for t in study.trials)
-        remaining = max(0, self.options.trials - finished)
-        if finished:
-            self.echo(f"resuming study {self.study_name!r}: {finished} trial(s) already finished, {remaining} to go")
-        if remaining:
-            study.optimize(
-                self.objective(pool, study), n_trials=remaining, timeout=self.options.time_budget_s,
-                catch=(TrialFailed,), gc_after_trial=False,
-            )
+        """Take the study's tickets one by one until none is left or the time budget is spent."""
+        assert self.storage is not None
+        budget = self.options.time_budget_s
+        while budget is None or time.monotonic() - self.started < budget:
+            trial = sharing.take(study, self.storage)
+            if trial is None:
+                return
+            self.run_trial(study, trial, pool)
+
+    def settle(self, study: optuna.Study, pool: TrialPool) -> None:
+        """Wait until no trial runs anywhere, taking tickets that appear late (a dead worker's, queued again)."""
+        told = False
+        while True:
+            self.run_study(study, pool)
+            sharing.fail_stale(study)
+            others = sharing.running(study)
+            if not others:
+                return
+            if not told:
+                who = sorted({str(t.user_attrs.get("worker", "?")) for t in others})
+                self.echo(f"waiting for {len(others)} trial(s) still running on other workers ({', '.join(who)})")
+                told = True
+            time.sleep(1.0)
 
     # -- finalists and the recipe --------------------------------------------------------------
 
@@ -341,7 +488,8 @@ class Search:
             "versions": versions(),
         }
 
-    def run(self) -> SearchResult:
+    def announce(self) -> None:
+        """Say what is tuned where, and fail now on a recipe file we could not update later."""
         self.echo(
             f"autotune: tuning {self.ref.name!r} on {self.machine.hardware} "
             f"({self.machine.cpu_share} CPU cores), study {self.study_name!r} in {_redact(self.storage_url)}"
@@ -352,18 +500,60 @@ class Search:
             self.echo(f"  {knob}: left out ({why})")
         if self.ref.tuned_path.exists():
             recipe_file.read(self.ref.tuned_path)  # a broken file fails now, not after the search
-        study = self.open_study()
+        if self.options.write_recipe:
+            recipe_file.check_writable(self.ref.tuned_path)
+
+    def run(self) -> SearchResult | None:
+        """Take tickets until none is left; then, if no other worker does, measure finalists and write.
+
+        Returns None when this worker wrote no recipe (a worker under `--gpus`, or
+        another worker of the study holds the writer's role).
+        """
+        if self.study is None:
+            self.announce()
+            self.open_study()
+        study, storage = self.study, self.storage
+        assert study is not None and storage is not None
         pool = TrialPool(self.ref.workload_path, self.device, self.machine.cpu_share,
                          self.options.state_dir / "logs", self.options.trial_timeout_s)
         try:
+            trials = study.get_trials(deepcopy=False)
+            done, total = len(sharing.finished(trials)), len(sharing.counted(trials))
+            if done:
+                self.echo(f"resuming study {self.study_name!r}: {done} trial(s) already finished, {total - done} to go")
             self.run_study(study, pool)
-            finalists = self.finalists(study)
-            if not finalists:
-                raise SearchError(f"no trial completed in study {self.study_name!r}; the failures above say why.")
-            self.echo(f"finalists: measuring {len(finalists)} config(s) against the baseline, {self.options.rounds} round(s), fresh processes")
-            results = self.remeasure(pool, finalists)
+            if not self.options.write_recipe:
+                return None
+            self.settle(study, pool)
+            interval, grace = sharing.heartbeat_settings()
+            claim, holder = sharing.claim_writer(study, storage, self.started_at, interval, grace)
+            if claim is None:
+                assert holder is not None
+                if holder.get("state") == "done":
+                    self.echo(f"study {self.study_name!r} is done; worker {holder['owner']} wrote {holder.get('path')}")
+                else:
+                    self.echo(f"study {self.study_name!r} is done; worker {holder['owner']} measures the finalists and writes the recipe")
+                return None
+            try:
+                with claim.heartbeat():
+                    result = self.write(study, pool)
+            except BaseException as exc:
+                with contextlib.suppress(Exception):
+                    claim.failed(f"{type(exc).__name__}: {exc}")
+                raise
+            claim.done(str(result.tuned_path))
+            return result
         finally:
             pool.close()
+
+    def write(self, study: optuna.Study, pool: TrialPool) -> SearchResult:
+        """Measure the finalists against the baseline and write the winner's profile."""
+        finalists = self.finalists(study)
+        if not finalists:
+            raise SearchError(f"no trial completed in study {self.study_name!r}; the failures above say why.")
+        self.echo(f"finalists: measuring {len(finalists)} config(s) against the baseline, {self.options.rounds} round(s), fresh processes")
+        results = self.remeasure(pool, finalists)
+        pool.close()
         if not results[self.baseline]:
             raise SearchError("the baseline (the workload's own settings) failed in every round; no speed-up can be stated.")
         measured = [c for c in finalists if results[c]]
@@ -378,6 +568,34 @@ class Search:
             f"(noise ±{profile['spread']:.1%}), search {profile['search_s']:.0f} s"
         )
         return SearchResult(self.ref.tuned_path, self.machine.hardware, profile)
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread: signals are not ours to change
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _outcome_of(trial: optuna.trial.FrozenTrial) -> Outcome:
+    """A finished trial's outcome, as if measured now."""
+    state = {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned"}.get(trial.state, "failed")
+    return Outcome(state, result=trial.user_attrs.get("result"), reason=trial.user_attrs.get("reason"),
+                   windows=tuple(trial.intermediate_values.values()))
+
+
+def _where(exc: BaseException, path: Path) -> str:
+    """`Type: message (file, line N)`, at the innermost line of the workload file that raised."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename) == Path(path)]
+    first = (str(exc).strip().splitlines() or [""])[0]
+    at = f" ({path}, line {frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {first}{at}"
 
 
 def versions() -> dict[str, str]:
@@ -397,12 +615,18 @@ def versions() -> dict[str, str]:
     return found
 
 
-def search(recipe: str, options: SearchOptions = SearchOptions(), echo: Callable[[str], None] = print) -> SearchResult:
+def search(recipe: str, options: SearchOptions = SearchOptions(), echo: Callable[[str], None] = print) -> SearchResult | None:
     """Run or resume the study for `recipe` and write its tuned recipe.
+
+    Returns None when another worker of the same study writes the recipe.
 
     >>> search("mnist_cnn", SearchOptions(trials=8))  # doctest: +SKIP
     """
+    search_warnings_off()
+    return Search(recipe, options, echo).run()
+
+
+def search_warnings_off() -> None:
     logging.getLogger("optuna").setLevel(logging.ERROR)
     # Heartbeats and grouped TPE are marked experimental; they are what we rely on, on purpose.
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    return Search(recipe, options, echo).run()
