@@ -77,7 +77,7 @@ def _check_type(where: str, value: Any, types: tuple[type, ...], problems: list[
     else:
         ok = isinstance(value, types)
     if not ok:
-        names = " or ".join("number" if t in _NUMBER and len(types) == 2 else t.__name__ for t in dict.fromkeys(types))
+        names = "a number" if set(types) == set(_NUMBER) else " or ".join(t.__name__ for t in types)
         problems.append(f"{where} must be {names}, but got {value!r}")
     return ok
 

@@ -109,7 +109,7 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
         interval, grace = sharing.heartbeat_settings()
     except sharing.SharingError as exc:
         raise SearchError(str(exc)) from exc
-    url = _with_driver(url)
+    given, url = url, _with_driver(url)
     engine_kwargs: dict[str, Any] = {"pool_pre_ping": True}
     if url.startswith("sqlite"):
         engine_kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_S}
@@ -125,12 +125,12 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
         )
     except ImportError as exc:
         raise SearchError(
-            f"cannot open study storage {_redact(url)}: its database driver is not installed; "
+            f"cannot open study storage {_redact(given)}: its database driver is not installed; "
             f"for PostgreSQL: pip install 'autotune[postgres]'."
         ) from exc
     except Exception as exc:  # sqlalchemy raises many kinds; the user needs one line
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SearchError(f"cannot open study storage {_redact(url)}: {first}") from exc
+        raise SearchError(f"cannot open study storage {_redact(given)}: {first}") from exc
     if url.startswith("sqlite"):
         _serialise_sqlite(storage)
     return storage
@@ -512,15 +512,16 @@ class Search:
         if self.study is None:
             self.announce()
             self.open_study()
+            assert self.study is not None
+            trials = self.study.get_trials(deepcopy=False)
+            done, total = len(sharing.finished(trials)), len(sharing.counted(trials))
+            if done:
+                self.echo(f"resuming study {self.study_name!r}: {done} trial(s) already finished, {total - done} to go")
         study, storage = self.study, self.storage
         assert study is not None and storage is not None
         pool = TrialPool(self.ref.workload_path, self.device, self.machine.cpu_share,
                          self.options.state_dir / "logs", self.options.trial_timeout_s)
         try:
-            trials = study.get_trials(deepcopy=False)
-            done, total = len(sharing.finished(trials)), len(sharing.counted(trials))
-            if done:
-                self.echo(f"resuming study {self.study_name!r}: {done} trial(s) already finished, {total - done} to go")
             self.run_study(study, pool)
             if not self.options.write_recipe:
                 return None

@@ -59,7 +59,7 @@ def heartbeat_settings() -> tuple[int, int]:
     if not problems and values["AUTOTUNE_GRACE_S"] <= values["AUTOTUNE_HEARTBEAT_S"]:
         problems.append(
             f"`AUTOTUNE_GRACE_S > AUTOTUNE_HEARTBEAT_S` must hold, but got "
-            f"({values['AUTOTUNE_GRACE_S']=}, {values['AUTOTUNE_HEARTBEAT_S']=})"
+            f"(AUTOTUNE_GRACE_S={values['AUTOTUNE_GRACE_S']}, AUTOTUNE_HEARTBEAT_S={values['AUTOTUNE_HEARTBEAT_S']})"
         )
     if problems:
         raise SharingError("; ".join(problems) + ".")
@@ -167,7 +167,9 @@ def fail_stale(study: optuna.Study) -> None:
 def take(study: optuna.Study, storage: optuna.storages.RDBStorage) -> optuna.Trial | None:
     """Take the next ticket, or None when none waits. The move to RUNNING is atomic in the storage."""
     fail_stale(study)
-    for ticket in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    # Configs given back by interrupted trials first: they were due before the rest.
+    for ticket in sorted(waiting, key=lambda t: (not t.system_attrs.get("retry_history"), t.number)):
         try:
             if not storage.set_trial_state_values(ticket._trial_id, state=TrialState.RUNNING):
                 continue  # another worker took it first
