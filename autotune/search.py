@@ -324,7 +324,7 @@ class Search:
                     outcome = pool.run(config, lr, self.windows, on_window)
             except KeyboardInterrupt:
                 with _sigint_ignored():  # a second Ctrl-C must not cut the hand-back short
-                    pool.close()
+                    pool.abort()
                     sharing.requeue(study, storage, trial, f"{sharing.INTERRUPTED}: the search was stopped (SIGINT or SIGTERM); the config was queued again")
                 raise
             except Exception as exc:
