@@ -550,17 +550,21 @@ class Search:
     def write(self, study: optuna.Study, pool: TrialPool) -> SearchResult:
         """Measure the finalists against the baseline and write the winner's profile."""
         finalists = self.finalists(study)
-        if not finalists:
+        if not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
             raise SearchError(f"no trial completed in study {self.study_name!r}; the failures above say why.")
-        self.echo(f"finalists: measuring {len(finalists)} config(s) against the baseline, {self.options.rounds} round(s), fresh processes")
+        if finalists:
+            self.echo(f"finalists: measuring {len(finalists)} config(s) against the baseline, {self.options.rounds} round(s), fresh processes")
+        else:
+            # Only the workload's own settings completed: they are the result, at a speed-up of 1.
+            self.echo(f"no config but the baseline completed; measuring it, {self.options.rounds} round(s), fresh processes")
         results = self.remeasure(pool, finalists)
         pool.close()
         if not results[self.baseline]:
             raise SearchError("the baseline (the workload's own settings) failed in every round; no speed-up can be stated.")
         measured = [c for c in finalists if results[c]]
-        if not measured:
+        if finalists and not measured:
             raise SearchError("every finalist failed when measured again; see the reasons above.")
-        winner = max(measured, key=lambda c: statistics.median(r["samples_per_s"] for r in results[c]))
+        winner = max(measured or [self.baseline], key=lambda c: statistics.median(r["samples_per_s"] for r in results[c]))
         profile = self.profile(study, winner, results)
         recipe_file.write_profile(self.ref.tuned_path, self.ref.name, self.machine.hardware, profile)
         self.echo(
