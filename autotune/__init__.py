@@ -10,6 +10,7 @@
 from autotune.api import NoProfileWarning, Tuned, load_tuned, tuned_loader, tuned_step
 from autotune.config import Config
 from autotune.loop import DeviceLoader, Step
+from autotune.scaleout import search_parallel
 from autotune.search import SearchOptions, search
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "Tuned",
     "load_tuned",
     "search",
+    "search_parallel",
     "tuned_loader",
     "tuned_step",
 ]

@@ -1,9 +1,10 @@
 """``autotune search --gpus 0,1``: one worker process per GPU on this host, all sharing one study.
 
 The parent sets the study up once (hardware, CPU share, seeds, tickets), starts a
-worker per GPU (``python -m autotune._worker``), prints their lines with a
-prefix, and when they are done takes any ticket left, measures the finalists on
-the first GPU and writes the recipe: one writer. Workers on one host share its
+worker process (``python -m autotune._worker``) for each GPU but the first,
+prints their lines with a prefix, and takes tickets itself on the first GPU.
+When no ticket is left and no trial runs, it measures the finalists, their
+rounds side by side on the GPUs, and writes the recipe: one writer. Workers on one host share its
 CPU cores: each gets ``cores // workers`` for its DataLoader workers, and the
 profile records that share, which is what a training run with one process per
 GPU has too.
@@ -125,7 +126,7 @@ def _wait(workers: list[Worker], timeout_s: float | None = None) -> bool:
 
 def search_parallel(recipe: str, options: SearchOptions, devices: list[int],
                     echo: Callable[[str], None] = print) -> SearchResult | None:
-    """One worker per device on this host against one study; this process writes the recipe.
+    """One worker per device on this host against one study; this process is the first, and writes the recipe.
 
     >>> search_parallel("mnist_cnn", SearchOptions(trials=40), devices=[0, 1])  # doctest: +SKIP
     """
@@ -140,17 +141,30 @@ def search_parallel(recipe: str, options: SearchOptions, devices: list[int],
     parent.open_study()  # set up once, before any worker: no two workers race to queue tickets
     share = parent.machine.cpu_share  # the study's own, if it was made with another
     cuda = parent.machine.cuda
+    labels = [f"gpu{d}" if cuda else f"cpu{i}" for i, d in enumerate(devices)]
     echo(f"{len(devices)} workers share study {parent.study_name!r}, {share} of {cores} CPU cores each; "
-         f"the recipe is written here once they are done")
+         f"this process is {labels[0]} and writes the recipe once no trial runs")
     worker_options = dataclasses.replace(
         options, cpu_share=share, write_recipe=False, storage=parent.storage_url, study=parent.study_name,
     )
     workers = [
-        Worker(recipe, dataclasses.replace(worker_options, device_index=d), f"gpu{d}" if cuda else f"cpu{i}", echo)
-        for i, d in enumerate(devices)
+        Worker(recipe, dataclasses.replace(worker_options, device_index=d), label, echo)
+        for d, label in zip(devices[1:], labels[1:])
     ]
+    parent.round_devices = [f"cuda:{d}" if cuda else "cpu" for d in devices]
+
+    def workers_ended() -> None:
+        # No trial runs anywhere now; let the workers' processes go before the finalists are timed.
+        if not _wait(workers, STOP_WAIT_S):
+            for w in workers:
+                w.kill()
+        for w in workers:
+            if w.proc.returncode not in (0, None):
+                echo(f"{w.label} ended with exit status {w.proc.returncode} (its lines above say why); "
+                     f"its trials stay in the study, and tickets it left were taken here")
+
     try:
-        _wait(workers)
+        return parent.run(before_writing=workers_ended)
     except KeyboardInterrupt:
         # One Ctrl-C stops everything; a second must not cut the workers' hand-back short.
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -163,9 +177,7 @@ def search_parallel(recipe: str, options: SearchOptions, devices: list[int],
         raise
     finally:
         for w in workers:
+            w.stop()
+        _wait(workers, STOP_WAIT_S)
+        for w in workers:
             w.kill()
-    for w in workers:
-        if w.proc.returncode != 0:
-            echo(f"{w.label} ended with exit status {w.proc.returncode} (its lines above say why); "
-                 f"its trials stay in the study and any ticket left is taken here")
-    return parent.run()

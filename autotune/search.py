@@ -10,6 +10,7 @@ them measures the finalists and writes the recipe.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import datetime
@@ -233,6 +234,7 @@ class Search:
         self.started_at = time.time()  # wall clock: compared with other workers' records
         self.storage: optuna.storages.RDBStorage | None = None
         self.study: optuna.Study | None = None
+        self.round_devices: list[str] = []  # under `--gpus`: a device per finalist round, side by side
 
     def lr(self, config: Config) -> float:
         d = self.workload.defaults
@@ -432,19 +434,49 @@ class Search:
         return chosen
 
     def remeasure(self, pool: TrialPool, finalists: list[Config]) -> dict[Config, list[dict[str, Any]]]:
-        """Each finalist and the baseline, interleaved, in a fresh process per round."""
+        """Each finalist and the baseline, interleaved, in a fresh process per round.
+
+        Under `--gpus` the rounds run side by side, one device each: every device is the
+        study's one GPU model, and any difference between them shows in the noise.
+        """
         results: dict[Config, list[dict[str, Any]]] = {c: [] for c in [self.baseline, *finalists]}
         order = [self.baseline, *finalists]
-        for r in range(self.options.rounds):
-            rotated = order[r % len(order):] + order[: r % len(order)]
-            for i, config in enumerate(rotated):
-                outcome = pool.run(config, self.lr(config), self.windows, fresh=(i == 0))
-                if outcome.state != "complete" or outcome.result is None:
-                    self.echo(f"  round {r + 1}: {config.describe()} failed: {outcome.reason}")
-                    continue
-                results[config].append(outcome.result)
-                self.echo(f"  round {r + 1}: {_fmt_rate(outcome.result['samples_per_s']):>14}  {config.describe()}")
+        devices = self.round_devices[: self.options.rounds] or [self.device]
+        pools = [pool] + [
+            TrialPool(self.ref.workload_path, d, self.machine.cpu_share, self.options.state_dir / "logs", self.options.trial_timeout_s)
+            for d in devices[1:]
+        ]
+
+        def rounds_on(k: int) -> None:
+            for r in range(k, self.options.rounds, len(pools)):
+                self._round(pools[k], r, order, results)
+
+        if len(pools) == 1:
+            rounds_on(0)
+            return results
+        executor = concurrent.futures.ThreadPoolExecutor(len(pools))
+        futures = [executor.submit(rounds_on, k) for k in range(len(pools))]
+        try:
+            for future in futures:
+                future.result()
+        finally:
+            if not all(f.done() for f in futures):  # interrupted: stop the rounds still measuring
+                for each in pools:
+                    each.abort()
+            executor.shutdown(wait=True)
+            for each in pools[1:]:
+                each.close()
         return results
+
+    def _round(self, pool: TrialPool, r: int, order: list[Config], results: dict[Config, list[dict[str, Any]]]) -> None:
+        rotated = order[r % len(order):] + order[: r % len(order)]
+        for i, config in enumerate(rotated):
+            outcome = pool.run(config, self.lr(config), self.windows, fresh=(i == 0))
+            if outcome.state != "complete" or outcome.result is None:
+                self.echo(f"  round {r + 1}: {config.describe()} failed: {outcome.reason}")
+                continue
+            results[config].append(outcome.result)
+            self.echo(f"  round {r + 1}: {_fmt_rate(outcome.result['samples_per_s']):>14}  {config.describe()}")
 
     def profile(self, study: optuna.Study, winner: Config, results: dict[Config, list[dict[str, Any]]]) -> dict[str, Any]:
         def med(config: Config, key: str) -> float:
@@ -503,11 +535,13 @@ class Search:
         if self.options.write_recipe:
             recipe_file.check_writable(self.ref.tuned_path)
 
-    def run(self) -> SearchResult | None:
+    def run(self, before_writing: Callable[[], None] | None = None) -> SearchResult | None:
         """Take tickets until none is left; then, if no other worker does, measure finalists and write.
 
-        Returns None when this worker wrote no recipe (a worker under `--gpus`, or
-        another worker of the study holds the writer's role).
+        `before_writing` runs once no trial runs anywhere, before the finalists (under
+        `--gpus`: wait until the worker processes have ended). Returns None when this
+        worker wrote no recipe (a worker under `--gpus`, or another worker of the study
+        holds the writer's role).
         """
         if self.study is None:
             self.announce()
@@ -526,6 +560,8 @@ class Search:
             if not self.options.write_recipe:
                 return None
             self.settle(study, pool)
+            if before_writing is not None:
+                before_writing()
             interval, grace = sharing.heartbeat_settings()
             claim, holder = sharing.claim_writer(study, storage, self.started_at, interval, grace)
             if claim is None:

@@ -60,14 +60,15 @@ def check_study(study: optuna.Study, trials: int) -> list[optuna.trial.FrozenTri
 
 
 def test_gpus_runs_a_worker_per_device_and_the_parent_writes(project: Path) -> None:
-    """`--gpus 0,1` as the CLI runs it, on the CPU: two worker processes, one study in the default SQLite file."""
+    """`--gpus 0,1` as the CLI runs it, on the CPU: this process and a worker process, one study in the default SQLite file."""
     lines: list[str] = []
-    options = SearchOptions(trials=8, trial_timeout_s=30, finalists=1, rounds=1, command="autotune search --gpus 0,1")
+    options = SearchOptions(trials=8, trial_timeout_s=30, finalists=1, rounds=2, command="autotune search --gpus 0,1")
     result = search_parallel("tiny", options, devices=[0, 0], echo=lines.append)
     out = "\n".join(lines)
     assert result is not None and result.tuned_path == project / "recipes" / "tiny.tuned.toml", out
-    assert "2 workers share study 'tiny@cpu', 1 of 2 CPU cores each; the recipe is written here once they are done" in out
-    assert any(line.startswith("cpu0 | [") for line in lines) and any(line.startswith("cpu1 | [") for line in lines), out
+    assert "2 workers share study 'tiny@cpu', 1 of 2 CPU cores each; this process is cpu0 and writes the recipe once no trial runs" in out
+    assert any(line.startswith("[") for line in lines) and any(line.startswith("cpu1 | [") for line in lines), out
+    assert sum(line.startswith("  round 1: ") for line in lines) == 2 and sum(line.startswith("  round 2: ") for line in lines) == 2, out
     study = optuna.load_study(study_name="tiny@cpu", storage=f"sqlite:///{project}/.autotune/tiny.db")
     trials = check_study(study, 8)
     assert len({t.user_attrs["worker"] for t in trials}) == 2, "both workers took tickets"
