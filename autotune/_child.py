@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,7 @@ def main() -> None:
         runner = Runner(workload, device, cpu_share=cpu_share)
         runner.dataset  # noqa: B018  (build it now, outside any trial's clock)
     except BaseException as exc:  # noqa: BLE001  (anything that stops start-up is the reason)
+        traceback.print_exc()
         send(event="failed", reason=classify_failure(exc))
         sys.exit(1)
     send(event="ready")
@@ -71,8 +73,10 @@ def main() -> None:
             config = Config.from_dict(request["config"])
             result = runner.run(config, request["lr"], Windows(**request.get("windows", {})), on_window)
         except BaseException as exc:  # noqa: BLE001
+            traceback.print_exc()  # the whole story goes to this child's log file
             send(event="failed", reason=classify_failure(exc))
             sys.stdout.flush()
+            sys.stderr.flush()
             os._exit(1)  # skip DataLoader/CUDA teardown that may hang after a fault
         send(event="result", result=result)
 

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import warnings
 from typing import Any, Callable
@@ -106,8 +107,8 @@ def tuned_loader(dataset: Dataset, recipe: str, device: torch.device | str | Non
         raise TypeError(f"tuned_loader: unknown override in {sorted(overrides)}; overrides are knob names or shuffle/drop_last.") from exc
     if config.placement == "device" and workload.build_device_dataset is not None and workload.deterministic_transform is not True:
         source = workload.build_device_dataset(data_root())
-        return build_loader(source, config, shuffle, drop_last, device, workload.device_augment, materialize_workers=4)
-    return build_loader(dataset, config, shuffle, drop_last, device, materialize_workers=4)
+        return build_loader(source, config, shuffle, drop_last, device, workload.device_augment, materialize_workers=min(4, len(os.sched_getaffinity(0))))
+    return build_loader(dataset, config, shuffle, drop_last, device, materialize_workers=min(4, len(os.sched_getaffinity(0))))
 
 
 def tuned_step(model: torch.nn.Module, loss_fn: Callable, optimizer: torch.optim.Optimizer, recipe: str,

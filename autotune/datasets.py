@@ -10,17 +10,21 @@ them, so loss curves (and the parity check) mean something.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
+import socket
 import struct
 import sys
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any, Callable
 
 import numpy as np
 from torchvision import datasets
 
 SYNTHETIC_MARK = "AUTOTUNE_SYNTHETIC"
+DOWNLOAD_TIMEOUT_S = 20.0  # per connection attempt
 _announced: set[str] = set()
 
 
@@ -88,6 +92,17 @@ def write_synthetic_mnist(root: Path, n_train: int = 60_000, n_test: int = 10_00
     return raw
 
 
+@contextlib.contextmanager
+def _download_timeout(seconds: float = DOWNLOAD_TIMEOUT_S) -> Iterator[None]:
+    # torchvision opens URLs without a timeout; on a network that drops packets that would hang forever.
+    previous = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(seconds)
+    try:
+        yield
+    finally:
+        socket.setdefaulttimeout(previous)
+
+
 def mnist(root: str | Path, train: bool = True, transform: Callable | None = None) -> datasets.MNIST:
     """torchvision's MNIST, downloaded if possible, else synthetic in the same layout."""
     root = Path(root)
@@ -96,7 +111,8 @@ def mnist(root: str | Path, train: bool = True, transform: Callable | None = Non
         _say_once("MNIST", raw, "synthetic files from an earlier run are in place")
         return datasets.MNIST(root, train=train, transform=transform, download=False)
     try:
-        return datasets.MNIST(root, train=train, transform=transform, download=True)
+        with _download_timeout():
+            return datasets.MNIST(root, train=train, transform=transform, download=True)
     except (OSError, RuntimeError) as exc:
         why = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         write_synthetic_mnist(root)
@@ -145,7 +161,8 @@ def cifar10(root: str | Path, train: bool = True, transform: Callable | None = N
         _say_once("CIFAR-10", folder, "synthetic files from an earlier run are in place")
         return _SyntheticCIFAR10(root, train=train, transform=transform)
     try:
-        return datasets.CIFAR10(root, train=train, transform=transform, download=True)
+        with _download_timeout():
+            return datasets.CIFAR10(root, train=train, transform=transform, download=True)
     except (OSError, RuntimeError) as exc:
         why = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         write_synthetic_cifar10(root)

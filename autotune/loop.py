@@ -141,7 +141,8 @@ class Step:
     ``cuda_graph`` the whole step is captured once, after a side-stream warm-up, and
     replayed with the batch copied into static buffers; a batch of another shape (an
     epoch's last, short batch) runs eagerly on the same parameters and optimizer. It
-    returns the loss tensor without synchronising the host.
+    returns the loss as a fresh tensor (a graph's own output is overwritten by the
+    next replay) without synchronising the host.
 
     >>> step = Step(model, nn.CrossEntropyLoss(), optimizer, config, device)  # doctest: +SKIP
     >>> for x, y in loader:
@@ -229,14 +230,18 @@ class Step:
         if self.scaler is not None:
             # The scaler's inf check reads a flag on the host; it stays outside the graph.
             self._optimizer_step()
-        return self.static_loss
+        # A copy: the static loss is overwritten by the next replay, and callers may keep losses.
+        return self.static_loss.clone()
 
     def _capture(self) -> None:
         start = time.perf_counter()
         self.graph = torch.cuda.CUDAGraph()
         self.optimizer.zero_grad(set_to_none=True)  # gradients are then allocated from the graph's pool
         assert self.static is not None
-        with torch.cuda.graph(self.graph):
+        # thread_local: DataLoader's pin-memory thread keeps calling CUDA while we capture; under the
+        # default ("global") mode its calls invalidate the capture ("operation failed due to a previous
+        # error during capture", seen on an H200 with pinned, multi-worker loaders).
+        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
             loss = self._forward_backward(*self.static)
             if self.scaler is None:
                 self.optimizer.step()

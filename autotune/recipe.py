@@ -8,6 +8,7 @@ everything and lists every problem at once.
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from pathlib import Path
@@ -71,13 +72,17 @@ class RecipeError(ValueError):
     """A tuned recipe file that cannot be used; the message lists every problem."""
 
 
+class RecipeWriteError(RecipeError, OSError):
+    """The tuned recipe could not be written (a folder we may not write, a full disk); the old file stands."""
+
+
 def _check_type(where: str, value: Any, types: tuple[type, ...], problems: list[str]) -> bool:
     if isinstance(value, bool) and bool not in types:
         ok = False
     else:
         ok = isinstance(value, types)
     if not ok:
-        names = "a number" if set(types) == set(_NUMBER) else " or ".join(t.__name__ for t in types)
+        names = "number" if set(types) == set(_NUMBER) else " or ".join(t.__name__ for t in types)
         problems.append(f"{where} must be {names}, but got {value!r}")
     return ok
 
@@ -185,7 +190,7 @@ def write_profile(path: Path, recipe: str, hardware: str, profile: dict[str, Any
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
-        raise RecipeError(_unwritable(path, exc)) from exc
+        raise RecipeWriteError(_unwritable(path, exc)) from exc
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
@@ -198,7 +203,7 @@ def write_profile(path: Path, recipe: str, hardware: str, profile: dict[str, Any
         except OSError:
             pass
         if isinstance(exc, OSError):
-            raise RecipeError(_unwritable(path, exc)) from exc
+            raise RecipeWriteError(_unwritable(path, exc)) from exc
         raise
     return data
 
@@ -212,13 +217,14 @@ def check_writable(path: Path) -> None:
         os.close(fd)
         os.unlink(tmp)
     except OSError as exc:
-        raise RecipeError(_unwritable(path, exc)) from exc
+        raise RecipeWriteError(_unwritable(path, exc)) from exc
 
 
 def _unwritable(path: Path, exc: OSError) -> str:
+    fix = f"make {path.parent} writable" if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) else "fix that"
     return (
         f"cannot write tuned recipe {path}: {exc.strerror or exc} ({exc.filename or path.parent}); "
-        f"the study keeps its trials: make {path.parent} writable and run the same command again."
+        f"the study keeps its trials: {fix} and run the same command again."
     )
 
 

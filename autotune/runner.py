@@ -7,6 +7,7 @@ seed for every config.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -42,6 +43,9 @@ class Runner:
     def __init__(self, workload: Workload, device: torch.device, root: Path | None = None, cpu_share: int | None = None) -> None:
         self.workload, self.device = workload, device
         self.root = root or data_root()
+        if device.type == "cuda":
+            torch.cuda.init()  # memory statistics raise "Invalid device argument" before CUDA is initialised
+            torch.cuda.set_device(device)
         self.cpu_share = cpu_share or 1
         self._dataset: Any = None
         self._device_dataset: Any = None
@@ -113,7 +117,7 @@ class Runner:
         loader, step, materialize_s = self.build(config, lr)
         build_s = time.perf_counter() - start
         sync = (lambda: torch.cuda.synchronize(self.device)) if cuda else (lambda: None)
-        with GpuSampler(self.device.index or 0) if cuda else _NoSampler() as gpu:
+        with GpuSampler(nvml_index(self.device.index or 0)) if cuda else _NoSampler() as gpu:
             m = measure(step, loader, windows, sync=sync, on_window=on_window)
         result = m.as_dict()
         result.update(
@@ -125,6 +129,14 @@ class Runner:
         )
         del loader, step
         return result
+
+
+def nvml_index(cuda_index: int) -> int:
+    """NVML counts every GPU on the host; CUDA counts those CUDA_VISIBLE_DEVICES lets it see."""
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if cuda_index < len(visible) and visible[cuda_index].isdigit():
+        return int(visible[cuda_index])
+    return cuda_index
 
 
 class _NoSampler:

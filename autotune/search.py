@@ -342,6 +342,12 @@ class Search:
             study.tell(trial, float(outcome.result["samples_per_s"]))
         else:
             study.tell(trial, state=TrialState.PRUNED if outcome.state == "pruned" else TrialState.FAIL)
+        if outcome.state == "failed" and trial.user_attrs.get("role") == "baseline":
+            # Nothing can be compared against a loop that does not run; stop before wasting the budget.
+            raise SearchError(
+                f"the workload's own settings ({config.describe()}) fail: {outcome.reason}. "
+                f"Fix the workload first; trial process logs are in {self.options.state_dir / 'logs'}."
+            )
 
     def _twin(self, study: optuna.Study, number: int, config: Config) -> optuna.trial.FrozenTrial | None:
         """An earlier trial of the same config: its outcome stands for this one, so no config is measured twice.

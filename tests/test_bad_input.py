@@ -94,7 +94,7 @@ def test_hand_edited_tuned_recipe_lists_every_problem(project: Path) -> None:
     problems = [
         "schema must be 1, but got 99 (a file from another autotune version?)",
         "unknown top-level key 'colour'; known: schema, recipe, profiles",
-        "profiles.'cpu'.samples_per_s must be a number, but got 'fast'",
+        "profiles.'cpu'.samples_per_s must be number, but got 'fast'",
         "profiles.'cpu'.speedup must be > 0, but got -1.0",
         "profiles.'cpu' has unknown key 'mystery'",
         "profiles.'cpu'.knobs.batch_size must be >= 1, but got 0",

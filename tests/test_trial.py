@@ -1,0 +1,73 @@
+"""Trials in real child processes: a result, and a one-line reason for each way a trial can fail."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autotune.config import Config
+from autotune.measure import Windows
+from autotune.trial import TrialPool
+
+QUICK = Windows(warmup_steps=1, window_s=0.01, min_windows=2, max_windows=3, boundaries=1)
+
+
+def _pool(project: Path, timeout_s: float = 60.0) -> TrialPool:
+    return TrialPool(project / "recipes" / "tiny.py", "cpu", 2, project / ".autotune" / "logs", timeout_s)
+
+
+def test_a_healthy_child_serves_several_trials(project: Path) -> None:
+    pool = _pool(project)
+    try:
+        first = pool.run(Config(batch_size=16), 0.05, QUICK)
+        second = pool.run(Config(batch_size=32, placement="device"), 0.1, QUICK)
+    finally:
+        pool.close()
+    assert (first.state, second.state) == ("complete", "complete")
+    assert first.result is not None and first.result["samples_per_s"] > 0
+    assert second.result is not None and second.result["materialize_s"] > 0
+    assert pool.children_started == 1
+
+
+def test_pruning_answer_stops_the_trial(project: Path) -> None:
+    pool = _pool(project)
+    try:
+        outcome = pool.run(Config(batch_size=16), 0.05, Windows(warmup_steps=1, window_s=0.01, min_windows=5, max_windows=8), on_window=lambda i, r: True)
+    finally:
+        pool.close()
+    assert outcome.state == "pruned" and len(outcome.windows) == 1
+
+
+@pytest.mark.parametrize(
+    "fail,config,reason",
+    [
+        ("oom", Config(batch_size=64), "oom"),
+        ("getitem", Config(batch_size=16), "error: ValueError: cannot read sample"),
+        ("kill_worker", Config(batch_size=16, num_workers=1, prefetch_factor=2), "worker died: DataLoader worker (pid"),
+    ],
+)
+def test_failures_end_the_trial_with_a_reason_and_replace_the_child(project: Path, monkeypatch: pytest.MonkeyPatch, fail: str, config: Config, reason: str) -> None:
+    monkeypatch.setenv("TINY_FAIL", fail)
+    pool = _pool(project)
+    try:
+        outcome = pool.run(config, 0.05, QUICK)
+        assert pool.child is None  # a failed child is not trusted with the next trial
+    finally:
+        pool.close()
+    assert outcome.state == "failed"
+    assert outcome.reason is not None and outcome.reason.startswith(reason)
+
+
+def test_a_hanging_step_times_out_and_the_next_trial_still_runs(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TINY_FAIL", "hang")  # forward never returns at batch >= 64
+    pool = _pool(project, timeout_s=4.0)
+    try:
+        hung = pool.run(Config(batch_size=64), 0.05, QUICK)
+        pool.timeout_s = 120.0  # the healthy trial must not race a short limit on a busy machine
+        after = pool.run(Config(batch_size=16), 0.05, QUICK)
+    finally:
+        pool.close()
+    assert (hung.state, hung.reason) == ("failed", "timeout: no result within 4 s")
+    assert after.state == "complete"
+    assert pool.children_started == 2
