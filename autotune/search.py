@@ -342,12 +342,6 @@ class Search:
             study.tell(trial, float(outcome.result["samples_per_s"]))
         else:
             study.tell(trial, state=TrialState.PRUNED if outcome.state == "pruned" else TrialState.FAIL)
-        if outcome.state == "failed" and trial.user_attrs.get("role") == "baseline":
-            # Nothing can be compared against a loop that does not run; stop before wasting the budget.
-            raise SearchError(
-                f"the workload's own settings ({config.describe()}) fail: {outcome.reason}. "
-                f"Fix the workload first; trial process logs are in {self.options.state_dir / 'logs'}."
-            )
 
     def _twin(self, study: optuna.Study, number: int, config: Config) -> optuna.trial.FrozenTrial | None:
         """An earlier trial of the same config: its outcome stands for this one, so no config is measured twice.
@@ -406,10 +400,22 @@ class Search:
         assert self.storage is not None
         budget = self.options.time_budget_s
         while budget is None or time.monotonic() - self.started < budget:
+            self._check_baseline(study)
             trial = sharing.take(study, self.storage)
             if trial is None:
-                return
+                break
             self.run_trial(study, trial, pool)
+        self._check_baseline(study)
+
+    def _check_baseline(self, study: optuna.Study) -> None:
+        """Stop every worker once the baseline failed: nothing can be compared against a loop that does not run."""
+        for t in sharing.counted(study.get_trials(deepcopy=False)):  # an interrupted baseline's retry stands for it
+            if t.state == TrialState.FAIL and t.user_attrs.get("role") == "baseline":
+                config = Config.from_dict(t.user_attrs["config"]) if "config" in t.user_attrs else self.baseline
+                raise SearchError(
+                    f"the workload's own settings ({config.describe()}) fail: {t.user_attrs.get('reason')}. "
+                    f"Fix the workload first; trial process logs are in {self.options.state_dir / 'logs'}."
+                )
 
     def settle(self, study: optuna.Study, pool: TrialPool) -> None:
         """Wait until no trial runs anywhere, taking tickets that appear late (a dead worker's, queued again)."""
