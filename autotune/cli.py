@@ -95,3 +95,54 @@ def show(recipe: str) -> None:
         click.echo(render(recipe_file.read(path), path))
     except (WorkloadError, recipe_file.RecipeError) as exc:
         _fail(str(exc))
+
+
+EPILOG_DIAGNOSE = """\b
+Examples:
+  autotune diagnose --recipe mnist_cnn
+  autotune diagnose --recipe mnist_cnn --profile      # the tuned profile for this machine
+  autotune diagnose --recipe ./my_workload.py --device 1
+"""
+
+
+@main.command(epilog=EPILOG_DIAGNOSE)
+@click.option("--recipe", required=True, help="A name in ./recipes, a path to a workload .py file, or a built-in name.")
+@click.option("--profile", is_flag=True, help="Diagnose the tuned profile for this machine instead of the workload's own settings.")
+@click.option("--device", "device_index", default=0, show_default=True, type=click.IntRange(min=0), help="CUDA device index.")
+def diagnose(recipe: str, profile: bool, device_index: int) -> None:
+    """Health check and bottleneck attribution of a workload's loop: why the GPU waits, in under a minute."""
+    from autotune.diagnosis import DiagnoseError, render
+    from autotune.diagnosis import diagnose as run_diagnose
+
+    try:
+        result = run_diagnose(recipe, profile=profile, device_index=device_index, echo=lambda line: click.echo(line, err=True))
+    except (WorkloadError, DiagnoseError, recipe_file.RecipeError) as exc:
+        _fail(str(exc))
+    click.echo(render(result))
+
+
+EPILOG_REPORT = """\b
+Examples:
+  autotune report --recipe mnist_cnn
+  autotune report --recipe mnist_cnn --out docs/
+  autotune report --recipe mnist_cnn --storage sqlite:///h200/.autotune/mnist_cnn.db --study mnist_cnn@nvidia-h200
+"""
+
+
+@main.command(epilog=EPILOG_REPORT)
+@click.option("--recipe", required=True, help="A recipe name or path, as given to `autotune search`.")
+@click.option("--storage", help="Optuna storage URL; default: the SQLite file `autotune search` writes in ./.autotune.")
+@click.option("--study", "study_name", help="Study name; default: the one study for this recipe in the storage.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Folder for the figures and the report file; default: next to the recipe (./recipes).")
+@click.option("--top", default=5, show_default=True, type=click.IntRange(min=1), help="Best configs to list beside the baseline.")
+def report(recipe: str, storage: str | None, study_name: str | None, out: Path | None, top: int) -> None:
+    """Sensitivity map, history, importances and failures of a study, as tables, PNGs and one report file."""
+    from autotune.reporting import ReportError, render
+    from autotune.reporting import report as run_report
+
+    try:
+        result = run_report(recipe, storage=storage, study=study_name, out=out, top=top,
+                            command=shlex.join(["autotune", *sys.argv[1:]]), echo=lambda line: click.echo(line, err=True))
+    except (WorkloadError, ReportError) as exc:
+        _fail(str(exc))
+    click.echo(render(result))

@@ -103,21 +103,31 @@ def _download_timeout(seconds: float = DOWNLOAD_TIMEOUT_S) -> Iterator[None]:
         socket.setdefaulttimeout(previous)
 
 
+def _real_or_synthetic(name: str, folder: Path, real: Callable[[], Any], write: Callable[[], Any], synthetic: Callable[[], Any]) -> Any:
+    """The real data set if it is on disk or can be downloaded, else synthetic files written in its layout."""
+    if (folder / SYNTHETIC_MARK).exists():
+        _say_once(name, folder, "synthetic files from an earlier run are in place")
+        return synthetic()
+    try:
+        with _download_timeout():
+            return real()
+    except (OSError, RuntimeError) as exc:
+        why = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        write()
+        _say_once(name, folder, why)
+        return synthetic()
+
+
 def mnist(root: str | Path, train: bool = True, transform: Callable | None = None) -> datasets.MNIST:
     """torchvision's MNIST, downloaded if possible, else synthetic in the same layout."""
     root = Path(root)
-    raw = root / "MNIST" / "raw"
-    if (raw / SYNTHETIC_MARK).exists():
-        _say_once("MNIST", raw, "synthetic files from an earlier run are in place")
-        return datasets.MNIST(root, train=train, transform=transform, download=False)
-    try:
-        with _download_timeout():
-            return datasets.MNIST(root, train=train, transform=transform, download=True)
-    except (OSError, RuntimeError) as exc:
-        why = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        write_synthetic_mnist(root)
-        _say_once("MNIST", raw, why)
-        return datasets.MNIST(root, train=train, transform=transform, download=False)
+    return _real_or_synthetic(
+        "MNIST",
+        root / "MNIST" / "raw",
+        lambda: datasets.MNIST(root, train=train, transform=transform, download=True),
+        lambda: write_synthetic_mnist(root),
+        lambda: datasets.MNIST(root, train=train, transform=transform, download=False),
+    )
 
 
 class _SyntheticCIFAR10(datasets.CIFAR10):
@@ -156,15 +166,10 @@ def write_synthetic_cifar10(root: Path, n_train: int = 50_000, n_test: int = 10_
 def cifar10(root: str | Path, train: bool = True, transform: Callable | None = None) -> datasets.CIFAR10:
     """torchvision's CIFAR10, downloaded if possible, else synthetic in the same layout."""
     root = Path(root)
-    folder = root / datasets.CIFAR10.base_folder
-    if (folder / SYNTHETIC_MARK).exists():
-        _say_once("CIFAR-10", folder, "synthetic files from an earlier run are in place")
-        return _SyntheticCIFAR10(root, train=train, transform=transform)
-    try:
-        with _download_timeout():
-            return datasets.CIFAR10(root, train=train, transform=transform, download=True)
-    except (OSError, RuntimeError) as exc:
-        why = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        write_synthetic_cifar10(root)
-        _say_once("CIFAR-10", folder, why)
-        return _SyntheticCIFAR10(root, train=train, transform=transform)
+    return _real_or_synthetic(
+        "CIFAR-10",
+        root / datasets.CIFAR10.base_folder,
+        lambda: datasets.CIFAR10(root, train=train, transform=transform, download=True),
+        lambda: write_synthetic_cifar10(root),
+        lambda: _SyntheticCIFAR10(root, train=train, transform=transform),
+    )

@@ -31,6 +31,7 @@ PROFILE_KEYS: dict[str, tuple[type, ...]] = {
     "command": (str,),
     "created": (str,),
     "samples_per_s": _NUMBER,
+    "steady_samples_per_s": _NUMBER,  # epoch boundaries excluded; samples_per_s includes them
     "baseline_samples_per_s": _NUMBER,
     "speedup": _NUMBER,
     "spread": _NUMBER,

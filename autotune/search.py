@@ -33,6 +33,7 @@ from optuna.trial import TrialState
 from autotune import recipe as recipe_file
 from autotune import sharing
 from autotune.config import Config, baseline_config, scaled_lr
+from autotune.failures import Finished, Hopeless, blocks, hopeless_values
 from autotune.measure import Windows
 from autotune.space import Machine, Space, SpaceError, build_space, detect_machine
 from autotune.trial import Outcome, TrialPool
@@ -76,7 +77,7 @@ class SearchOptions:
     rounds: int = 2  # fresh processes each finalist is measured in
     device_index: int = 0
     cpu_share: int | None = None
-    seed: int = 0  # the sampler's, mixed with the process id so workers of one study differ
+    seed: int = 0  # the sampler's; with a --storage, mixed with the process id so workers of one study differ
     write_recipe: bool = True  # False: a worker under `--gpus` only runs trials; its parent writes
     command: str = "autotune search"
     state_dir: Path = Path(".autotune")  # the default SQLite study and trial-process logs
@@ -235,6 +236,8 @@ class Search:
         self.storage: optuna.storages.RDBStorage | None = None
         self.study: optuna.Study | None = None
         self.round_devices: list[str] = []  # under `--gpus`: a device per finalist round, side by side
+        self.hopeless: list[Hopeless] = []
+        self.base_sampler: optuna.samplers.BaseSampler | None = None
 
     def lr(self, config: Config) -> float:
         d = self.workload.defaults
@@ -248,11 +251,14 @@ class Search:
         if self.options.storage is None:
             self.options.state_dir.mkdir(parents=True, exist_ok=True)
         storage = open_storage(self.storage_url)
+        seed = self.options.seed
+        if self.options.storage is not None:
+            # A storage others may share: workers of one study must not draw the same random configs.
+            seed = (seed * 1_000_003 + os.getpid()) % 2**31
         sampler = optuna.samplers.TPESampler(
-            # Mixed with the process id: workers of one study must not draw the same random configs.
-            seed=(self.options.seed * 1_000_003 + os.getpid()) % 2**31,
-            n_startup_trials=10, multivariate=True, group=True, constant_liar=True,
+            seed=seed, n_startup_trials=10, multivariate=True, group=True, constant_liar=True,
         )
+        self.base_sampler = sampler
         try:
             study = optuna.create_study(
                 storage=storage, study_name=self.study_name, direction="maximize",
@@ -315,9 +321,12 @@ class Search:
                 trial.set_user_attr("config", config.as_dict())
                 trial.set_user_attr("lr", lr)
                 twin = self._twin(study, trial.number, config)
-                if twin is not None:
+                blocked = blocks(config.as_dict(), self.hopeless)
+                if twin is not None:  # the sampler proposed a config already measured: reuse its outcome
                     outcome = _outcome_of(twin)
-                    trial.set_user_attr("twin_of", twin.number)
+                    trial.set_user_attr("duplicate_of", twin.number)
+                elif blocked is not None:  # known not to work: record it, spend no time on it
+                    outcome = Outcome("failed", reason=f"skipped: {blocked.short()}")
                 else:
                     def on_window(i: int, rate: float) -> bool:
                         trial.report(rate, i)
@@ -382,7 +391,7 @@ class Search:
             assert outcome.result is not None
             rate = outcome.result["samples_per_s"]
             best = max([rate] + [t.value for t in trials if t.state == TrialState.COMPLETE and t.value])
-            what = f"{_fmt_rate(rate):>14} ±{outcome.result['spread']:.1%}"
+            what = f"{_fmt_rate(rate):>14} ±{outcome.result['spread']:.1%}" if twin is None else f"{_fmt_rate(rate):>14} = trial {twin.number}"
             tail = f"best {_fmt_rate(best)}"
         elif outcome.state == "pruned":
             rates = outcome.windows
@@ -391,9 +400,31 @@ class Search:
         else:
             reason = outcome.reason or "unknown"
             what, tail = f"failed: {reason if len(reason) <= 110 else reason[:107] + '...'}", ""
-        if twin is not None:
-            tail = f"(same config as trial {twin.number}; not measured again)"
+        if twin is not None and outcome.state != "complete":
+            tail = f"(as trial {twin.number}, the same config; not measured again)"
         self.echo(f"{head}  trial {number:<3} {what:<28} {config.describe():<58} {tail}".rstrip())
+
+    def learn_failures(self, study: optuna.Study, _trial: optuna.trial.FrozenTrial | None = None) -> None:
+        """After each trial: find values that cannot work, say so once, and stop sampling them."""
+        finished = [
+            Finished(t.number, t.user_attrs.get("config", {}), t.state in (TrialState.COMPLETE, TrialState.PRUNED), t.user_attrs.get("reason"))
+            for t in study.get_trials(deepcopy=False)
+            if t.state.is_finished() and "duplicate_of" not in t.user_attrs  # a duplicate's failure is its original's
+        ]
+        found = hopeless_values(finished)
+        known = {(h.knob, repr(h.value)) for h in self.hopeless}
+        for h in found:
+            if (h.knob, repr(h.value)) not in known:
+                self.echo(f"  not trying again: {h.describe()}")
+        self.hopeless = found
+        fixed: dict[str, Any] = {}
+        for knob in {h.knob for h in found}:
+            domain = self.space.domains[knob]
+            left = [v for v in domain if blocks({knob: v}, found) is None]
+            if len(domain) > 1 and len(left) == 1:
+                fixed[knob] = left[0]  # the sampler stops proposing the value at all
+        if fixed and self.base_sampler is not None:
+            study.sampler = optuna.samplers.PartialFixedSampler(fixed, self.base_sampler)
 
     def run_study(self, study: optuna.Study, pool: TrialPool) -> None:
         """Take the study's tickets one by one until none is left or the time budget is spent."""
@@ -401,6 +432,7 @@ class Search:
         budget = self.options.time_budget_s
         while budget is None or time.monotonic() - self.started < budget:
             self._check_baseline(study)
+            self.learn_failures(study)  # every worker's failures teach every worker
             trial = sharing.take(study, self.storage)
             if trial is None:
                 break
@@ -510,6 +542,7 @@ class Search:
             "command": self.options.command,
             "created": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
             "samples_per_s": round(rate, 1),
+            "steady_samples_per_s": round(med(winner, "steady_samples_per_s"), 1),
             "baseline_samples_per_s": round(base, 1),
             "speedup": round(rate / base, 2),
             "spread": round(noise(winner), 4),

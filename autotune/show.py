@@ -9,6 +9,7 @@ from autotune.space import KNOBS
 
 _ROWS: tuple[tuple[str, str], ...] = (
     ("samples_per_s", "samples/s"),
+    ("steady_samples_per_s", "steady samples/s"),
     ("baseline_samples_per_s", "baseline samples/s"),
     ("speedup", "speed-up"),
     ("spread", "noise"),
@@ -26,7 +27,7 @@ def _cell(key: str, value: Any) -> str:
         return "-"
     if isinstance(value, bool):
         return "on" if value else "off"
-    if key in ("samples_per_s", "baseline_samples_per_s"):
+    if key in ("samples_per_s", "steady_samples_per_s", "baseline_samples_per_s"):
         return f"{value:,.0f}"
     if key == "speedup":
         return f"{value:.2f}x"

@@ -53,7 +53,7 @@ def check_study(study: optuna.Study, trials: int) -> list[optuna.trial.FrozenTri
     assert len(all_trials) == trials, "none lost, none surplus"
     seeds = [json.dumps(t.user_attrs["config"], sort_keys=True) for t in all_trials if t.user_attrs.get("role") in ("seed", "baseline")]
     assert len(seeds) >= 4 and len(set(seeds)) == len(seeds), "each seed config queued and measured once"
-    measured = [json.dumps(t.user_attrs["config"], sort_keys=True) for t in all_trials if "twin_of" not in t.user_attrs]
+    measured = [json.dumps(t.user_attrs["config"], sort_keys=True) for t in all_trials if "duplicate_of" not in t.user_attrs]
     assert len(set(measured)) == len(measured), "a config already measured is not measured again"
     assert study.user_attrs["writer"]["state"] == "done"
     return all_trials

@@ -1,0 +1,81 @@
+"""Knob values that cannot work on this workload, found from the trials that failed.
+
+The seed's model calls ``out.view(out.size(0), 400)``, which no channels_last
+tensor satisfies: every trial with channels_last on fails with the same error.
+Once a value has failed with a code error (not an OOM, a timeout or a crash,
+which depend on the rest of the config) in every trial that used it, and often
+enough, the search stops spending trials on it. Blame goes to the value that
+explains the most failures first, so a value that only ever appeared beside a
+broken one is not blamed with it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+MIN_FAILURES = 2  # one failure could be the rest of the config; two with the value always present is a pattern
+
+
+@dataclasses.dataclass(frozen=True)
+class Finished:
+    """What this module needs of a finished trial."""
+
+    number: int
+    config: Mapping[str, Any]
+    ran: bool  # complete or pruned: the config trained
+    reason: str | None  # the failure reason, if it failed
+
+
+@dataclasses.dataclass(frozen=True)
+class Hopeless:
+    knob: str
+    value: Any
+    trials: tuple[int, ...]  # the failed trials this value explains
+    reason: str  # the error they share (the first one's)
+
+    def short(self) -> str:
+        shown = {True: "on", False: "off"}[self.value] if isinstance(self.value, bool) else self.value
+        return f"{self.knob}={shown} failed in every trial that used it ({', '.join(map(str, self.trials))})"
+
+    def describe(self) -> str:
+        return f"{self.short()}: {self.reason}"
+
+
+def hopeless_values(trials: Iterable[Finished], min_failures: int = MIN_FAILURES) -> list[Hopeless]:
+    """The knob values to stop trying, most explanatory first."""
+    trials = list(trials)
+    ran_pairs = {(k, _key(v)) for t in trials if t.ran for k, v in t.config.items()}
+    failed = [t for t in trials if not t.ran and (t.reason or "").startswith("error:")]
+    found: list[Hopeless] = []
+    uncovered = {t.number: t for t in failed}
+    while uncovered:
+        counts: dict[tuple[str, Any], list[Finished]] = {}
+        for t in uncovered.values():
+            for k, v in t.config.items():
+                if (k, _key(v)) not in ran_pairs:
+                    counts.setdefault((k, _key(v)), []).append(t)
+        if not counts:
+            break
+        (knob, key), blamed = max(counts.items(), key=lambda item: (len(item[1]), item[0][0]))
+        if len(blamed) < min_failures:
+            break
+        value = blamed[0].config[knob]
+        found.append(Hopeless(knob, value, tuple(sorted(t.number for t in blamed)), blamed[0].reason or ""))
+        for t in blamed:
+            uncovered.pop(t.number)
+    return found
+
+
+def _key(value: Any) -> Any:
+    # bool is an int to Python: keep True and 1 apart.
+    return (type(value).__name__, value)
+
+
+def blocks(config: Mapping[str, Any], hopeless: Iterable[Hopeless]) -> Hopeless | None:
+    """The hopeless value this config uses, if any."""
+    for h in hopeless:
+        if h.knob in config and _key(config[h.knob]) == _key(h.value):
+            return h
+    return None

@@ -1,0 +1,93 @@
+"""The search around the trials: seeds, failures learnt, finalists, the profile; the expensive trial is faked."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+import importlib
+from autotune import recipe as recipe_file
+from autotune.config import Config
+from autotune.search import SearchOptions, search
+from autotune.trial import Outcome
+
+# `autotune.search` the attribute is the public function; the module is reached through importlib.
+search_module = importlib.import_module("autotune.search")
+
+
+class FakePool:
+    """Trials without processes: a config's speed is a known function of its knobs; channels_last breaks the model."""
+
+    runs: list[Config] = []
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    @staticmethod
+    def rate(config: Config) -> float:
+        return config.batch_size * 100.0 + (5000.0 if config.placement == "device" else config.num_workers * 10.0)
+
+    def run(self, config: Config, lr: float, windows: object = None, on_window: object = None, fresh: bool = False) -> Outcome:
+        FakePool.runs.append(config)
+        if config.channels_last:
+            return Outcome("failed", reason="error: RuntimeError: view size is not compatible with input tensor's size and stride")
+        rate = self.rate(config)
+        result = dict(samples_per_s=rate, steady_samples_per_s=rate, spread=0.01, step_s=config.batch_size / rate,
+                      epoch_s=512 / rate, setup_s=0.5, materialize_s=0.0, stopped_early=False)
+        return Outcome("complete", result=result, windows=(rate,))
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def fake_pool(monkeypatch: pytest.MonkeyPatch) -> type[FakePool]:
+    FakePool.runs = []
+    monkeypatch.setattr(search_module, "TrialPool", FakePool)
+    return FakePool
+
+
+def test_search_learns_a_broken_value_and_writes_the_fastest_config(project: Path, fake_pool: type[FakePool]) -> None:
+    lines: list[str] = []
+    result = search("tiny", SearchOptions(trials=20, seed=3), echo=lines.append)
+    ran = [c for c in fake_pool.runs]
+    warned = [i for i, line in enumerate(lines) if line.startswith("  not trying again: channels_last=on failed in every trial that used it")]
+    assert len(warned) == 1
+    trial_lines = [line for line in lines if line.startswith("[")]
+    assert len(trial_lines) == 20
+    # After the warning, no trial measures channels_last again.
+    first_after = sum(1 for line in lines[: warned[0]] if line.startswith("["))
+    assert not any(c.channels_last for c in ran[first_after:20])
+
+    profile = result.profile
+    knobs = profile["knobs"]
+    assert knobs["channels_last"] is False
+    best = max((FakePool.rate(c) for c in ran if not c.channels_last))
+    assert profile["samples_per_s"] == best
+    assert profile["baseline_samples_per_s"] == FakePool.rate(Config(batch_size=16))
+    assert profile["speedup"] == round(best / FakePool.rate(Config(batch_size=16)), 2)
+    assert profile["trials_complete"] + profile["trials_failed"] + profile["trials_pruned"] == 20
+    assert recipe_file.read(project / "recipes" / "tiny.tuned.toml")["profiles"]["cpu"] == profile
+
+
+def test_seeds_come_first_and_the_baseline_is_trial_0(project: Path, fake_pool: type[FakePool]) -> None:
+    search("tiny", SearchOptions(trials=3), echo=lambda line: None)
+    assert fake_pool.runs[0] == Config(batch_size=16)  # the workload's own settings
+    assert fake_pool.runs[1].batch_size == 128 and fake_pool.runs[1].persistent_workers  # the second seed's advice
+
+
+def test_a_failing_baseline_stops_the_search(project: Path, fake_pool: type[FakePool], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(FakePool, "rate", staticmethod(lambda config: 1.0))
+    original = FakePool.run
+
+    def run(self: FakePool, config: Config, *args: object, **kwargs: object) -> Outcome:
+        if config == Config(batch_size=16):
+            return Outcome("failed", reason="error: ValueError: bad data")
+        return original(self, config, *args, **kwargs)
+
+    monkeypatch.setattr(FakePool, "run", run)
+    with pytest.raises(search_module.SearchError, match=r"the workload's own settings \(bs=16 workers=0\) fail: error: ValueError: bad data\."):
+        search("tiny", SearchOptions(trials=5), echo=lambda line: None)
+    assert not (project / "recipes" / "tiny.tuned.toml").exists()

@@ -1,0 +1,68 @@
+"""Resolving --recipe and loading a workload: names, paths, built-ins, and the errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autotune.workload import BUILTIN_DIR, WorkloadError, load, resolve
+
+
+def test_name_in_local_recipes(project: Path) -> None:
+    ref = resolve("tiny")
+    assert (ref.workload_path, ref.tuned_path, ref.builtin) == (project / "recipes" / "tiny.py", project / "recipes" / "tiny.tuned.toml", False)
+
+
+def test_builtin_from_any_directory_tunes_into_local_recipes(project: Path) -> None:
+    ref = resolve("mnist_cnn")
+    assert ref.builtin and ref.workload_path == BUILTIN_DIR / "mnist_cnn.py"
+    assert ref.tuned_path == project / "recipes" / "mnist_cnn.tuned.toml"
+
+
+def test_path_to_a_py_file(project: Path) -> None:
+    (project / "elsewhere").mkdir()
+    (project / "recipes" / "tiny.py").rename(project / "elsewhere" / "mine.py")
+    ref = resolve("elsewhere/mine.py")
+    assert ref.name == "mine" and ref.tuned_path == project / "elsewhere" / "mine.tuned.toml"
+
+
+def test_builtins_load_and_declare_their_defaults() -> None:
+    mnist = load(resolve("mnist_cnn"))
+    assert mnist.defaults == {"batch_size": 128, "lr": 1e-2, "epochs": 10, "shuffle": False, "pin_memory": True}
+    assert mnist.default("num_workers") == 0 and mnist.deterministic_transform is True
+    cifar = load(resolve("cifar10_resnet18"))
+    assert cifar.device_augment is not None and cifar.defaults["shuffle"] is True
+
+
+@pytest.mark.parametrize(
+    "recipe,message",
+    [
+        ("nosuch", "unknown recipe 'nosuch': not ./recipes/nosuch.py, not a path, not a built-in. Known recipes: cifar10_resnet18, mnist_cnn, tiny."),
+        ("recipes/tiny.txt", "a recipe path must name a `.py` file, but got 'recipes/tiny.txt'."),
+        ("missing/file.py", "recipe file 'missing/file.py' does not exist."),
+    ],
+)
+def test_bad_recipe_names(project: Path, recipe: str, message: str) -> None:
+    with pytest.raises(WorkloadError, match=__import__("re").escape(message)):
+        resolve(recipe)
+
+
+def test_import_error_names_file_and_line(project: Path) -> None:
+    path = project / "recipes" / "broken.py"
+    path.write_text("import torch\n\nDEFAULTS = dict(batch_size=8, lr=0.1, epochs=1)\nraise ImportError('no module named fancy')\n")
+    with pytest.raises(WorkloadError, match=rf"workload {path}, line 4 failed to import: ImportError: no module named fancy"):
+        load(resolve("broken"))
+
+
+def test_every_contract_problem_is_listed(project: Path) -> None:
+    path = project / "recipes" / "sloppy.py"
+    path.write_text("DEFAULTS = dict(batchsize=8, lr='fast', epochs=0)\ndef build_model():\n    pass\n")
+    with pytest.raises(WorkloadError) as info:
+        load(resolve("sloppy"))
+    text = str(info.value)
+    assert text.startswith(f"workload {path} has 7 problem(s):")
+    for line in ("DEFAULTS lacks 'batch_size'", "DEFAULTS has unknown key 'batchsize'", "DEFAULTS['lr'] must be a number, but got 'fast'",
+                 "DEFAULTS['epochs'] must be >= 1, but got 0", "missing function build_dataset()", "missing function build_loss()",
+                 "missing function build_optimizer()"):
+        assert line in text
