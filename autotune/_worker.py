@@ -20,6 +20,7 @@ def _stop(signum: int, frame: object) -> None:
 
 def main() -> int:
     signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C stops it even if started with SIGINT ignored
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except OSError:

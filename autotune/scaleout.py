@@ -105,8 +105,9 @@ class Worker:
             self.echo(f"{self.label} | {raw.decode(errors='replace').rstrip()}")
 
     def stop(self) -> None:
+        # SIGTERM, not SIGINT: a worker started from a background job inherits SIGINT ignored.
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
+            self.proc.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
         if self.proc.poll() is None:

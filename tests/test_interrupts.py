@@ -35,6 +35,8 @@ class Search:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "autotune", *COMMAND], cwd=project, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True, env=dict(os.environ, PYTHONPATH=str(REPO), **env),
+            # As from a terminal: a runner that starts the tests in the background may pass SIGINT on ignored.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         self.reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout or []), daemon=True)
         self.reader.start()

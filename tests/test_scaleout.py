@@ -16,7 +16,7 @@ from optuna.trial import TrialState
 from autotune import recipe as recipe_file
 from autotune import sharing
 from autotune.scaleout import ScaleoutError, cpu_share, parse_gpus, search_parallel
-from autotune.search import SearchError, SearchOptions, open_storage
+from autotune.search import SearchError, SearchOptions, open_storage, slug
 
 REPO = Path(__file__).parents[1]
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
@@ -124,3 +124,24 @@ def test_a_worker_with_fewer_cores_than_the_study_share_is_refused(project: Path
 
     with pytest.raises(SearchError, match=r"study 'shared' gives each worker 64 CPU cores, but this worker has 1; "):
         Search("tiny", SearchOptions(storage=url, study="shared", cpu_share=1), echo=lambda _: None).open_study()
+
+
+@pytest.mark.gpu
+def test_gpus_0_1_on_two_gpus(project: Path) -> None:
+    """The real thing on a host with two GPUs: `--gpus 0,1` from the command line, one study, one recipe."""
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip(f"needs two CUDA GPUs; this machine has {torch.cuda.device_count()}")
+    command = [sys.executable, "-m", "autotune", "search", "--recipe", "tiny", "--gpus", "0,1", "--trials", "10",
+               "--trial-timeout", "60", "--finalists", "2", "--rounds", "2"]
+    done = subprocess.run(command, cwd=project, capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "this process is gpu0 and writes the recipe once no trial runs" in done.stdout
+    assert "\ngpu1 | [" in done.stdout, done.stdout
+    hardware = torch.cuda.get_device_name(0)
+    study = optuna.load_study(study_name=f"tiny@{slug(hardware)}", storage=f"sqlite:///{project}/.autotune/tiny.db")
+    trials = check_study(study, 10)
+    assert len({t.user_attrs["worker"] for t in trials}) == 2, "both GPUs took tickets"
+    profile = recipe_file.read(project / "recipes" / "tiny.tuned.toml")["profiles"][hardware]
+    assert profile["cpu_share"] == max(1, len(os.sched_getaffinity(0)) // 2)
