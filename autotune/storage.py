@@ -8,7 +8,9 @@ several hosts need a database server.
 
 from __future__ import annotations
 
+import random
 import re
+import time
 from typing import Any
 
 import optuna
@@ -17,6 +19,7 @@ from autotune import sharing
 
 SQLITE_BUSY_TIMEOUT_S = 60  # workers on one host wait this long for the SQLite file's lock
 CONNECT_TIMEOUT_S = 10  # an unreachable database server fails after this long, not TCP's minutes
+SCHEMA_ATTEMPTS = 5  # workers starting together on a new database: all but one lose the race to create its tables
 
 
 def open_storage(url: str) -> optuna.storages.RDBStorage:
@@ -34,13 +37,7 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
     elif url.startswith("postgresql"):
         engine_kwargs["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT_S}
     try:
-        storage = optuna.storages.RDBStorage(
-            url,
-            heartbeat_interval=interval,
-            grace_period=grace,
-            heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=2),
-            engine_kwargs=engine_kwargs,
-        )
+        storage = _create(url, interval, grace, engine_kwargs)
     except ImportError as exc:
         raise sharing.SharingError(
             f"cannot open study storage {_redact(given)}: its database driver is not installed; "
@@ -52,6 +49,28 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
     if url.startswith("sqlite"):
         _serialise_sqlite(storage)
     return storage
+
+
+def _create(url: str, interval: int, grace: int, engine_kwargs: dict[str, Any]) -> optuna.storages.RDBStorage:
+    """The storage; workers that create a new database's tables at the same moment collide once, then find them."""
+    import sqlalchemy.exc
+
+    for attempt in range(SCHEMA_ATTEMPTS):
+        try:
+            return optuna.storages.RDBStorage(
+                url,
+                heartbeat_interval=interval,
+                grace_period=grace,
+                heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=2),
+                engine_kwargs=engine_kwargs,
+            )
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError, sqlalchemy.exc.OperationalError) as exc:
+            text = str(exc).lower()
+            racing = isinstance(exc, sqlalchemy.exc.IntegrityError) or "already exists" in text or "locked" in text
+            if not racing or attempt == SCHEMA_ATTEMPTS - 1:
+                raise
+            time.sleep(random.uniform(0.2, 1.0))
+    raise AssertionError("unreachable")
 
 
 def _with_driver(url: str) -> str:

@@ -189,3 +189,45 @@ def test_heartbeat_settings_are_checked(beat: str, grace: str, message: str, mon
     with pytest.raises(sharing.SharingError) as info:
         sharing.heartbeat_settings()
     assert str(info.value) == message
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def fresh_storage_url(request: pytest.FixtureRequest, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A URL whose database has no tables yet."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/fresh.db"
+        return
+    url = request.getfixturevalue("postgres_url")
+    import psycopg
+
+    base, _, _ = url.rpartition("/")
+    name = f"autotune_fresh_{uuid.uuid4().hex[:8]}"
+    admin = url.replace("postgresql+psycopg://", "postgresql://", 1)
+    try:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {name}")
+    except psycopg.Error as exc:
+        pytest.skip(f"cannot create a database on the test server: {exc}")
+    yield f"{base}/{name}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def test_workers_starting_together_on_a_new_database(fresh_storage_url: str) -> None:
+    """Each creates the tables if they are missing; all but one collide, and retry."""
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(4)
+
+    def start() -> None:
+        barrier.wait()
+        try:
+            open_storage(fresh_storage_url)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert errors == []
