@@ -56,7 +56,7 @@ def wait_mid_trial(project: Path, search: Search, timeout_s: float = 90) -> None
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         assert search.proc.poll() is None, search.output()
-        if (project / ".autotune" / "tiny.db").exists():
+        if any("trial 0 " in line for line in search.lines):  # the study exists; reading it now races nothing
             try:
                 trials = load(project).get_trials()
             except Exception:  # the study is being created
