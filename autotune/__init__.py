@@ -14,6 +14,7 @@ from autotune.config import Config
 from autotune.diagnosis import Diagnosis, diagnose
 from autotune.loop import DeviceLoader, Step
 from autotune.reporting import StudyReport, report
+from autotune.scaleout import search_parallel
 from autotune.search import SearchOptions, search
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "load_tuned",
     "report",
     "search",
+    "search_parallel",
     "tuned_loader",
     "tuned_step",
 ]

@@ -49,7 +49,11 @@ def main() -> None:
     try:
         path = Path(recipe_path)
         workload = load(RecipeRef(path.stem, path, path.with_suffix(".tuned.toml"), False))
-        runner = Runner(workload, torch.device(device_name), cpu_share=cpu_share)
+        device = torch.device(device_name)
+        if device.type == "cuda":
+            # Streams and graph capture follow the current device; with --device 1 it must be that one.
+            torch.cuda.set_device(device)
+        runner = Runner(workload, device, cpu_share=cpu_share)
         runner.dataset  # noqa: B018  (build it now, outside any trial's clock)
     except BaseException as exc:  # noqa: BLE001  (anything that stops start-up is the reason)
         traceback.print_exc()

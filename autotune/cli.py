@@ -18,6 +18,7 @@ Examples:
   autotune search --recipe mnist_cnn
   autotune search --recipe mnist_cnn --trials 8 --time-budget 300
   autotune search --recipe mnist_cnn --fix batch_size=128 --fix num_workers=0..4
+  autotune search --recipe mnist_cnn --gpus 0,1
   autotune search --recipe mnist_cnn --lr-scaling sqrt --no-parity-check
   autotune search --recipe ./my_workload.py --storage postgresql://user@db/autotune --study mine
 """
@@ -43,11 +44,18 @@ def main() -> None:
 @click.option("--lr-scaling", default="linear", show_default=True, type=click.Choice(LR_RULES), help="How the learning rate follows a new batch size.")
 @click.option("--no-parity-check", "no_parity_check", is_flag=True, help="Let a config win without checking that it trains like the baseline.")
 @click.option("--device", "device_index", default=0, show_default=True, type=click.IntRange(min=0), help="CUDA device index.")
+@click.option("--gpus", help="One worker per GPU on this host, one study: `all` or indices such as 0,1. "
+              "Each worker gets cores/workers CPU cores. Workers on several hosts: run the same command on each with a PostgreSQL --storage.")
+@click.option("--finalists", default=3, show_default=True, type=click.IntRange(min=1), help="Best configs measured again against the baseline.")
+@click.option("--rounds", default=2, show_default=True, type=click.IntRange(min=1), help="Fresh processes each finalist is measured in.")
 def search(recipe: str, trials: int, time_budget: float | None, fixes: tuple[str, ...], storage: str | None,
-           study_name: str | None, trial_timeout: float, lr_scaling: str, no_parity_check: bool, device_index: int) -> None:
+           study_name: str | None, trial_timeout: float, lr_scaling: str, no_parity_check: bool, device_index: int, gpus: str | None,
+           finalists: int, rounds: int) -> None:
     """Tune a workload's loader and loop knobs; write recipes/NAME.tuned.toml."""
+    from autotune.scaleout import ScaleoutError, parse_gpus, search_parallel
     from autotune.search import SearchError, SearchOptions
     from autotune.search import search as run_search
+    from autotune.sharing import SharingError
 
     parsed: dict = {}
     try:
@@ -59,11 +67,17 @@ def search(recipe: str, trials: int, time_budget: float | None, fixes: tuple[str
     options = SearchOptions(
         trials=trials, time_budget_s=time_budget, fixes=parsed, storage=storage, study=study_name,
         trial_timeout_s=trial_timeout, lr_rule=lr_scaling, parity_check=not no_parity_check, device_index=device_index,
-        command=shlex.join(["autotune", *sys.argv[1:]]),
+        finalists=finalists, rounds=rounds, command=shlex.join(["autotune", *sys.argv[1:]]),
     )
     try:
-        run_search(recipe, options, echo=click.echo)
-    except (WorkloadError, SpaceError, SearchError, recipe_file.RecipeError) as exc:
+        if gpus is not None:
+            import torch
+
+            devices = parse_gpus(gpus, torch.cuda.device_count())
+            search_parallel(recipe, options, devices, echo=click.echo)
+        else:
+            run_search(recipe, options, echo=click.echo)
+    except (WorkloadError, SpaceError, SearchError, SharingError, ScaleoutError, recipe_file.RecipeError) as exc:
         _fail(str(exc))
     except KeyboardInterrupt:
         click.echo("interrupted: finished trials are kept in the study; run the same command to resume. No recipe was written.", err=True)

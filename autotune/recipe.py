@@ -8,6 +8,7 @@ everything and lists every problem at once.
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from pathlib import Path
@@ -71,6 +72,10 @@ KNOB_TYPES: dict[str, tuple[type, ...]] = {
 
 class RecipeError(ValueError):
     """A tuned recipe file that cannot be used; the message lists every problem."""
+
+
+class RecipeWriteError(RecipeError, OSError):
+    """The tuned recipe could not be written (a folder we may not write, a full disk); the old file stands."""
 
 
 def _check_type(where: str, value: Any, types: tuple[type, ...], problems: list[str]) -> bool:
@@ -185,21 +190,46 @@ def write_profile(path: Path, recipe: str, hardware: str, profile: dict[str, Any
         f"# Each profile says which command made it; `autotune show --recipe {recipe}` prints it.\n"
     )
     text = header + tomli_w.dumps(data)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise RecipeWriteError(_unwritable(path, exc)) from exc
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(exc, OSError):
+            raise RecipeWriteError(_unwritable(path, exc)) from exc
         raise
     return data
+
+
+def check_writable(path: Path) -> None:
+    """Fail before a search, not after it, when the tuned recipe's folder cannot take the file."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".check", dir=path.parent)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise RecipeWriteError(_unwritable(path, exc)) from exc
+
+
+def _unwritable(path: Path, exc: OSError) -> str:
+    fix = f"make {path.parent} writable" if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) else "fix that"
+    return (
+        f"cannot write tuned recipe {path}: {exc.strerror or exc} ({exc.filename or path.parent}); "
+        f"the study keeps its trials: {fix} and run the same command again."
+    )
 
 
 def match(data: dict[str, Any], hardware: str) -> dict[str, Any] | None:

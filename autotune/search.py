@@ -4,19 +4,26 @@ Only this module (with ``space``) knows about Optuna. A study lives in an
 embedded SQLite file by default, or any Optuna storage URL; running the same
 command again resumes it. Heartbeats mark the trials of a search that was killed
 as failed, and re-queue their configs, so nothing is lost and nothing waits.
+Several workers may share one study (``autotune.sharing`` says how); one of
+them measures the finalists and writes the recipe.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import dataclasses
 import datetime
 import logging
+import os
 import re
+import signal
 import statistics
 import sys
 import time
+import traceback
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,25 +32,22 @@ from optuna.trial import TrialState
 
 from autotune import parity
 from autotune import recipe as recipe_file
+from autotune import sharing
+from autotune import storage as storage_module
+from autotune.storage import _redact
 from autotune.config import Config, baseline_config, scaled_lr
 from autotune.failures import Finished, Hopeless, blocks, hopeless_values
 from autotune.measure import Windows
-from autotune.space import Machine, Space, build_space, detect_machine
+from autotune.space import Machine, Space, SpaceError, build_space, detect_machine
 from autotune.trial import Outcome, TrialPool
-from autotune.workload import Workload, load, resolve
+from autotune.workload import Workload, WorkloadError, load, resolve
 
-HEARTBEAT_S = 5  # a live search touches its running trial this often
-GRACE_S = 20  # a running trial not touched for this long belongs to a dead search
 PARITY_TIMEOUT_FACTOR = 4  # a parity run trains about an epoch; a trial times a few seconds of it
 PARITY_EXTRA_RUNS = 6  # configs beyond the finalists the parity check may run when every finalist fails it
 
 
 class SearchError(RuntimeError):
     """A search that cannot start or finish; the message says why and what to do."""
-
-
-class TrialFailed(Exception):
-    """Raised inside the objective so Optuna records the trial as FAIL; carries the reason."""
 
 
 class ClearlyWorsePruner(optuna.pruners.BasePruner):
@@ -73,11 +77,12 @@ class SearchOptions:
     trial_timeout_s: float = 90.0
     lr_rule: str = "linear"
     finalists: int = 3  # best configs measured again against the baseline
-    parity_check: bool = True  # a finalist must train like the baseline (autotune.parity)
+    parity_check: bool = True  # the winner must train like the baseline (autotune.parity)
     rounds: int = 2  # fresh processes each finalist is measured in
     device_index: int = 0
     cpu_share: int | None = None
-    seed: int = 0
+    seed: int = 0  # the sampler's; with a --storage, mixed with the process id so workers of one study differ
+    write_recipe: bool = True  # False: a worker under `--gpus` only runs trials; its parent writes
     command: str = "autotune search"
     state_dir: Path = Path(".autotune")  # the default SQLite study and trial-process logs
 
@@ -99,23 +104,12 @@ def default_study_name(recipe: str, hardware: str, fixes: dict[str, tuple[Any, .
     return f"{recipe}@{slug(hardware)}{fixed}"
 
 
-def open_storage(url: str) -> optuna.storages.BaseStorage:
-    """An RDB storage with heartbeats, or a clear error for a URL that cannot be used."""
+def open_storage(url: str) -> optuna.storages.RDBStorage:
+    """An RDB storage with heartbeats (``autotune.storage``), or a SearchError that says why not."""
     try:
-        return optuna.storages.RDBStorage(
-            url,
-            heartbeat_interval=HEARTBEAT_S,
-            grace_period=GRACE_S,
-            heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=2),
-            engine_kwargs={"pool_pre_ping": True},
-        )
-    except Exception as exc:  # sqlalchemy raises many kinds; the user needs one line
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SearchError(f"cannot open study storage {_redact(url)}: {first}") from exc
-
-
-def _redact(url: str) -> str:
-    return re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", url)
+        return storage_module.open_storage(url)
+    except sharing.SharingError as exc:
+        raise SearchError(str(exc)) from exc
 
 
 def seed_configs(workload: Workload, machine: Machine, space: Space) -> list[Config]:
@@ -146,7 +140,8 @@ def seed_configs(workload: Workload, machine: Machine, space: Space) -> list[Con
 
 def _count(trials: list[optuna.trial.FrozenTrial]) -> dict[str, int]:
     states = {"complete": TrialState.COMPLETE, "failed": TrialState.FAIL, "pruned": TrialState.PRUNED}
-    return {name: sum(t.state == s for t in trials) for name, s in states.items()}
+    mine = sharing.counted(trials)  # an interrupted trial's retry stands for it
+    return {name: sum(t.state == s for t in mine) for name, s in states.items()}
 
 
 def _fmt_rate(rate: float) -> str:
@@ -170,13 +165,20 @@ class Search:
         from autotune.runner import Runner
 
         self.device = f"cuda:{options.device_index}" if self.machine.cuda else "cpu"
-        self.facts = Runner(self.workload, torch.device("cpu")).facts()  # builds the data set here, once
+        try:
+            self.facts = Runner(self.workload, torch.device("cpu")).facts()  # builds the data set here, once
+        except Exception as exc:  # user code: say where it failed, in one line
+            raise WorkloadError(f"workload {self.ref.workload_path}: building or reading its data set failed: {_where(exc, self.ref.workload_path)}") from exc
         self.space = build_space(self.workload.defaults["batch_size"], self.machine, self.facts, options.fixes)
         self.baseline = self.space.normalise(baseline_config(self.workload, self.machine.cuda))
         self.study_name = options.study or default_study_name(self.ref.name, self.machine.hardware, options.fixes)
         self.storage_url = options.storage or f"sqlite:///{(options.state_dir / f'{self.ref.name}.db').resolve()}"
         self.windows = Windows(window_s=0.2 if self.machine.cuda else 0.4)
         self.started = time.monotonic()
+        self.started_at = time.time()  # wall clock: compared with other workers' records
+        self.storage: optuna.storages.RDBStorage | None = None
+        self.study: optuna.Study | None = None
+        self.round_devices: list[str] = []  # under `--gpus`: a device per finalist round, side by side
         self.hopeless: list[Hopeless] = []
         self.base_sampler: optuna.samplers.BaseSampler | None = None
 
@@ -187,12 +189,17 @@ class Search:
     # -- the study ---------------------------------------------------------------------------
 
     def open_study(self) -> optuna.Study:
+        """Open or create the study; under its lock, check the hardware and queue its tickets."""
         optuna.logging.set_verbosity(optuna.logging.ERROR)  # we print our own progress lines
         if self.options.storage is None:
             self.options.state_dir.mkdir(parents=True, exist_ok=True)
         storage = open_storage(self.storage_url)
+        seed = self.options.seed
+        if self.options.storage is not None:
+            # A storage others may share: workers of one study must not draw the same random configs.
+            seed = (seed * 1_000_003 + os.getpid()) % 2**31
         sampler = optuna.samplers.TPESampler(
-            seed=self.options.seed, n_startup_trials=10, multivariate=True, group=True, constant_liar=True
+            seed=seed, n_startup_trials=10, multivariate=True, group=True, constant_liar=True,
         )
         self.base_sampler = sampler
         try:
@@ -200,72 +207,115 @@ class Search:
                 storage=storage, study_name=self.study_name, direction="maximize",
                 sampler=sampler, pruner=ClearlyWorsePruner(), load_if_exists=True,
             )
+            with sharing.study_lock(storage, self.study_name):
+                self._bind(study)
+                seeds = [
+                    {"params": self.space.params(c) or {}, "user_attrs": {"role": "baseline" if c == self.baseline else "seed"}}
+                    for c in seed_configs(self.workload, self.machine, self.space)
+                ]
+                sharing.top_up(study, self.options.trials, seeds)
+        except (SearchError, SpaceError):
+            raise
         except Exception as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise SearchError(f"cannot open study {self.study_name!r} in {_redact(self.storage_url)}: {first}") from exc
-        recorded = study.user_attrs.get("hardware")
+        self.storage, self.study = storage, study
+        return study
+
+    def _bind(self, study: optuna.Study) -> None:
+        """Record what the study measures, or refuse a worker that would measure something else."""
+        attrs = study.user_attrs
+        recorded = attrs.get("hardware")
         if recorded is None:
             study.set_user_attr("hardware", self.machine.hardware)
             study.set_user_attr("recipe", self.ref.name)
             study.set_user_attr("cpu_share", self.machine.cpu_share)
-        elif recorded != self.machine.hardware:
+            return
+        if recorded != self.machine.hardware:
             raise SearchError(
                 f"study {self.study_name!r} measures {recorded!r}, but this worker runs on {self.machine.hardware!r}; "
                 f"a study is bound to one hardware model: use another --study for this machine."
             )
-        if not study.trials:
-            for config in seed_configs(self.workload, self.machine, self.space):
-                role = "baseline" if config == self.baseline else "seed"
-                study.enqueue_trial(self.space.params(config) or {}, user_attrs={"role": role}, skip_if_exists=True)
-        return study
+        share = attrs.get("cpu_share", self.machine.cpu_share)
+        if share > self.machine.cpu_share:
+            raise SearchError(
+                f"study {self.study_name!r} gives each worker {share} CPU cores, but this worker has "
+                f"{self.machine.cpu_share}; every worker must measure with the share the profile will state: "
+                f"run fewer workers on this host, or use another --study."
+            )
+        if share < self.machine.cpu_share:
+            # More cores than the study's share: measure with the share, as every other worker does.
+            self.echo(f"  cpu share: {share} cores, as study {self.study_name!r} records (this host could give {self.machine.cpu_share})")
+            self.machine = dataclasses.replace(self.machine, cpu_share=share)
+            self.space = build_space(self.workload.defaults["batch_size"], self.machine, self.facts, self.options.fixes)
 
-    def objective(self, pool: TrialPool, study: optuna.Study) -> Callable[[optuna.Trial], float]:
-        def run(trial: optuna.Trial) -> float:
-            config = self.space.suggest(trial)
-            lr = self.lr(config)
-            trial.set_user_attr("config", config.as_dict())
-            trial.set_user_attr("lr", lr)
-            twin = self._measured(study, config)
-            if twin is not None:  # the sampler proposed a config already measured: reuse its number
-                assert twin.value is not None
-                trial.set_user_attr("duplicate_of", twin.number)
-                trial.set_user_attr("result", twin.user_attrs.get("result"))
-                self._progress(study, trial.number, config, Outcome("complete", result={"samples_per_s": twin.value, "spread": 0.0}), twin=twin.number)
-                return twin.value
-            blocked = blocks(config.as_dict(), self.hopeless)
-            if blocked is not None:  # known not to work: record it, spend no time on it
-                outcome = Outcome("failed", reason=f"skipped: {blocked.short()}")
-                self._record(trial, outcome)
-                self._progress(study, trial.number, config, outcome)
-                raise TrialFailed(outcome.reason)
+    def run_trial(self, study: optuna.Study, trial: optuna.Trial, pool: TrialPool) -> None:
+        """Measure the config a ticket holds (or the sampler fills in) and tell the study how it went."""
+        assert self.storage is not None
+        storage = self.storage
+        interval, _ = sharing.heartbeat_settings()
+        with sharing.Heartbeat(lambda: storage.record_heartbeat(trial._trial_id), interval):
+            try:
+                # Stays the reason if this worker dies mid-trial; the heartbeat then fails it.
+                trial.set_user_attr("reason", f"{sharing.INTERRUPTED}: its worker {sharing.owner()} stopped during the trial; the config was queued again")
+                trial.set_user_attr("worker", sharing.owner())
+                config = self.space.suggest(trial)
+                lr = self.lr(config)
+                trial.set_user_attr("config", config.as_dict())
+                trial.set_user_attr("lr", lr)
+                twin = self._twin(study, trial.number, config)
+                blocked = blocks(config.as_dict(), self.hopeless)
+                if twin is not None:  # the sampler proposed a config already measured: reuse its outcome
+                    outcome = _outcome_of(twin)
+                    trial.set_user_attr("duplicate_of", twin.number)
+                elif blocked is not None:  # known not to work: record it, spend no time on it
+                    outcome = Outcome("failed", reason=f"skipped: {blocked.short()}")
+                else:
+                    def on_window(i: int, rate: float) -> bool:
+                        trial.report(rate, i)
+                        return trial.should_prune()
 
-            def on_window(i: int, rate: float) -> bool:
-                trial.report(rate, i)
-                return trial.should_prune()
-
-            outcome = pool.run(config, lr, self.windows, on_window)
-            self._record(trial, outcome)
-            self._progress(study, trial.number, config, outcome)
-            if outcome.state == "failed" and trial.user_attrs.get("role") == "baseline":
-                # Nothing can be compared against a loop that does not run; stop before wasting the budget.
-                raise SearchError(
-                    f"the workload's own settings ({config.describe()}) fail: {outcome.reason}. "
-                    f"Fix the workload first; trial process logs are in {self.options.state_dir / 'logs'}."
-                )
-            if outcome.state == "failed":
-                raise TrialFailed(outcome.reason)
-            if outcome.state == "pruned":
-                raise optuna.TrialPruned()
+                    outcome = pool.run(config, lr, self.windows, on_window)
+            except KeyboardInterrupt:
+                with _sigint_ignored():  # a second Ctrl-C must not cut the hand-back short
+                    pool.abort()
+                    sharing.requeue(study, storage, trial, f"{sharing.INTERRUPTED}: the search was stopped (SIGINT or SIGTERM); the config was queued again")
+                raise
+            except Exception as exc:
+                with contextlib.suppress(Exception):
+                    trial.set_user_attr("reason", f"error in the search process: {type(exc).__name__}: {exc}")
+                    study.tell(trial, state=TrialState.FAIL)
+                raise
+        self._record(trial, outcome)
+        trial.set_user_attr("reason", outcome.reason)  # None: nothing went wrong
+        self._progress(study, trial.number, config, outcome, twin)
+        if outcome.state == "complete":
             assert outcome.result is not None
-            return float(outcome.result["samples_per_s"])
+            study.tell(trial, float(outcome.result["samples_per_s"]))
+        else:
+            study.tell(trial, state=TrialState.PRUNED if outcome.state == "pruned" else TrialState.FAIL)
 
-        return run
+    def _twin(self, study: optuna.Study, number: int, config: Config) -> optuna.trial.FrozenTrial | None:
+        """An earlier trial of the same config: its outcome stands for this one, so no config is measured twice.
 
-    def _measured(self, study: optuna.Study, config: Config) -> optuna.trial.FrozenTrial | None:
-        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-            if "duplicate_of" not in t.user_attrs and self.space.normalise(Config.from_dict(t.user_attrs["config"])) == config:
-                return t
-        return None
+        One still running (on another worker) is waited for; if its worker dies, this one measures.
+        """
+        target = self.space.normalise(config)
+        interval, grace = sharing.heartbeat_settings()
+        deadline = time.monotonic() + self.options.trial_timeout_s + 2 * grace
+        while True:
+            same = [
+                t for t in sharing.counted(study.get_trials(deepcopy=False))
+                if t.number < number and "config" in t.user_attrs
+                and self.space.normalise(Config.from_dict(t.user_attrs["config"])) == target
+            ]
+            done = [t for t in same if t.state.is_finished()]
+            if done:
+                return done[0]
+            if not any(t.state == TrialState.RUNNING for t in same) or time.monotonic() > deadline:
+                return None
+            time.sleep(min(1.0, interval))
+            sharing.fail_stale(study)
 
     def _record(self, trial: optuna.Trial, outcome: Outcome) -> None:
         if outcome.reason:
@@ -275,14 +325,16 @@ class Search:
                     "setup_s", "materialize_s", "capture_s", "gpu_util", "peak_memory_bytes")
             trial.set_user_attr("result", {k: outcome.result.get(k) for k in keep})
 
-    def _progress(self, study: optuna.Study, number: int, config: Config, outcome: Outcome, twin: int | None = None) -> None:
-        done = sum(t.state.is_finished() for t in study.get_trials(deepcopy=False)) + 1
-        head = f"[{done:>3}/{self.options.trials}] {_elapsed(time.monotonic() - self.started)}"
+    def _progress(self, study: optuna.Study, number: int, config: Config, outcome: Outcome,
+                  twin: optuna.trial.FrozenTrial | None = None) -> None:
+        trials = study.get_trials(deepcopy=False)
+        done, total = len(sharing.finished(trials)) + 1, len(sharing.counted(trials))
+        head = f"[{done:>3}/{total}] {_elapsed(time.monotonic() - self.started)}"
         if outcome.state == "complete":
             assert outcome.result is not None
             rate = outcome.result["samples_per_s"]
-            best = max([rate] + [t.value for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value])
-            what = f"{_fmt_rate(rate):>14} ±{outcome.result['spread']:.1%}" if twin is None else f"{_fmt_rate(rate):>14} = trial {twin}"
+            best = max([rate] + [t.value for t in trials if t.state == TrialState.COMPLETE and t.value])
+            what = f"{_fmt_rate(rate):>14} ±{outcome.result['spread']:.1%}" if twin is None else f"{_fmt_rate(rate):>14} = trial {twin.number}"
             tail = f"best {_fmt_rate(best)}"
         elif outcome.state == "pruned":
             rates = outcome.windows
@@ -291,6 +343,8 @@ class Search:
         else:
             reason = outcome.reason or "unknown"
             what, tail = f"failed: {reason if len(reason) <= 110 else reason[:107] + '...'}", ""
+        if twin is not None and outcome.state != "complete":
+            tail = f"(as trial {twin.number}, the same config; not measured again)"
         self.echo(f"{head}  trial {number:<3} {what:<28} {config.describe():<58} {tail}".rstrip())
 
     def learn_failures(self, study: optuna.Study, _trial: optuna.trial.FrozenTrial | None = None) -> None:
@@ -298,7 +352,7 @@ class Search:
         finished = [
             Finished(t.number, t.user_attrs.get("config", {}), t.state in (TrialState.COMPLETE, TrialState.PRUNED), t.user_attrs.get("reason"))
             for t in study.get_trials(deepcopy=False)
-            if t.state.is_finished()
+            if t.state.is_finished() and "duplicate_of" not in t.user_attrs  # a duplicate's failure is its original's
         ]
         found = hopeless_values(finished)
         known = {(h.knob, repr(h.value)) for h in self.hopeless}
@@ -316,16 +370,42 @@ class Search:
             study.sampler = optuna.samplers.PartialFixedSampler(fixed, self.base_sampler)
 
     def run_study(self, study: optuna.Study, pool: TrialPool) -> None:
-        finished = sum(t.state.is_finished() for t in study.trials)
-        remaining = max(0, self.options.trials - finished)
-        if finished:
-            self.echo(f"resuming study {self.study_name!r}: {finished} trial(s) already finished, {remaining} to go")
-        self.learn_failures(study)
-        if remaining:
-            study.optimize(
-                self.objective(pool, study), n_trials=remaining, timeout=self.options.time_budget_s,
-                catch=(TrialFailed,), gc_after_trial=False, callbacks=[self.learn_failures],
-            )
+        """Take the study's tickets one by one until none is left or the time budget is spent."""
+        assert self.storage is not None
+        budget = self.options.time_budget_s
+        while budget is None or time.monotonic() - self.started < budget:
+            self._check_baseline(study)
+            self.learn_failures(study)  # every worker's failures teach every worker
+            trial = sharing.take(study, self.storage)
+            if trial is None:
+                break
+            self.run_trial(study, trial, pool)
+        self._check_baseline(study)
+
+    def _check_baseline(self, study: optuna.Study) -> None:
+        """Stop every worker once the baseline failed: nothing can be compared against a loop that does not run."""
+        for t in sharing.counted(study.get_trials(deepcopy=False)):  # an interrupted baseline's retry stands for it
+            if t.state == TrialState.FAIL and t.user_attrs.get("role") == "baseline":
+                config = Config.from_dict(t.user_attrs["config"]) if "config" in t.user_attrs else self.baseline
+                raise SearchError(
+                    f"the workload's own settings ({config.describe()}) fail: {t.user_attrs.get('reason')}. "
+                    f"Fix the workload first; trial process logs are in {self.options.state_dir / 'logs'}."
+                )
+
+    def settle(self, study: optuna.Study, pool: TrialPool) -> None:
+        """Wait until no trial runs anywhere, taking tickets that appear late (a dead worker's, queued again)."""
+        told = False
+        while True:
+            self.run_study(study, pool)
+            sharing.fail_stale(study)
+            others = sharing.running(study)
+            if not others:
+                return
+            if not told:
+                who = sorted({str(t.user_attrs.get("worker", "?")) for t in others})
+                self.echo(f"waiting for {len(others)} trial(s) still running on other workers ({', '.join(who)})")
+                told = True
+            time.sleep(1.0)
 
     # -- finalists and the recipe --------------------------------------------------------------
 
@@ -361,6 +441,7 @@ class Search:
         gate = parity.Gate(self.baseline, self.lr, trace, list(ranked), self.echo)
         self.echo(f"parity: checking the fastest against the baseline ({self.baseline.describe()}, lr {self.lr(self.baseline):g}, "
                   f"fp32, eager) from the same weights and data order, {gate.samples:,} samples each")
+        chosen: list[Config] = []
         try:
             chosen = gate.select(by_speed, want=1, max_runs=len(by_speed))
             if not chosen:
@@ -387,19 +468,49 @@ class Search:
         return gate, chosen[0]
 
     def remeasure(self, pool: TrialPool, finalists: list[Config]) -> dict[Config, list[dict[str, Any]]]:
-        """Each finalist and the baseline, interleaved, in a fresh process per round."""
+        """Each finalist and the baseline, interleaved, in a fresh process per round.
+
+        Under `--gpus` the rounds run side by side, one device each: every device is the
+        study's one GPU model, and any difference between them shows in the noise.
+        """
         results: dict[Config, list[dict[str, Any]]] = {c: [] for c in [self.baseline, *finalists]}
         order = [self.baseline, *finalists]
-        for r in range(self.options.rounds):
-            rotated = order[r % len(order):] + order[: r % len(order)]
-            for i, config in enumerate(rotated):
-                outcome = pool.run(config, self.lr(config), self.windows, fresh=(i == 0))
-                if outcome.state != "complete" or outcome.result is None:
-                    self.echo(f"  round {r + 1}: {config.describe()} failed: {outcome.reason}")
-                    continue
-                results[config].append(outcome.result)
-                self.echo(f"  round {r + 1}: {_fmt_rate(outcome.result['samples_per_s']):>14}  {config.describe()}")
+        devices = self.round_devices[: self.options.rounds] or [self.device]
+        pools = [pool] + [
+            TrialPool(self.ref.workload_path, d, self.machine.cpu_share, self.options.state_dir / "logs", self.options.trial_timeout_s)
+            for d in devices[1:]
+        ]
+
+        def rounds_on(k: int) -> None:
+            for r in range(k, self.options.rounds, len(pools)):
+                self._round(pools[k], r, order, results)
+
+        if len(pools) == 1:
+            rounds_on(0)
+            return results
+        executor = concurrent.futures.ThreadPoolExecutor(len(pools))
+        futures = [executor.submit(rounds_on, k) for k in range(len(pools))]
+        try:
+            for future in futures:
+                future.result()
+        finally:
+            if not all(f.done() for f in futures):  # interrupted: stop the rounds still measuring
+                for each in pools:
+                    each.abort()
+            executor.shutdown(wait=True)
+            for each in pools[1:]:
+                each.close()
         return results
+
+    def _round(self, pool: TrialPool, r: int, order: list[Config], results: dict[Config, list[dict[str, Any]]]) -> None:
+        rotated = order[r % len(order):] + order[: r % len(order)]
+        for i, config in enumerate(rotated):
+            outcome = pool.run(config, self.lr(config), self.windows, fresh=(i == 0))
+            if outcome.state != "complete" or outcome.result is None:
+                self.echo(f"  round {r + 1}: {config.describe()} failed: {outcome.reason}")
+                continue
+            results[config].append(outcome.result)
+            self.echo(f"  round {r + 1}: {_fmt_rate(outcome.result['samples_per_s']):>14}  {config.describe()}")
 
     def profile(self, study: optuna.Study, winner: Config, results: dict[Config, list[dict[str, Any]]],
                 parity_record: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -446,7 +557,8 @@ class Search:
             "parity": parity_record or {"checked": False},
         }
 
-    def run(self) -> SearchResult:
+    def announce(self) -> None:
+        """Say what is tuned where, and fail now on a recipe file we could not update later."""
         self.echo(
             f"autotune: tuning {self.ref.name!r} on {self.machine.hardware} "
             f"({self.machine.cpu_share} CPU cores), study {self.study_name!r} in {_redact(self.storage_url)}"
@@ -457,29 +569,78 @@ class Search:
             self.echo(f"  {knob}: left out ({why})")
         if self.ref.tuned_path.exists():
             recipe_file.read(self.ref.tuned_path)  # a broken file fails now, not after the search
-        study = self.open_study()
+        if self.options.write_recipe:
+            recipe_file.check_writable(self.ref.tuned_path)
+
+    def run(self, before_writing: Callable[[], None] | None = None) -> SearchResult | None:
+        """Take tickets until none is left; then, if no other worker does, measure finalists and write.
+
+        `before_writing` runs once no trial runs anywhere, before the finalists (under
+        `--gpus`: wait until the worker processes have ended). Returns None when this
+        worker wrote no recipe (a worker under `--gpus`, or another worker of the study
+        holds the writer's role).
+        """
+        if self.study is None:
+            self.announce()
+            self.open_study()
+            assert self.study is not None
+            trials = self.study.get_trials(deepcopy=False)
+            done, total = len(sharing.finished(trials)), len(sharing.counted(trials))
+            if done:
+                self.echo(f"resuming study {self.study_name!r}: {done} trial(s) already finished, {total - done} to go")
+        study, storage = self.study, self.storage
+        assert study is not None and storage is not None
         pool = TrialPool(self.ref.workload_path, self.device, self.machine.cpu_share,
                          self.options.state_dir / "logs", self.options.trial_timeout_s)
         try:
             self.run_study(study, pool)
-            ranked = self.ranked(study)
-            if not ranked:
-                raise SearchError(f"no trial completed in study {self.study_name!r}; the failures above say why.")
-            finalists = list(ranked)[: self.options.finalists]
-            self.echo(f"finalists: measuring {len(finalists)} config(s) against the baseline, {self.options.rounds} round(s), fresh processes")
-            results = self.remeasure(pool, finalists)
-            if not results[self.baseline]:
-                raise SearchError("the baseline (the workload's own settings) failed in every round; no speed-up can be stated.")
-            measured = [c for c in finalists if results[c]]
-            if not measured:
-                raise SearchError("every finalist failed when measured again; see the reasons above.")
-            by_speed = sorted(measured, key=lambda c: statistics.median(r["samples_per_s"] for r in results[c]), reverse=True)
-            gate = None
-            winner = by_speed[0]
-            if self.options.parity_check:
-                gate, winner = self.parity_winner(pool, study, ranked, by_speed, results)
+            if not self.options.write_recipe:
+                return None
+            self.settle(study, pool)
+            if before_writing is not None:
+                before_writing()
+            interval, grace = sharing.heartbeat_settings()
+            claim, holder = sharing.claim_writer(study, storage, self.started_at, interval, grace)
+            if claim is None:
+                assert holder is not None
+                if holder.get("state") == "done":
+                    self.echo(f"study {self.study_name!r} is done; worker {holder['owner']} wrote {holder.get('path')}")
+                else:
+                    self.echo(f"study {self.study_name!r} is done; worker {holder['owner']} measures the finalists and writes the recipe")
+                return None
+            try:
+                with claim.heartbeat():
+                    result = self.write(study, pool)
+            except BaseException as exc:
+                with contextlib.suppress(Exception):
+                    claim.failed(f"{type(exc).__name__}: {exc}")
+                raise
+            claim.done(str(result.tuned_path))
+            return result
         finally:
             pool.close()
+
+    def write(self, study: optuna.Study, pool: TrialPool) -> SearchResult:
+        """Measure the finalists against the baseline and write the winner's profile."""
+        finalists = self.finalists(study)
+        if not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            raise SearchError(f"no trial completed in study {self.study_name!r}; the failures above say why.")
+        if finalists:
+            self.echo(f"finalists: measuring {len(finalists)} config(s) against the baseline, {self.options.rounds} round(s), fresh processes")
+        else:
+            # Only the workload's own settings completed: they are the result, at a speed-up of 1.
+            self.echo(f"no config but the baseline completed; measuring it, {self.options.rounds} round(s), fresh processes")
+        results = self.remeasure(pool, finalists)
+        if not results[self.baseline]:
+            raise SearchError("the baseline (the workload's own settings) failed in every round; no speed-up can be stated.")
+        measured = [c for c in finalists if results[c]]
+        if finalists and not measured:
+            raise SearchError("every finalist failed when measured again; see the reasons above.")
+        by_speed = sorted(measured, key=lambda c: statistics.median(r["samples_per_s"] for r in results[c]), reverse=True)
+        winner, gate = (by_speed or [self.baseline])[0], None
+        if self.options.parity_check and by_speed:
+            gate, winner = self.parity_winner(pool, study, self.ranked(study), by_speed, results)
+        pool.close()
         profile = self.profile(study, winner, results, gate.record(winner) if gate else None)
         recipe_file.write_profile(self.ref.tuned_path, self.ref.name, self.machine.hardware, profile)
         self.echo(
@@ -492,9 +653,39 @@ class Search:
             self.echo(f"parity: the winner trains like the baseline (deviation {check['deviation']:+.1%}, probe "
                       f"{check['probe_deviation']:+.1%}, tolerance ±{check['tolerance']:.0%}) at lr {check['lr']:g}; "
                       f"the check took {check['check_s']:.0f} s")
+        elif winner == self.baseline:
+            self.echo("parity: the winner is the workload's own settings; there is nothing to check")
         else:
             self.echo("parity: not checked (--no-parity-check): the winner may train differently from the baseline")
         return SearchResult(self.ref.tuned_path, self.machine.hardware, profile)
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread: signals are not ours to change
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _outcome_of(trial: optuna.trial.FrozenTrial) -> Outcome:
+    """A finished trial's outcome, as if measured now."""
+    state = {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned"}.get(trial.state, "failed")
+    return Outcome(state, result=trial.user_attrs.get("result"), reason=trial.user_attrs.get("reason"),
+                   windows=tuple(trial.intermediate_values.values()))
+
+
+def _where(exc: BaseException, path: Path) -> str:
+    """`Type: message (file, line N)`, at the innermost line of the workload file that raised."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename) == Path(path)]
+    first = (str(exc).strip().splitlines() or [""])[0]
+    at = f" ({path}, line {frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {first}{at}"
 
 
 def versions() -> dict[str, str]:
@@ -514,12 +705,18 @@ def versions() -> dict[str, str]:
     return found
 
 
-def search(recipe: str, options: SearchOptions = SearchOptions(), echo: Callable[[str], None] = print) -> SearchResult:
+def search(recipe: str, options: SearchOptions = SearchOptions(), echo: Callable[[str], None] = print) -> SearchResult | None:
     """Run or resume the study for `recipe` and write its tuned recipe.
+
+    Returns None when another worker of the same study writes the recipe.
 
     >>> search("mnist_cnn", SearchOptions(trials=8))  # doctest: +SKIP
     """
+    search_warnings_off()
+    return Search(recipe, options, echo).run()
+
+
+def search_warnings_off() -> None:
     logging.getLogger("optuna").setLevel(logging.ERROR)
     # Heartbeats and grouped TPE are marked experimental; they are what we rely on, on purpose.
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    return Search(recipe, options, echo).run()

@@ -240,3 +240,9 @@ class TrialPool:
         if self.child is not None:
             self.child.stop()
             self.child = None
+
+    def abort(self) -> None:
+        """Kill the child at once, with its DataLoader workers: an interrupted measurement is worthless."""
+        if self.child is not None:
+            self.child.kill()
+            self.child = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -29,3 +30,12 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("AUTOTUNE_DATA", str(tmp_path / "data"))
     monkeypatch.delenv("TINY_FAIL", raising=False)
     return tmp_path
+
+
+@pytest.fixture
+def postgres_url() -> str:
+    """A PostgreSQL URL from AUTOTUNE_TEST_POSTGRES_URL (.ci/run starts a server and sets it); else skip."""
+    url = os.environ.get("AUTOTUNE_TEST_POSTGRES_URL")
+    if not url:
+        pytest.skip("AUTOTUNE_TEST_POSTGRES_URL is not set: no PostgreSQL server to test against (.ci/run starts one)")
+    return url

@@ -3,7 +3,9 @@
 Environment switches let one file stand for the failing workloads the tests need:
 TINY_FAIL=oom (forward raises "CUDA out of memory." at batch >= 64), TINY_FAIL=hang
 (forward never returns at batch >= 64), TINY_FAIL=getitem (the data set raises in
-__getitem__), TINY_FAIL=kill_worker (a DataLoader worker kills itself).
+__getitem__), TINY_FAIL=kill_worker (a DataLoader worker kills itself),
+TINY_FAIL=getitem_worker (__getitem__ raises, but only in a DataLoader worker),
+TINY_FAIL=hang_worker (__getitem__ never returns, but only in a DataLoader worker).
 """
 
 import os
@@ -36,8 +38,14 @@ class Blobs(Dataset):
         fail = os.environ.get("TINY_FAIL")
         if fail == "getitem":
             raise ValueError(f"cannot read sample {i}")
-        if fail == "kill_worker" and torch.utils.data.get_worker_info() is not None:
+        in_worker = torch.utils.data.get_worker_info() is not None
+        if fail == "kill_worker" and in_worker:
             os.kill(os.getpid(), 9)
+        if fail == "getitem_worker" and in_worker:
+            raise ValueError(f"cannot read sample {i} in a worker")
+        if fail == "hang_worker" and in_worker:
+            while True:
+                time.sleep(1)
         return self.x[i], int(self.y[i])
 
 

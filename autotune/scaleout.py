@@ -1,0 +1,184 @@
+"""``autotune search --gpus 0,1``: one worker process per GPU on this host, all sharing one study.
+
+The parent sets the study up once (hardware, CPU share, seeds, tickets), starts a
+worker process (``python -m autotune._worker``) for each GPU but the first,
+prints their lines with a prefix, and takes tickets itself on the first GPU.
+When no ticket is left and no trial runs, it measures the finalists, their
+rounds side by side on the GPUs, and writes the recipe: one writer. Workers on one host share its
+CPU cores: each gets ``cores // workers`` for its DataLoader workers, and the
+profile records that share, which is what a training run with one process per
+GPU has too.
+
+The default SQLite study file serves the workers of one host (its transactions
+take the file's lock up front); workers on several hosts need a database
+server: ``--storage postgresql://...``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+from autotune.search import Search, SearchOptions, SearchResult, search_warnings_off
+
+STOP_WAIT_S = 60.0  # a stopped worker gets this long to give its trial back before it is killed
+
+
+class ScaleoutError(ValueError):
+    """A `--gpus` value that cannot be used; the message names the value and the rule."""
+
+
+def parse_gpus(text: str, available: int) -> list[int]:
+    """`all`, or distinct CUDA device indices separated by commas.
+
+    >>> parse_gpus("0,1", 2)
+    [0, 1]
+    """
+    if available < 1:
+        raise ScaleoutError(f"--gpus {text} needs CUDA GPUs, but this machine has none; run without --gpus to tune on the CPU.")
+    if text.strip().lower() == "all":
+        return list(range(available))
+    indices: list[int] = []
+    problems: list[str] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part.isdigit():
+            problems.append(f"{part!r} is not a device index")
+        elif int(part) >= available:
+            problems.append(f"device {part} does not exist (this machine has {available}: 0..{available - 1})")
+        elif int(part) in indices:
+            problems.append(f"device {part} is listed twice")
+        else:
+            indices.append(int(part))
+    if problems:
+        raise ScaleoutError(f"--gpus must be `all` or distinct device indices such as 0,1, but got {text!r}: {'; '.join(problems)}.")
+    return indices
+
+
+def cpu_share(cores: int, workers: int) -> int:
+    """CPU cores each of `workers` processes on one host may give its DataLoader workers.
+
+    >>> cpu_share(16, 2)
+    8
+    """
+    return max(1, cores // workers)
+
+
+def options_to_json(options: SearchOptions) -> str:
+    data = dataclasses.asdict(options)
+    data["fixes"] = {k: list(v) for k, v in options.fixes.items()}
+    data["state_dir"] = str(options.state_dir)
+    return json.dumps(data)
+
+
+def options_from_json(text: str) -> SearchOptions:
+    data = json.loads(text)
+    data["fixes"] = {k: tuple(v) for k, v in data["fixes"].items()}
+    data["state_dir"] = Path(data["state_dir"])
+    return SearchOptions(**data)
+
+
+class Worker:
+    """One worker process; its output lines reach the user with a prefix."""
+
+    def __init__(self, recipe: str, options: SearchOptions, label: str, echo: Callable[[str], None]) -> None:
+        self.label, self.echo = label, echo
+        env = dict(os.environ, AUTOTUNE_PARENT_PID=str(os.getpid()), PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "autotune._worker", recipe, options_to_json(options)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+        )
+        assert self.proc.stdout is not None
+        self.reader = threading.Thread(target=self._relay, args=(self.proc.stdout,), daemon=True)
+        self.reader.start()
+
+    def _relay(self, stream: IO[bytes]) -> None:
+        for raw in stream:
+            self.echo(f"{self.label} | {raw.decode(errors='replace').rstrip()}")
+
+    def stop(self) -> None:
+        # SIGTERM, not SIGINT: a worker started from a background job inherits SIGINT ignored.
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+
+
+def _wait(workers: list[Worker], timeout_s: float | None = None) -> bool:
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while any(w.proc.poll() is None for w in workers):
+        if deadline is not None and time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    for w in workers:
+        w.reader.join(timeout=5)
+    return True
+
+
+def search_parallel(recipe: str, options: SearchOptions, devices: list[int],
+                    echo: Callable[[str], None] = print) -> SearchResult | None:
+    """One worker per device on this host against one study; this process is the first, and writes the recipe.
+
+    >>> search_parallel("mnist_cnn", SearchOptions(trials=40), devices=[0, 1])  # doctest: +SKIP
+    """
+    if not devices:
+        raise ScaleoutError("--gpus names no device.")
+    search_warnings_off()
+    cores = len(os.sched_getaffinity(0))
+    share = options.cpu_share or cpu_share(cores, len(devices))
+    options = dataclasses.replace(options, device_index=devices[0], cpu_share=share)
+    parent = Search(recipe, options, echo)
+    parent.announce()
+    parent.open_study()  # set up once, before any worker: no two workers race to queue tickets
+    share = parent.machine.cpu_share  # the study's own, if it was made with another
+    cuda = parent.machine.cuda
+    labels = [f"gpu{d}" if cuda else f"cpu{i}" for i, d in enumerate(devices)]
+    echo(f"{len(devices)} workers share study {parent.study_name!r}, {share} of {cores} CPU cores each; "
+         f"this process is {labels[0]} and writes the recipe once no trial runs")
+    worker_options = dataclasses.replace(
+        options, cpu_share=share, write_recipe=False, storage=parent.storage_url, study=parent.study_name,
+    )
+    workers = [
+        Worker(recipe, dataclasses.replace(worker_options, device_index=d), label, echo)
+        for d, label in zip(devices[1:], labels[1:])
+    ]
+    parent.round_devices = [f"cuda:{d}" if cuda else "cpu" for d in devices]
+
+    def workers_ended() -> None:
+        # No trial runs anywhere now; let the workers' processes go before the finalists are timed.
+        if not _wait(workers, STOP_WAIT_S):
+            for w in workers:
+                w.kill()
+        for w in workers:
+            if w.proc.returncode not in (0, None):
+                echo(f"{w.label} ended with exit status {w.proc.returncode} (its lines above say why); "
+                     f"its trials stay in the study, and tickets it left were taken here")
+
+    try:
+        return parent.run(before_writing=workers_ended)
+    except KeyboardInterrupt:
+        # One Ctrl-C stops everything; a second must not cut the workers' hand-back short.
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            for w in workers:
+                w.stop()
+            _wait(workers, STOP_WAIT_S)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        raise
+    finally:
+        for w in workers:
+            w.stop()
+        _wait(workers, STOP_WAIT_S)
+        for w in workers:
+            w.kill()
