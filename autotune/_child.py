@@ -9,30 +9,40 @@ error or an OOM is not trusted with the next trial.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
 import sys
+import threading
+import time
 import traceback
 from pathlib import Path
 from typing import Any
 
 
-def _die_with_parent() -> None:
-    # The search may be killed with SIGKILL; its children must not outlive it.
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+def _die_with_parent(parent: int) -> None:
+    """The search may be killed with SIGKILL; its trial processes must not outlive it.
+
+    A thread watches for the parent to go, then kills this process group (this child
+    and its DataLoader workers). Not PR_SET_PDEATHSIG: that fires when the parent's
+    *thread* that started us ends, and finalist rounds start children from worker threads.
+    """
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os.killpg(0, signal.SIGKILL)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def main() -> None:
     recipe_path, device_name, cpu_share = sys.argv[1], sys.argv[2], int(sys.argv[3])
     parent = int(os.environ.get("AUTOTUNE_PARENT_PID", "0"))
-    _die_with_parent()
     if parent and os.getppid() != parent:
-        os._exit(1)
+        os._exit(1)  # the parent died before we could watch it
+    if parent:
+        _die_with_parent(parent)
     events = os.fdopen(int(os.environ["AUTOTUNE_EVENTS_FD"]), "w", buffering=1)
 
     def send(**event: Any) -> None:
