@@ -83,8 +83,10 @@ def main() -> None:
                 config = Config.from_dict(request["config"])
                 trace = parity.run_trace(runner.build, config, request["lr"], request["samples"], probe_set, request["probe_batch"])
             except BaseException as exc:  # noqa: BLE001
+                traceback.print_exc()  # the whole story goes to this child's log file
                 send(event="failed", reason=classify_failure(exc))
                 sys.stdout.flush()
+                sys.stderr.flush()
                 os._exit(1)
             send(event="trace", trace=trace.as_dict())
             continue

@@ -431,9 +431,6 @@ class Search:
         `results`). Each verdict is kept in the study, by trial.
         """
         timeout = PARITY_TIMEOUT_FACTOR * self.options.trial_timeout_s
-        # A child started by a measuring thread (rounds side by side under --gpus) dies with that thread
-        # (PR_SET_PDEATHSIG): the parity runs start their own, from this one.
-        pool.close()
 
         def trace(config: Config, lr: float, samples: int) -> parity.Trace:
             outcome = pool.trace(config, lr, samples, self.baseline.batch_size, timeout)
