@@ -1,9 +1,18 @@
-"""Processes, read from /proc: what a test checks is left running after a kill."""
+"""Processes: the environment a test's child runs in, and, read from /proc, what is left running after a kill."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
+
+REPO = Path(__file__).parents[1]
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """This environment with the checkout first on PYTHONPATH, keeping what was there (where the dependencies may live)."""
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
 
 
 def _stat(pid: int) -> tuple[str, int, int] | None:

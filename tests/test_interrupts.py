@@ -6,7 +6,6 @@ hangs in its forward pass (TINY_FAIL=hang), so the signal always lands mid-trial
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -16,13 +15,12 @@ from pathlib import Path
 
 import optuna
 import pytest
-from _procs import descendants, wait_gone, wait_none_with
+from _procs import child_env, descendants, wait_gone, wait_none_with
 from optuna.trial import TrialState
 
 from autotune import recipe as recipe_file
 from autotune import sharing
 
-REPO = Path(__file__).parents[1]
 COMMAND = ["search", "--recipe", "tiny", "--trials", "4", "--trial-timeout", "60", "--finalists", "1", "--rounds", "1"]
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 
@@ -34,7 +32,7 @@ class Search:
         self.lines: list[str] = []
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "autotune", *COMMAND], cwd=project, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, env=dict(os.environ, PYTHONPATH=str(REPO), **env),
+            stderr=subprocess.STDOUT, text=True, env=child_env(**env),
             # As from a terminal: a runner that starts the tests in the background may pass SIGINT on ignored.
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )

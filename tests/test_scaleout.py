@@ -13,12 +13,13 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from _procs import child_env
+
 from autotune import recipe as recipe_file
 from autotune import sharing
 from autotune.scaleout import ScaleoutError, cpu_share, parse_gpus, search_parallel
 from autotune.search import SearchError, SearchOptions, open_storage, slug
 
-REPO = Path(__file__).parents[1]
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 
 
@@ -84,7 +85,7 @@ def test_two_commands_share_one_postgres_study(project: Path, postgres_url: str)
     study_name = f"tiny-{uuid.uuid4().hex[:8]}"
     command = [sys.executable, "-m", "autotune", "search", "--recipe", "tiny", "--storage", postgres_url, "--study", study_name,
                "--trials", "8", "--trial-timeout", "30", "--finalists", "1", "--rounds", "1"]
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = child_env()
     workers = [subprocess.Popen(command, cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) for _ in range(2)]
     outputs = [w.communicate(timeout=300)[0] for w in workers]
     assert [w.returncode for w in workers] == [0, 0], outputs
@@ -135,7 +136,7 @@ def test_gpus_0_1_on_two_gpus(project: Path) -> None:
         pytest.skip(f"needs two CUDA GPUs; this machine has {torch.cuda.device_count()}")
     command = [sys.executable, "-m", "autotune", "search", "--recipe", "tiny", "--gpus", "0,1", "--trials", "10",
                "--trial-timeout", "60", "--finalists", "2", "--rounds", "2"]
-    done = subprocess.run(command, cwd=project, capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    done = subprocess.run(command, cwd=project, capture_output=True, text=True, timeout=600, env=child_env())
     assert done.returncode == 0, done.stdout + done.stderr
     assert "this process is gpu0 and writes the recipe once no trial runs" in done.stdout
     assert "\ngpu1 | [" in done.stdout, done.stdout
