@@ -50,6 +50,12 @@ def main() -> None:
 
     import torch
 
+    if cpu_share < torch.get_num_threads():
+        # Under --gpus the workers share the host: each measures within its share of the cores, as the
+        # profile states. torch's intra-op pool would size itself to the whole host and contend with
+        # the other workers' (a baseline measured beside another round ran at a third of its speed).
+        torch.set_num_threads(cpu_share)
+
     from autotune import parity
     from autotune.config import Config
     from autotune.measure import Windows

@@ -41,11 +41,13 @@ class Runner:
     """Builds and measures configs of one workload on one device."""
 
     def __init__(self, workload: Workload, device: torch.device, root: Path | None = None, cpu_share: int | None = None) -> None:
-        self.workload, self.device = workload, device
         self.root = root or data_root()
         if device.type == "cuda":
             torch.cuda.init()  # memory statistics raise "Invalid device argument" before CUDA is initialised
+            if device.index is None:  # plain "cuda": the current device, named, since set_device needs an index
+                device = torch.device("cuda", torch.cuda.current_device())
             torch.cuda.set_device(device)
+        self.workload, self.device = workload, device
         self.cpu_share = cpu_share or 1
         self._dataset: Any = None
         self._device_dataset: Any = None

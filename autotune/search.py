@@ -43,7 +43,7 @@ from autotune.trial import Outcome, TrialPool
 from autotune.workload import Workload, WorkloadError, load, resolve
 
 PARITY_TIMEOUT_FACTOR = 4  # a parity run trains about an epoch; a trial times a few seconds of it
-PARITY_EXTRA_RUNS = 6  # configs beyond the finalists the parity check may run when every finalist fails it
+PARITY_EXTRA_RUNS = 6  # parity runs beyond one per finalist, for the rejected configs among the fastest
 
 
 class SearchError(RuntimeError):
@@ -422,13 +422,12 @@ class Search:
     def finalists(self, study: optuna.Study) -> list[Config]:
         return list(self.ranked(study))[: self.options.finalists]
 
-    def parity_winner(self, pool: TrialPool, study: optuna.Study, ranked: dict[Config, int], by_speed: list[Config],
-                      results: dict[Config, list[dict[str, Any]]]) -> tuple[parity.Gate, Config]:
-        """The fastest finalist that trains like the baseline; failing all, the fastest config after them that does.
+    def parity_finalists(self, pool: TrialPool, study: optuna.Study, ranked: dict[Config, int]) -> tuple[parity.Gate, list[Config]]:
+        """The fastest configs that train like the baseline: the finalists, checked before they are measured again.
 
-        Checked in that order, so the check usually costs the baseline's run and one
-        more. A winner from beyond the finalists is measured again like them (into
-        `results`). Each verdict is kept in the study, by trial.
+        Checked fastest first, so a batch size the check rejects rules out its slower
+        variants at no cost, and no round of measuring is spent on a config that cannot
+        win. Each verdict is kept in the study, by trial.
         """
         timeout = PARITY_TIMEOUT_FACTOR * self.options.trial_timeout_s
 
@@ -443,15 +442,8 @@ class Search:
                   f"fp32, eager) from the same weights and data order, {gate.samples:,} samples each")
         chosen: list[Config] = []
         try:
-            chosen = gate.select(by_speed, want=1, max_runs=len(by_speed))
-            if not chosen:
-                rest = [c for c in ranked if c not in gate.verdicts]
-                chosen = gate.select(rest, want=1, max_runs=PARITY_EXTRA_RUNS)
-                if chosen:
-                    self.echo(f"finalists: no finalist trains like the baseline; measuring {chosen[0].describe()} again instead")
-                    more = self.remeasure(pool, chosen)
-                    results[chosen[0]] = more[chosen[0]]
-                    results[self.baseline] += more[self.baseline]
+            want = self.options.finalists
+            chosen = gate.select(list(ranked), want=want, max_runs=want + PARITY_EXTRA_RUNS)
         except parity.ParityError as exc:
             raise SearchError(f"{exc} Run with --no-parity-check to skip the check.") from exc
         finally:
@@ -459,13 +451,13 @@ class Search:
                 # Optuna keeps a finished trial read-only: the verdict is kept on the study, under its trial.
                 study.set_user_attr(f"parity:trial-{ranked[config]}", {**verdict.as_record(), "config": config.describe()})
             self.echo(gate.summary())
-        if not chosen or not results[chosen[0]]:
+        if not chosen:
             raise SearchError(
                 f"no config faster than the baseline trains like it: all {len(gate.verdicts)} checked were rejected "
                 f"(the lines above give the numbers). Narrow the search (e.g. --fix batch_size="
                 f"{self.baseline.batch_size}), try --lr-scaling, or skip the check with --no-parity-check."
             )
-        return gate, chosen[0]
+        return gate, chosen
 
     def remeasure(self, pool: TrialPool, finalists: list[Config]) -> dict[Config, list[dict[str, Any]]]:
         """Each finalist and the baseline, interleaved, in a fresh process per round.
@@ -622,9 +614,13 @@ class Search:
 
     def write(self, study: optuna.Study, pool: TrialPool) -> SearchResult:
         """Measure the finalists against the baseline and write the winner's profile."""
-        finalists = self.finalists(study)
         if not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
             raise SearchError(f"no trial completed in study {self.study_name!r}; the failures above say why.")
+        gate: parity.Gate | None = None
+        if self.options.parity_check and self.ranked(study):
+            gate, finalists = self.parity_finalists(pool, study, self.ranked(study))
+        else:
+            finalists = self.finalists(study)
         if finalists:
             self.echo(f"finalists: measuring {len(finalists)} config(s) against the baseline, {self.options.rounds} round(s), fresh processes")
         else:
@@ -637,11 +633,9 @@ class Search:
         if finalists and not measured:
             raise SearchError("every finalist failed when measured again; see the reasons above.")
         by_speed = sorted(measured, key=lambda c: statistics.median(r["samples_per_s"] for r in results[c]), reverse=True)
-        winner, gate = (by_speed or [self.baseline])[0], None
-        if self.options.parity_check and by_speed:
-            gate, winner = self.parity_winner(pool, study, self.ranked(study), by_speed, results)
+        winner = (by_speed or [self.baseline])[0]
         pool.close()
-        profile = self.profile(study, winner, results, gate.record(winner) if gate else None)
+        profile = self.profile(study, winner, results, gate.record(winner) if gate and winner != self.baseline else None)
         recipe_file.write_profile(self.ref.tuned_path, self.ref.name, self.machine.hardware, profile)
         self.echo(
             f"wrote {self.ref.tuned_path}: {winner.describe()}: {_fmt_rate(profile['samples_per_s'])}, "

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Every GPU measurement quoted in README.md and benchmarks/results/, in one go.
 #
-#     bash benchmarks/gpu_runs.sh RESULTS_DIR
+#     bash benchmarks/gpu_runs.sh RESULTS_DIR [PART...]
+#
+# PART is any of bench, diagnose, gputests, noparity, scaleout (default: all of them).
 #
 # On a host with two GPUs, phase 1 runs side by side on separate GPUs and separate
 # halves of the CPU cores (taskset), so neither perturbs the other's numbers:
@@ -18,6 +20,8 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 export PYTHONUNBUFFERED=1
 NCPU=$(nproc)
 NGPU=$(python3 -c "import torch; print(torch.cuda.device_count())")
+shift
+PARTS=${*:-bench diagnose gputests noparity scaleout}
 
 log() { echo "[$(date +%T)] $*" | tee -a "$R/progress.log"; }
 
@@ -38,14 +42,20 @@ timed() {
 }
 
 benchmark() {
+    want bench || return 0
     timed speed 1500 python3 "$REPO/benchmarks/speed.py" --out "$R/bench" --trials 30 --budget 150
 }
 
+want() { [[ " $PARTS " == *" $1 "* ]]; }
+
 side() {
-    mkdir -p "$R/diagnose"
-    (cd "$R/diagnose" && timed diagnose_mnist_cnn 240 python3 -m autotune diagnose --recipe mnist_cnn)
-    (cd "$R/diagnose" && timed diagnose_cifar10_resnet18 300 python3 -m autotune diagnose --recipe cifar10_resnet18)
-    (cd "$REPO" && timed pytest_gpu 600 python3 -m pytest -p no:cacheprovider -m gpu -v tests/test_loop.py tests/test_diagnose.py tests/test_parity.py)
+    if want diagnose; then
+        mkdir -p "$R/diagnose"
+        (cd "$R/diagnose" && timed diagnose_mnist_cnn 240 python3 -m autotune diagnose --recipe mnist_cnn)
+        (cd "$R/diagnose" && timed diagnose_cifar10_resnet18 300 python3 -m autotune diagnose --recipe cifar10_resnet18)
+    fi
+    want gputests && (cd "$REPO" && timed pytest_gpu 600 python3 -m pytest -p no:cacheprovider -m gpu -v tests/test_loop.py tests/test_diagnose.py tests/test_parity.py)
+    want noparity || return 0
     # A search without the parity check, then the check on what it chose. If the default learning-rate
     # rule happens to keep the winner honest, the same again with the rate left unscaled.
     local variant
@@ -59,6 +69,7 @@ side() {
 }
 
 scaleout() {
+    want scaleout || return 0
     mkdir -p "$R/one_gpu" "$R/two_gpus"
     (cd "$R/one_gpu" && timed one_gpu 900 python3 -m autotune search --recipe mnist_cnn --trials 40 --study one-gpu)
     (cd "$R/two_gpus" && timed two_gpus 900 python3 -m autotune search --recipe mnist_cnn --trials 40 --study two-gpus --gpus 0,1)
@@ -66,7 +77,7 @@ scaleout() {
     (cd "$REPO" && timed pytest_gpu_scaleout 600 python3 -m pytest -p no:cacheprovider -m gpu -v tests/test_scaleout.py)
 }
 
-log "start: $NGPU GPUs, $NCPU CPU cores, $(python3 -c 'import torch; print(torch.__version__, torch.cuda.get_device_name(0))')"
+log "start: $PARTS; $NGPU GPUs, $NCPU CPU cores, $(python3 -c 'import torch; print(torch.__version__, torch.cuda.get_device_name(0))')"
 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv >"$R/nvidia-smi.csv" 2>&1
 if [ "$NGPU" -ge 2 ]; then
     HALF=$((NCPU / 2))

@@ -35,6 +35,35 @@ def test_builtins_load_and_declare_their_defaults() -> None:
     assert cifar.device_augment is not None and cifar.defaults["shuffle"] is True
 
 
+def test_cifar_device_augment_draws_from_the_same_crops_as_the_pil_transform() -> None:
+    """Each augmented image is one of the 81 x 2 crops RandomCrop(32, padding=4) + flip can give.
+
+    The PIL path pads black pixels and then normalises; padding the normalised batch with
+    zeros would pad with the mean colour instead, which the parity check caught on an H200
+    (the model never met black borders in training: probe loss 3.1 against 0.0015).
+    """
+    import torch
+    from PIL import Image
+    from torchvision.transforms import functional as F
+
+    from autotune.recipes import cifar10_resnet18 as cifar
+
+    torch.manual_seed(0)
+    images = [Image.fromarray(torch.randint(0, 256, (32, 32, 3), dtype=torch.uint8).numpy()) for _ in range(6)]
+    batch = torch.stack([F.normalize(F.to_tensor(img), cifar.MEAN, cifar.STD) for img in images])
+    out = cifar.device_augment(batch)
+    assert out.shape == batch.shape
+    shifted = 0
+    for img, got in zip(images, out):
+        padded = F.normalize(F.to_tensor(F.pad(img, 4, fill=0)), cifar.MEAN, cifar.STD)
+        crops = {(dy, dx, flip): padded[:, dy:dy + 32, dx:dx + 32].flip(2) if flip else padded[:, dy:dy + 32, dx:dx + 32]
+                 for dy in range(9) for dx in range(9) for flip in (False, True)}
+        found = [key for key, crop in crops.items() if torch.allclose(crop, got, atol=1e-5)]
+        assert found, "the augmented image is none of the PIL transform's crops"
+        shifted += found[0][:2] != (4, 4)
+    assert shifted >= 4, "crops are drawn at random offsets"
+
+
 @pytest.mark.parametrize(
     "recipe,message",
     [

@@ -41,9 +41,16 @@ def build_device_dataset(root):
 
 
 def device_augment(x):
-    """RandomCrop(32, padding=4) and RandomHorizontalFlip on a batch already on the device."""
+    """RandomCrop(32, padding=4) and RandomHorizontalFlip on a batch already on the device.
+
+    The batch is already normalised, so the padding is black as Normalize maps it, as in
+    the PIL path (which pads black pixels, then normalises). Padding with zeros here would
+    pad with the mean colour: a model trained on that meets black borders only at test time.
+    """
     n = x.shape[0]
-    padded = nn.functional.pad(x, (4, 4, 4, 4))
+    black = torch.tensor([-m / s for m, s in zip(MEAN, STD)], dtype=x.dtype, device=x.device)
+    padded = black[None, :, None, None].expand(n, -1, 40, 40).clone()
+    padded[:, :, 4:36, 4:36] = x
     dx = torch.randint(0, 9, (n,), device=x.device)
     dy = torch.randint(0, 9, (n,), device=x.device)
     rows = (dy[:, None] + torch.arange(32, device=x.device)[None, :])  # n x 32
