@@ -32,14 +32,14 @@ CAPTIONS = {
 def best_table(rep: StudyReport) -> tuple[list[str], list[list[str]]]:
     """The best configs beside the baseline, as headers and rows (shared by the text, Markdown and HTML)."""
     rows = []
-    for label, row in [("baseline", rep.baseline)] + [(f"#{i}", r) for i, r in enumerate(rep.best, 1)]:
+    for label, row in [("baseline", rep.baseline)] + [(f"#{r.rank}", r) for r in rep.best]:
         if row is None:
             continue
         ratio = f"{row.vs_baseline:.2f}x" if row.vs_baseline is not None else "-"
         noise = f"±{row.spread:.1%}" if row.spread is not None else "-"
         lr = f"{row.lr:g}" if row.lr is not None else "-"
-        rows.append([label, str(row.trial), rate(row.samples_per_s), ratio, noise, row.describe, lr])
-    return ["", "trial", "samples/s", "vs baseline", "noise", "config", "lr"], rows
+        rows.append([label, str(row.trial), rate(row.samples_per_s), ratio, noise, row.describe, lr, row.parity or "-"])
+    return ["", "trial", "samples/s", "vs baseline", "noise", "config", "lr", "parity"], rows
 
 
 def failure_table(rep: StudyReport) -> tuple[list[str], list[list[str]]]:

@@ -46,6 +46,8 @@ class Row:
     vs_baseline: float | None
     config: dict[str, Any]
     lr: float | None
+    parity: str | None = None  # "pass" or "REJECT" from the search's parity check; None: not checked
+    rank: int = 0  # among the study's distinct configs by samples/s, the baseline left out; 0 for the baseline
 
     @property
     def describe(self) -> str:
@@ -97,11 +99,20 @@ def _pick_study(storage: optuna.storages.BaseStorage, recipe: str, wanted: str |
     return mine[0]
 
 
-def _row(t: FrozenTrial, baseline: float | None) -> Row:
+def _row(t: FrozenTrial, baseline: float | None, verdicts: dict[str, bool] | None = None) -> Row:
     result = t.user_attrs.get("result") or {}
     value = float(t.value or 0.0)
+    config = t.user_attrs["config"]
+    passed = (verdicts or {}).get(Config.from_dict(config).describe())
     return Row(t.number, t.user_attrs.get("role", ""), value, result.get("spread"),
-               value / baseline if baseline else None, t.user_attrs["config"], t.user_attrs.get("lr"))
+               value / baseline if baseline else None, config, t.user_attrs.get("lr"),
+               None if passed is None else "pass" if passed else "REJECT")
+
+
+def _verdicts(study: optuna.Study) -> dict[str, bool]:
+    """The parity check's verdicts, by config: the search keeps them on the study (finished trials are read-only)."""
+    return {v["config"]: bool(v["passed"]) for k, v in study.user_attrs.items()
+            if k.startswith("parity:trial-") and isinstance(v, dict) and "config" in v and "passed" in v}
 
 
 def _group_key(reason: str) -> str:
@@ -238,12 +249,19 @@ def report(recipe: str, storage: str | None = None, study: str | None = None, ou
     }
     base_trial = next((t for t in sorted(complete, key=lambda t: t.number) if t.user_attrs.get("role") == "baseline"), None)
     base_value = float(base_trial.value) if base_trial is not None and base_trial.value else None
-    best: list[Row] = []
+    verdicts = _verdicts(loaded)
+    ranked: list[Row] = []
     for t in complete:
-        row = _row(t, base_value)
-        if t is not base_trial and row.describe not in {r.describe for r in best} and len(best) < top:
-            best.append(row)
+        row = _row(t, base_value, verdicts)
+        if t is not base_trial and row.describe not in {r.describe for r in ranked}:
+            ranked.append(dataclasses.replace(row, rank=len(ranked) + 1))
+    best = ranked[:top]
+    if any(r.parity == "REJECT" for r in best) and not any(r.parity == "pass" for r in best):
+        # The fastest were rejected: show the fastest that may win too, at its own rank.
+        best += [r for r in ranked[top:] if r.parity == "pass"][:1]
     notes: list[str] = []
+    if any(r.parity == "REJECT" for r in best):
+        notes.append("parity REJECT: the search's parity check found the config trains differently from the baseline; it cannot win.")
     if base_trial is None:
         notes.append("the baseline (the workload's own settings) has no complete trial in this study; speed-ups cannot be stated.")
     importances, why = _importances(loaded, len(complete))

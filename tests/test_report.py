@@ -17,7 +17,7 @@ from PIL import Image
 from autotune.cli import main
 from autotune.config import Config
 from autotune.figures import SIZES
-from autotune.reporting import ReportError, report
+from autotune.reporting import ReportError, render, report
 from autotune.space import DataFacts, Machine, build_space
 
 MACHINE = Machine("NVIDIA H200", True, 4, ("bf16", "fp16"), 140 * 2**30)
@@ -105,6 +105,26 @@ def test_report_tables_failures_and_importances(stored: str, tmp_path: Path) -> 
     assert set(rep.importances) <= {"placement", "batch_size", "num_workers", "pin_memory", "persistent_workers", "prefetch_factor",
                                     "cudnn_benchmark", "amp", "cuda_graph", "channels_last"}
     assert rep.notes == ()
+
+
+def test_report_marks_what_the_parity_check_rejected(stored: str, tmp_path: Path) -> None:
+    study = optuna.load_study(study_name=STUDY, storage=stored)
+    # As the search keeps them: on the study, under the trial that found the config, with the config described.
+    study.set_user_attr("parity:trial-7", {"passed": False, "config": "bs=128 device-resident graph bf16"})
+    study.set_user_attr("parity:trial-8", {"passed": True, "config": "bs=128 device-resident cudnn.benchmark graph bf16"})
+    rep = report("tiny", storage=stored, out=tmp_path / "out", top=3, echo=lambda _: None)
+    assert [(r.rank, r.trial, r.parity) for r in rep.best] == [(1, 7, "REJECT"), (2, 8, "pass"), (3, 2, None)]
+    assert rep.notes == ("parity REJECT: the search's parity check found the config trains differently from the baseline; it cannot win.",)
+    text = render(rep)
+    assert re.search(r"  #1 +7 +60,000 +60\.00x +±2\.0% +bs=128 device-resident graph bf16 +0\.4 +REJECT\n", text), text
+    assert "| #2 | 8 | 58,000 | 58.00x | ±2.0% | bs=128 device-resident cudnn.benchmark graph bf16 | 0.4 | pass |" in rep.markdown.read_text()
+
+    # When every config shown was rejected, the fastest one that passed is listed after them, at its rank.
+    study.set_user_attr("parity:trial-8", {"passed": False, "config": "bs=128 device-resident cudnn.benchmark graph bf16"})
+    study.set_user_attr("parity:trial-2", {"passed": False, "config": "bs=64 device-resident graph"})
+    study.set_user_attr("parity:trial-6", {"passed": True, "config": "bs=128 workers=2 prefetch=2 bf16"})
+    rep = report("tiny", storage=stored, out=tmp_path / "out", top=3, echo=lambda _: None)
+    assert [(r.rank, r.trial, r.parity) for r in rep.best] == [(1, 7, "REJECT"), (2, 8, "REJECT"), (3, 2, "REJECT"), (5, 6, "pass")]  # #4 (trial 1) was not checked
 
 
 def test_report_files_exist_decode_and_link(stored: str, tmp_path: Path) -> None:
