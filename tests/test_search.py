@@ -97,3 +97,17 @@ def test_a_failing_baseline_stops_the_search(project: Path, fake_pool: type[Fake
     with pytest.raises(search_module.SearchError, match=r"the workload's own settings \(bs=16 workers=0\) fail: error: ValueError: bad data\."):
         search("tiny", SearchOptions(trials=5), echo=lambda line: None)
     assert not (project / "recipes" / "tiny.tuned.toml").exists()
+
+
+def test_seeds_on_a_gpu_try_the_fast_loop_at_a_larger_batch_in_bf16_and_in_fp32() -> None:
+    from autotune.space import DataFacts, Machine, build_space
+    from autotune.workload import load, resolve
+
+    gpu = Machine("NVIDIA H200", cuda=True, cpu_share=16, amp_dtypes=("bf16", "fp16"), memory_bytes=140 * 2**30)
+    mnist = DataFacts(size=60_000, sample_bytes=28 * 28 * 4 + 8, image_4d=True, static_shapes=True, deterministic=True, device_dataset=False)
+    workload = load(resolve("mnist_cnn"))
+    seeds = search_module.seed_configs(workload, gpu, build_space(128, gpu, mnist))
+    assert seeds[0] == Config(batch_size=128, pin_memory=True)  # the baseline
+    fast = [c for c in seeds if c.placement == "device" and c.cuda_graph and c.batch_size == 1024]
+    assert sorted(c.amp for c in fast) == ["bf16", "off"]
+    assert len(set(seeds)) == len(seeds)
