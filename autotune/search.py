@@ -422,8 +422,13 @@ class Search:
                 chosen[config] = t.number
         return chosen
 
-    def finalists(self, study: optuna.Study) -> list[Config]:
-        return list(self.ranked(study))[: self.options.finalists]
+    def contenders(self, study: optuna.Study) -> dict[Config, int]:
+        """The ranked configs whose trial ran faster than the baseline's: a slower one is never recommended."""
+        base = [t.value for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                if t.value is not None and self.space.normalise(Config.from_dict(t.user_attrs["config"])) == self.baseline]
+        floor = max(base, default=0.0)
+        values = {t.number: t.value or 0.0 for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
+        return {c: n for c, n in self.ranked(study).items() if values[n] > floor}
 
     def parity_finalists(self, pool: TrialPool, study: optuna.Study, ranked: dict[Config, int]) -> tuple[parity.Gate, list[Config]]:
         """The fastest configs that train like the baseline: the finalists, checked before they are measured again.
@@ -620,23 +625,31 @@ class Search:
         if not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
             raise SearchError(f"no trial completed in study {self.study_name!r}; the failures above say why.")
         gate: parity.Gate | None = None
-        if self.options.parity_check and self.ranked(study):
-            gate, finalists = self.parity_finalists(pool, study, self.ranked(study))
+        contenders = self.contenders(study)
+        if self.options.parity_check and contenders:
+            gate, finalists = self.parity_finalists(pool, study, contenders)
         else:
-            finalists = self.finalists(study)
+            finalists = list(contenders)[: self.options.finalists]
         if finalists:
             self.echo(f"finalists: measuring {len(finalists)} config(s) against the baseline, {self.options.rounds} round(s), fresh processes")
         else:
-            # Only the workload's own settings completed: they are the result, at a speed-up of 1.
-            self.echo(f"no config but the baseline completed; measuring it, {self.options.rounds} round(s), fresh processes")
+            # Nothing beat the workload's own settings: they are the result, at a speed-up of 1.
+            self.echo(f"no config ran faster than the baseline; measuring it, {self.options.rounds} round(s), fresh processes")
         results = self.remeasure(pool, finalists)
         if not results[self.baseline]:
             raise SearchError("the baseline (the workload's own settings) failed in every round; no speed-up can be stated.")
         measured = [c for c in finalists if results[c]]
         if finalists and not measured:
             raise SearchError("every finalist failed when measured again; see the reasons above.")
-        by_speed = sorted(measured, key=lambda c: statistics.median(r["samples_per_s"] for r in results[c]), reverse=True)
+        def median(config: Config) -> float:
+            return statistics.median(r["samples_per_s"] for r in results[config])
+
+        by_speed = sorted(measured, key=median, reverse=True)
         winner = (by_speed or [self.baseline])[0]
+        if winner != self.baseline and median(winner) <= median(self.baseline):
+            self.echo(f"finalists: none beat the baseline when measured again ({_fmt_rate(median(winner))} against "
+                      f"{_fmt_rate(median(self.baseline))}); the profile keeps the workload's own settings")
+            winner = self.baseline
         pool.close()
         profile = self.profile(study, winner, results, gate.record(winner) if gate and winner != self.baseline else None)
         recipe_file.write_profile(self.ref.tuned_path, self.ref.name, self.machine.hardware, profile)

@@ -111,3 +111,33 @@ def test_seeds_on_a_gpu_try_the_fast_loop_at_a_larger_batch_in_bf16_and_in_fp32(
     fast = [c for c in seeds if c.placement == "device" and c.cuda_graph and c.batch_size == 1024]
     assert sorted(c.amp for c in fast) == ["bf16", "off"]
     assert len(set(seeds)) == len(seeds)
+
+
+def test_nothing_faster_than_the_baseline_keeps_the_workloads_own_settings(
+        project: Path, fake_pool: type[FakePool], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(FakePool, "rate", staticmethod(lambda config: 1000.0 if config == Config(batch_size=16) else 500.0))
+    lines: list[str] = []
+    profile = search("tiny", SearchOptions(trials=6), echo=lines.append).profile
+    assert "no config ran faster than the baseline; measuring it, 2 round(s), fresh processes" in lines
+    assert not any(line.startswith("parity: checking") for line in lines)  # nothing to check
+    assert recipe_file.knobs_to_config(profile["knobs"]) == Config(batch_size=16)
+    assert (profile["speedup"], profile["parity"]) == (1.0, {"checked": False})
+
+
+def test_a_finalist_slower_than_the_baseline_when_measured_again_does_not_win(
+        project: Path, fake_pool: type[FakePool], monkeypatch: pytest.MonkeyPatch) -> None:
+    original = FakePool.run
+    seen: set[Config] = set()
+
+    def run(self: FakePool, config: Config, *args: object, **kwargs: object) -> Outcome:
+        outcome = original(self, config, *args, **kwargs)
+        if config != Config(batch_size=16) and config in seen and outcome.result is not None:
+            outcome.result.update(samples_per_s=10.0, steady_samples_per_s=10.0)  # fast once, slow ever after
+        seen.add(config)
+        return outcome
+
+    monkeypatch.setattr(FakePool, "run", run)
+    lines: list[str] = []
+    profile = search("tiny", SearchOptions(trials=6), echo=lines.append).profile
+    assert any(line.startswith("finalists: none beat the baseline when measured again (10/s against 1,600/s)") for line in lines), lines
+    assert recipe_file.knobs_to_config(profile["knobs"]) == Config(batch_size=16) and profile["speedup"] == 1.0
