@@ -4,8 +4,10 @@
 
 A search run with `--no-parity-check` lets the fastest config win unchecked. This
 script trains that winner and the workload's own settings (fp32, eager, its batch
-size and learning rate) from the same weights over the same data order, exactly as
-the search's own check does, and prints the verdict with its numbers. Exit status 0
+size and learning rate) from the same weights over the same data order, as the
+search's own check does (in this process, with a run sized by this one candidate's
+batch, where the search sizes it by its largest contender), and prints the verdict
+with its numbers. Exit status 0
 when the profile passes, 1 when the check rejects it.
 """
 

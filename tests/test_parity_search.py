@@ -34,7 +34,7 @@ def run(rule: str, check: bool = True) -> tuple[list[str], dict[str, Any]]:
 def test_a_rejected_config_cannot_win_and_without_the_check_it_does(project: Path) -> None:
     # Batch 128 at the batch-16 learning rate learns far less in the same samples: rejected, and nothing else is faster.
     lines: list[str] = []
-    with pytest.raises(SearchError, match="no config faster than the baseline trains like it: all 1 checked were rejected"):
+    with pytest.raises(SearchError, match="no config faster than the baseline trains like it: all 1 checked, the fastest first, were rejected"):
         search("tiny", SearchOptions(trials=2, fixes=FIXES, lr_rule="none", finalists=1, rounds=1), echo=lines.append)
     rejected = [line for line in lines if line.startswith("  parity REJECT")]
     assert len(rejected) == 1 and rejected[0].endswith("bs=128 workers=0")

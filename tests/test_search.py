@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import optuna
 import pytest
 
 import importlib
@@ -141,3 +142,14 @@ def test_a_finalist_slower_than_the_baseline_when_measured_again_does_not_win(
     profile = search("tiny", SearchOptions(trials=6), echo=lines.append).profile
     assert any(line.startswith("finalists: none beat the baseline when measured again (10/s against 1,600/s)") for line in lines), lines
     assert recipe_file.knobs_to_config(profile["knobs"]) == Config(batch_size=16) and profile["speedup"] == 1.0
+
+
+def test_the_pruner_never_stops_the_baseline() -> None:
+    study = optuna.create_study(direction="maximize", pruner=search_module.ClearlyWorsePruner(ratio=0.5, warmup_windows=2))
+    study.add_trial(optuna.trial.create_trial(value=1000.0, params={}, distributions={}))
+    for role, pruned in (("baseline", False), ("seed", True)):
+        trial = study.ask()
+        trial.set_user_attr("role", role)
+        trial.report(10.0, 0)
+        trial.report(10.0, 1)
+        assert trial.should_prune() is pruned, role

@@ -95,3 +95,19 @@ def test_every_contract_problem_is_listed(project: Path) -> None:
                  "DEFAULTS['epochs'] must be >= 1, but got 0", "missing function build_dataset()", "missing function build_loss()",
                  "missing function build_optimizer()"):
         assert line in text
+
+
+@pytest.mark.gpu
+def test_cifar_device_augment_never_waits_for_the_gpu() -> None:
+    """It runs per batch outside the graph: a host sync there would stall every step."""
+    import torch
+
+    from autotune.recipes import cifar10_resnet18 as cifar
+
+    batch = torch.randn(256, 3, 32, 32, device="cuda")
+    torch.cuda.set_sync_debug_mode("error")  # any synchronising call raises
+    try:
+        out = cifar.device_augment(batch)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert out.shape == batch.shape
