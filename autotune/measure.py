@@ -124,8 +124,11 @@ def measure(
     for _ in range(probe):
         step(*feed.next())
     sync()
-    est_step = max((clock() - t0) / probe, 1e-9)
-    window_steps = max(1, min(math.ceil(windows.window_s / est_step), max(1, feed.steps_per_epoch - 1)))
+
+    def steps_for(step_s: float) -> int:
+        return max(1, min(math.ceil(windows.window_s / max(step_s, 1e-9)), max(1, feed.steps_per_epoch - 1)))
+
+    window_steps = steps_for((clock() - t0) / probe)
 
     rates: list[float] = []
     step_times: list[float] = []
@@ -152,6 +155,9 @@ def measure(
             continue
         rates.append(samples / elapsed)
         step_times.append(elapsed / n_steps)
+        # The probe can run on batches the loader's workers had ready: a loader-bound config then looks
+        # fast and its windows last many times window_s. Each window sets the next one's length.
+        window_steps = steps_for(step_times[-1])
         if on_window is not None and on_window(len(rates) - 1, rates[-1]):
             stopped = True
             break

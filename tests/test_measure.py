@@ -104,3 +104,28 @@ def test_an_empty_loader_is_an_error() -> None:
     clock = Clock()
     with pytest.raises(ValueError, match=r"`len\(loader\) >= 1` must hold, but got 0"):
         measure(_step(clock, 0.01), FakeLoader(clock, 0, 1, 0.0), clock=clock)
+
+
+def test_a_window_calibrated_on_prefetched_batches_is_cut_to_length_after_the_first() -> None:
+    # The loader's workers had 10 batches ready: the probe sees 1 ms steps, the loader then feeds one per 50 ms.
+    clock = Clock()
+    calls = {"step": 0}
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> None:
+        calls["step"] += 1
+        clock.now += 0.001 if calls["step"] <= 10 else 0.05
+
+    ends: list[float] = []
+
+    def on_window(i: int, rate: float) -> bool:
+        ends.append(clock.now)
+        return False
+
+    m = measure(step, FakeLoader(clock, 1000, 10, 0.0), Windows(warmup_steps=2, window_s=0.25, min_windows=3, rel_tol=0.0),
+                clock=clock, on_window=on_window)
+    # First window: 250 steps (0.25 s / 1 ms), 5 of them still fast; then 0.25 s / 49.02 ms -> 6 steps,
+    # then 0.25 s / 50 ms -> 5 steps.
+    assert ends[0] == pytest.approx(0.002 + 0.003 + 5 * 0.001 + 245 * 0.05)  # warm-up, probe, first window
+    assert [b - a for a, b in zip(ends, ends[1:])] == pytest.approx([0.3, 0.25, 0.25])
+    assert m.window_rates[1:] == pytest.approx((200.0,) * 3)
+    assert m.step_s == pytest.approx(0.05)
