@@ -37,6 +37,7 @@ def _die_with_parent(parent: int) -> None:
 
 
 def main() -> None:
+    started = time.perf_counter()
     recipe_path, device_name, cpu_share = sys.argv[1], sys.argv[2], int(sys.argv[3])
     parent = int(os.environ.get("AUTOTUNE_PARENT_PID", "0"))
     if parent and os.getppid() != parent:
@@ -50,6 +51,7 @@ def main() -> None:
 
     import torch
 
+    imported = time.perf_counter()
     if cpu_share < torch.get_num_threads():
         # Under --gpus the workers share the host: each measures within its share of the cores, as the
         # profile states. torch's intra-op pool would size itself to the whole host and contend with
@@ -60,6 +62,7 @@ def main() -> None:
     from autotune.config import Config
     from autotune.measure import Windows
     from autotune.runner import Runner, classify_failure
+    from autotune.trial import NOTE
     from autotune.workload import RecipeRef, load
 
     try:
@@ -70,11 +73,19 @@ def main() -> None:
             # Streams and graph capture follow the current device; with --device 1 it must be that one.
             torch.cuda.set_device(device)
         runner = Runner(workload, device, cpu_share=cpu_share)
+        if device.type == "cuda":
+            torch.zeros(1, device=device)  # the CUDA context: created now, timed below, not in the first trial
+        context = time.perf_counter()
         runner.dataset  # noqa: B018  (build it now, outside any trial's clock)
     except BaseException as exc:  # noqa: BLE001  (anything that stops start-up is the reason)
         traceback.print_exc()
         send(event="failed", reason=classify_failure(exc))
         sys.exit(1)
+    ready = time.perf_counter()
+    # What a start-up costs, for whoever reads this log: the search waits this long for a new trial process.
+    print(f"{NOTE}trial process {os.getpid()} on {device_name}: ready in {ready - started:.1f} s (importing torch "
+          f"{imported - started:.1f} s, workload and {device.type} start-up {context - imported:.1f} s, "
+          f"data set {ready - context:.1f} s)", flush=True)
     send(event="ready")
     probe_set = None
 

@@ -1,14 +1,18 @@
 """One worker under ``autotune search --gpus``: ``python -m autotune._worker RECIPE OPTIONS_JSON``.
 
-Takes tickets of the study its parent set up until none is left, then ends; the
-parent writes the recipe. It ends with its parent: SIGTERM (sent by the kernel
-when the parent dies, or by anyone) stops it as Ctrl-C does, giving its running
-trial back to the study.
+Starts with its parent: imports, builds the data set and checks its options
+while the parent does the same, then waits for one line on stdin saying where
+the study is (the parent sets it up). Then it takes tickets until none is left
+and ends; the parent writes the recipe. Until that line comes, SIGTERM or SIGINT
+end it at once and quietly (nothing of the study is touched yet); after it, they
+stop it as Ctrl-C does, giving its running trial back to the study. If stdin
+closes with no line, the parent could not set the study up and says why itself.
 """
 
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import signal
 import sys
@@ -19,8 +23,8 @@ def _stop(signum: int, frame: object) -> None:
 
 
 def main() -> int:
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C stops it even if started with SIGINT ignored
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # also if started with SIGINT ignored
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except OSError:
@@ -37,8 +41,23 @@ def main() -> int:
 
     recipe, options = sys.argv[1], options_from_json(sys.argv[2])
     search_warnings_off()
+    worker: Search | None = None
+    problem: str | None = None
     try:
         worker = Search(recipe, options, echo=lambda line: print(line, flush=True))
+    except (WorkloadError, SpaceError, SearchError, RecipeError) as exc:
+        problem = str(exc)  # the parent meets it too; said only if the parent goes on regardless
+    line = sys.stdin.readline()
+    if not line:
+        return 2 if problem else 0
+    if problem is not None or worker is None:
+        print(f"Error: {problem}", flush=True)
+        return 2
+    where = json.loads(line)
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        worker.join(where["storage"], where["study"])
         worker.open_study()
         worker.run()
     except (WorkloadError, SpaceError, SearchError, RecipeError) as exc:

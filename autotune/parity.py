@@ -406,9 +406,20 @@ class Gate:
         self.seconds = 0.0  # wall time of every parity run, the baseline's included: the check's cost
         self.baseline_seconds = 0.0
         self._base: Trace | None = None
+        self._base_from = ""  # where an adopted baseline run was made, for the summary
         self._by_numerics: dict[tuple[Any, ...], tuple[Config, Verdict]] = {}
         # Batch sizes (at their learning rate) rejected by a margin: every config with that batch fails too.
         self._batch_rejected: dict[int, tuple[Config, Verdict]] = {}
+
+    def adopt_baseline(self, trace: Trace, where: str) -> None:
+        """Use a baseline run made elsewhere (`where` says by whom), of this gate's length, instead of making one."""
+        # A run trains whole batches until it has seen `samples`: it ends within one batch past them.
+        if trace.batch_size != self.baseline.batch_size or not self.samples <= trace.samples < self.samples + trace.batch_size:
+            raise ValueError(f"an adopted baseline run must train the baseline's batch {self.baseline.batch_size} for "
+                             f"{self.samples:,} samples, but got batch {trace.batch_size} and {trace.samples:,} samples.")
+        self._base, self._base_from = trace, where
+        self.baseline_seconds = trace.seconds
+        self.seconds += trace.seconds  # the check's cost, wherever it was paid
 
     def _timed(self, config: Config) -> Trace:
         start = time.perf_counter()
@@ -450,8 +461,9 @@ class Gate:
     def summary(self) -> str:
         """The check's cost, in one line."""
         rejected = sum(not v.passed for v in self.verdicts.values())
+        where = f", {self._base_from}" if self._base_from else ""
         return (f"parity: {len(self.verdicts)} config(s) checked, {rejected} rejected; {self.runs} run(s) and the "
-                f"baseline's took {self.seconds:.1f} s (baseline {self.baseline_seconds:.1f} s)")
+                f"baseline's took {self.seconds:.1f} s (baseline {self.baseline_seconds:.1f} s{where})")
 
     def _check(self, config: Config) -> Verdict:
         if self._base is None:

@@ -1,13 +1,18 @@
 """``autotune search --gpus 0,1``: one worker process per GPU on this host, all sharing one study.
 
-The parent sets the study up once (hardware, CPU share, seeds, tickets), starts a
-worker process (``python -m autotune._worker``) for each GPU but the first,
-prints their lines with a prefix, and takes tickets itself on the first GPU.
-When no ticket is left and no trial runs, it measures the finalists, their
-rounds side by side on the GPUs, and writes the recipe: one writer. Workers on one host share its
-CPU cores: each gets ``cores // workers`` for its DataLoader workers, and the
-profile records that share, which is what a training run with one process per
-GPU has too.
+The parent starts a worker process (``python -m autotune._worker``) for each GPU
+but the first at once: importing torch and building the data set take a worker
+as long as they take the parent, so both do it side by side. The parent then
+sets the study up once (hardware, CPU share, seeds, tickets) and tells each
+worker where it is; a worker touches the study only after that. The parent
+prints the workers' lines with a prefix and takes tickets itself on the first
+GPU. One worker first makes the baseline's parity run, so the check at the end
+need not wait for it. When no ticket is left and no trial runs, the parent
+checks parity, measures the finalists, their rounds side by side on the GPUs,
+and writes the recipe: one writer. Workers on one host share its CPU cores:
+each gets ``cores // workers`` for its DataLoader workers, and the profile
+records that share, which is what a training run with one process per GPU has
+too.
 
 The default SQLite study file serves the workers of one host (its transactions
 take the file's lock up front); workers on several hosts need a database
@@ -24,6 +29,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
@@ -87,14 +93,18 @@ def options_from_json(text: str) -> SearchOptions:
 
 
 class Worker:
-    """One worker process; its output lines reach the user with a prefix."""
+    """One worker process; its output lines reach the user with a prefix.
+
+    It starts before the study exists and waits for `go` on its stdin; if stdin
+    closes first (the parent failed to set the study up), it ends without a word.
+    """
 
     def __init__(self, recipe: str, options: SearchOptions, label: str, echo: Callable[[str], None]) -> None:
         self.label, self.echo = label, echo
         env = dict(os.environ, AUTOTUNE_PARENT_PID=str(os.getpid()), PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "autotune._worker", recipe, options_to_json(options)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
         )
         assert self.proc.stdout is not None
         self.reader = threading.Thread(target=self._relay, args=(self.proc.stdout,), daemon=True)
@@ -104,7 +114,21 @@ class Worker:
         for raw in stream:
             self.echo(f"{self.label} | {raw.decode(errors='replace').rstrip()}")
 
+    def go(self, storage: str, study: str) -> None:
+        """Tell the worker the study is set up, and where; it joins it."""
+        self._close_stdin(json.dumps({"storage": storage, "study": study}) + "\n")
+
+    def _close_stdin(self, line: str = "") -> None:
+        assert self.proc.stdin is not None
+        try:
+            if line:
+                self.proc.stdin.write(line.encode())
+            self.proc.stdin.close()
+        except OSError:  # the worker already ended: its lines and exit status say why
+            pass
+
     def stop(self) -> None:
+        self._close_stdin()  # one still waiting for `go` ends on this
         # SIGTERM, not SIGINT: a worker started from a background job inherits SIGINT ignored.
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -134,24 +158,33 @@ def search_parallel(recipe: str, options: SearchOptions, devices: list[int],
     if not devices:
         raise ScaleoutError("--gpus names no device.")
     search_warnings_off()
+    import torch
+
     cores = len(os.sched_getaffinity(0))
     share = options.cpu_share or cpu_share(cores, len(devices))
-    options = dataclasses.replace(options, device_index=devices[0], cpu_share=share)
-    parent = Search(recipe, options, echo)
-    parent.announce()
-    parent.open_study()  # set up once, before any worker: no two workers race to queue tickets
-    share = parent.machine.cpu_share  # the study's own, if it was made with another
-    cuda = parent.machine.cuda
+    cuda = torch.cuda.is_available()
     labels = [f"gpu{d}" if cuda else f"cpu{i}" for i, d in enumerate(devices)]
+    options = dataclasses.replace(options, device_index=devices[0], cpu_share=share, run_id=uuid.uuid4().hex)
+    # Started first, they import and build the data set while this process does the same.
+    workers = [
+        Worker(recipe, dataclasses.replace(options, device_index=d, write_recipe=False,
+                                           trace_baseline_first=(i == 0 and options.parity_check)), label, echo)
+        for i, (d, label) in enumerate(zip(devices[1:], labels[1:]))
+    ]
+    try:
+        parent = Search(recipe, options, echo)
+        parent.announce()
+        parent.open_study()  # set up once, before any worker joins: no two workers race to create it
+    except BaseException:
+        for w in workers:
+            w.stop()
+        _wait(workers, STOP_WAIT_S)
+        raise
+    share = parent.machine.cpu_share  # the study's own, if it was made with another
     echo(f"{len(devices)} workers share study {parent.study_name!r}, {share} of {cores} CPU cores each; "
          f"this process is {labels[0]} and writes the recipe once no trial runs")
-    worker_options = dataclasses.replace(
-        options, cpu_share=share, write_recipe=False, storage=parent.storage_url, study=parent.study_name,
-    )
-    workers = [
-        Worker(recipe, dataclasses.replace(worker_options, device_index=d), label, echo)
-        for d, label in zip(devices[1:], labels[1:])
-    ]
+    for w in workers:
+        w.go(parent.storage_url, parent.study_name)
     parent.round_devices = [f"cuda:{d}" if cuda else "cpu" for d in devices]
 
     def workers_ended() -> None:

@@ -44,6 +44,7 @@ from autotune.workload import Workload, WorkloadError, load, resolve
 
 PARITY_TIMEOUT_FACTOR = 4  # a parity run trains about an epoch; a trial times a few seconds of it
 PARITY_EXTRA_RUNS = 6  # parity runs beyond one per finalist, for the rejected configs among the fastest
+BASELINE_TRACE = "parity:baseline-trace"  # study attribute: the baseline's parity run, made by a worker during the trials
 
 
 class SearchError(RuntimeError):
@@ -84,6 +85,8 @@ class SearchOptions:
     device_index: int = 0
     cpu_share: int | None = None
     seed: int = 0  # the sampler's; with a --storage, mixed with the process id so workers of one study differ
+    run_id: str = ""  # under --gpus, one id for the search's processes: the writer takes only its own run's baseline trace
+    trace_baseline_first: bool = False  # this worker makes the baseline's parity run before its trials (one per --gpus search)
     write_recipe: bool = True  # False: a worker under `--gpus` only runs trials; its parent writes
     command: str = "autotune search"
     state_dir: Path = Path(".autotune")  # the default SQLite study and trial-process logs
@@ -184,8 +187,14 @@ class Search:
         self.storage: optuna.storages.RDBStorage | None = None
         self.study: optuna.Study | None = None
         self.round_devices: list[str] = []  # under `--gpus`: a device per finalist round, side by side
+        self.round_pools: list[TrialPool] = []  # the finalist rounds' pools, their fresh children started ahead
         self.hopeless: list[Hopeless] = []
         self.base_sampler: optuna.samplers.BaseSampler | None = None
+
+    def join(self, storage: str, study: str) -> None:
+        """Work in this study, which another process set up (a worker under `--gpus`)."""
+        self.options = dataclasses.replace(self.options, storage=storage, study=study)
+        self.storage_url, self.study_name = storage, study
 
     def lr(self, config: Config) -> float:
         d = self.workload.defaults
@@ -450,6 +459,11 @@ class Search:
         gate = parity.Gate(self.baseline, self.lr, trace, list(ranked), self.echo)
         self.echo(f"parity: checking the fastest against the baseline ({self.baseline.describe()}, lr {self.lr(self.baseline):g}, "
                   f"fp32, eager) from the same weights and data order, {gate.samples:,} samples each")
+        stored = study.user_attrs.get(BASELINE_TRACE)
+        if (self.options.run_id and isinstance(stored, dict) and stored.get("run") == self.options.run_id
+                and stored.get("config") == self.baseline.as_dict() and stored.get("lr") == self.lr(self.baseline)
+                and stored.get("samples") == gate.samples):
+            gate.adopt_baseline(parity.Trace.from_dict(stored["trace"]), f"run by worker {stored['worker']} before its trials")
         chosen: list[Config] = []
         try:
             want = self.options.finalists
@@ -469,6 +483,26 @@ class Search:
             )
         return gate, chosen
 
+    def trace_baseline(self, study: optuna.Study, pool: TrialPool) -> None:
+        """The baseline's parity run, made now and kept in the study for this search's writer.
+
+        Under `--gpus` one worker makes it before its trials, on its own GPU, while
+        the others take tickets; the writer then checks the finalists without waiting
+        for it. Only this search's writer takes it (`run_id`): a study resumed later,
+        perhaps over edited workload code, traces its baseline again.
+        """
+        lr = self.lr(self.baseline)
+        samples, _ = parity.run_length(self.baseline.batch_size, max(self.space.domains["batch_size"]))
+        outcome = pool.trace(self.baseline, lr, samples, self.baseline.batch_size, PARITY_TIMEOUT_FACTOR * self.options.trial_timeout_s)
+        if outcome.state != "complete" or outcome.result is None:
+            self.echo(f"parity: the baseline's run failed here ({outcome.reason}); the writer makes it again")
+            return
+        record = {"run": self.options.run_id, "config": self.baseline.as_dict(), "lr": lr, "samples": samples,
+                  "worker": sharing.owner(), "trace": outcome.result}
+        study.set_user_attr(BASELINE_TRACE, record)
+        self.echo(f"parity: made the baseline's run for the check ({samples:,} samples, {outcome.result['seconds']:.1f} s) "
+                  f"before taking trials")
+
     def remeasure(self, pool: TrialPool, finalists: list[Config]) -> dict[Config, list[dict[str, Any]]]:
         """Each finalist and the baseline, interleaved, in a fresh process per round.
 
@@ -477,11 +511,7 @@ class Search:
         """
         results: dict[Config, list[dict[str, Any]]] = {c: [] for c in [self.baseline, *finalists]}
         order = [self.baseline, *finalists]
-        devices = self.round_devices[: self.options.rounds] or [self.device]
-        pools = [pool] + [
-            TrialPool(self.ref.workload_path, d, self.machine.cpu_share, self.options.state_dir / "logs", self.options.trial_timeout_s)
-            for d in devices[1:]
-        ]
+        pools = self.round_pools or self.prestart_rounds(pool)
 
         def rounds_on(k: int) -> None:
             for r in range(k, self.options.rounds, len(pools)):
@@ -500,9 +530,26 @@ class Search:
                 for each in pools:
                     each.abort()
             executor.shutdown(wait=True)
-            for each in pools[1:]:
-                each.close()
         return results
+
+    def prestart_rounds(self, pool: TrialPool) -> list[TrialPool]:
+        """A pool per round device (the first is `pool`), each with a fresh child per round it runs, starting now.
+
+        Called once this worker's trials are done: the children start while the last trials
+        elsewhere end and the parity check runs, not while the rounds wait. One may start
+        beside another worker's last trial on its GPU; a start-up is seconds of one core,
+        and a trial's median window shrugs off a hiccup (the rounds, whose numbers are
+        stated, run after every trial).
+        """
+        if not self.round_pools:
+            devices = self.round_devices[: self.options.rounds] or [self.device]
+            self.round_pools = [pool] + [
+                TrialPool(self.ref.workload_path, d, self.machine.cpu_share, self.options.state_dir / "logs", self.options.trial_timeout_s)
+                for d in devices[1:]
+            ]
+            for k, each in enumerate(self.round_pools):
+                each.prestart(len(range(k, self.options.rounds, len(self.round_pools))))
+        return self.round_pools
 
     def _round(self, pool: TrialPool, r: int, order: list[Config], results: dict[Config, list[dict[str, Any]]]) -> None:
         rotated = order[r % len(order):] + order[: r % len(order)]
@@ -592,12 +639,16 @@ class Search:
                 self.echo(f"resuming study {self.study_name!r}: {done} trial(s) already finished, {total - done} to go")
         study, storage = self.study, self.storage
         assert study is not None and storage is not None
+        # On a GPU a child's start-up includes a CUDA context: a spare saves that wait after a failed trial.
         pool = TrialPool(self.ref.workload_path, self.device, self.machine.cpu_share,
-                         self.options.state_dir / "logs", self.options.trial_timeout_s)
+                         self.options.state_dir / "logs", self.options.trial_timeout_s, spare=self.machine.cuda)
         try:
+            if self.options.trace_baseline_first and self.options.parity_check:
+                self.trace_baseline(study, pool)
             self.run_study(study, pool)
             if not self.options.write_recipe:
                 return None
+            self.prestart_rounds(pool)
             self.settle(study, pool)
             if before_writing is not None:
                 before_writing()
@@ -621,6 +672,8 @@ class Search:
             return result
         finally:
             pool.close()
+            for each in self.round_pools[1:]:
+                each.close()
 
     def write(self, study: optuna.Study, pool: TrialPool) -> SearchResult:
         """Measure the finalists against the baseline and write the winner's profile."""

@@ -23,6 +23,7 @@ from typing import Any
 from autotune.config import Config
 from autotune.measure import Windows
 
+NOTE = "[autotune] "  # starts the lines a trial process writes to its log itself; a crash's reason never quotes them
 STARTUP_TIMEOUT_S = 180.0  # importing torch, initialising CUDA and loading the data set
 
 
@@ -198,29 +199,53 @@ class Child:
 
 
 def _last_line(path: Path) -> str:
+    """The last line the workload or Python wrote to a child's log: what a crash's reason quotes."""
     try:
-        lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
+        lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip() and not line.startswith(NOTE)]
     except OSError:
         return ""
     return lines[-1][:200] if lines else ""
 
 
 class TrialPool:
-    """Runs trials one at a time, reusing a healthy child and replacing a failed one."""
+    """Runs trials one at a time, reusing a healthy child and replacing a failed one.
 
-    def __init__(self, recipe_path: Path, device: str, cpu_share: int, log_dir: Path, timeout_s: float, env: dict[str, str] | None = None) -> None:
+    Starting a child (Python, torch, a CUDA context, the data set) takes seconds
+    while the GPU idles, so children can be started ahead: `prestart(n)` keeps n
+    unused ones in standby, and with `spare` every start the pool must wait for
+    starts a spare beside it, ready to replace the next failed child at once.
+    The spare never starts while this pool measures; `prestart` callers choose their moment.
+    """
+
+    def __init__(self, recipe_path: Path, device: str, cpu_share: int, log_dir: Path, timeout_s: float,
+                 env: dict[str, str] | None = None, spare: bool = False) -> None:
         self.recipe_path, self.device, self.cpu_share = recipe_path, device, cpu_share
-        self.log_dir, self.timeout_s, self.env = log_dir, timeout_s, env
+        self.log_dir, self.timeout_s, self.env, self.spare = log_dir, timeout_s, env, spare
         self.child: Child | None = None
+        self.standby: list[Child] = []  # started, never used: fresh
         self.children_started = 0
 
+    def _start_child(self) -> Child:
+        self.children_started += 1
+        log = self.log_dir / f"trial-process-{os.getpid()}-{self.children_started}.log"
+        return Child(self.recipe_path, self.device, self.cpu_share, log, self.env)
+
+    def prestart(self, n: int) -> None:
+        """Start children now, up to `n` in standby, for trials that want a fresh one (finalist rounds)."""
+        while len(self.standby) < n:
+            self.standby.append(self._start_child())
+
     def _child(self, fresh: bool) -> Child:
-        if fresh:
-            self.close()
+        if fresh and self.child is not None:
+            self.child.stop()
+            self.child = None
         if self.child is None:
-            self.children_started += 1
-            log = self.log_dir / f"trial-process-{os.getpid()}-{self.children_started}.log"
-            self.child = Child(self.recipe_path, self.device, self.cpu_share, log, self.env)
+            if self.standby:
+                self.child = self.standby.pop(0)
+            else:
+                self.child = self._start_child()
+                if self.spare:
+                    self.prestart(1)  # starts beside the one we wait for: no extra wait, no measurement disturbed
         return self.child
 
     def _settle(self, outcome: Outcome) -> Outcome:
@@ -240,6 +265,8 @@ class TrialPool:
         if self.child is not None:
             self.child.stop()
             self.child = None
+        while self.standby:
+            self.standby.pop().stop()
 
     def abort(self) -> None:
         """Kill the child at once, with its DataLoader workers: an interrupted measurement is worthless."""

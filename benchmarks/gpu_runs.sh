@@ -54,7 +54,7 @@ side() {
         (cd "$R/diagnose" && timed diagnose_mnist_cnn 240 python3 -m autotune diagnose --recipe mnist_cnn)
         (cd "$R/diagnose" && timed diagnose_cifar10_resnet18 300 python3 -m autotune diagnose --recipe cifar10_resnet18)
     fi
-    want gputests && (cd "$REPO" && timed pytest_gpu 600 python3 -m pytest -p no:cacheprovider -m gpu -v tests/test_loop.py tests/test_diagnose.py tests/test_parity.py)
+    want gputests && (cd "$REPO" && timed pytest_gpu 600 python3 -m pytest -p no:cacheprovider -m gpu -v tests/test_loop.py tests/test_diagnose.py tests/test_parity.py tests/test_workload.py)
     want noparity || return 0
     # A search without the parity check, then the check on what it chose. If the default learning-rate
     # rule happens to keep the winner honest, the same again with the rate left unscaled.
@@ -68,12 +68,18 @@ side() {
     done
 }
 
+# The same fresh mnist_cnn study on one GPU, then on two, SCALEOUT_PAIRS times (default 1): the
+# pairs show how much the ratio moves from run to run.
 scaleout() {
     want scaleout || return 0
-    mkdir -p "$R/one_gpu" "$R/two_gpus"
-    (cd "$R/one_gpu" && timed one_gpu 900 python3 -m autotune search --recipe mnist_cnn --trials 40 --study one-gpu)
-    (cd "$R/two_gpus" && timed two_gpus 900 python3 -m autotune search --recipe mnist_cnn --trials 40 --study two-gpus --gpus 0,1)
-    (cd "$R/two_gpus" && timed two_gpus_show 60 python3 -m autotune show --recipe mnist_cnn)
+    local n suffix
+    for n in $(seq 1 "${SCALEOUT_PAIRS:-1}"); do
+        suffix=$([ "$n" = 1 ] || echo "_$n")
+        mkdir -p "$R/one_gpu$suffix" "$R/two_gpus$suffix"
+        (cd "$R/one_gpu$suffix" && timed "one_gpu$suffix" 900 python3 -m autotune search --recipe mnist_cnn --trials 40 --study one-gpu)
+        (cd "$R/two_gpus$suffix" && timed "two_gpus$suffix" 900 python3 -m autotune search --recipe mnist_cnn --trials 40 --study two-gpus --gpus 0,1)
+        (cd "$R/two_gpus$suffix" && timed "two_gpus_show$suffix" 60 python3 -m autotune show --recipe mnist_cnn)
+    done
     (cd "$REPO" && timed pytest_gpu_scaleout 600 python3 -m pytest -p no:cacheprovider -m gpu -v tests/test_scaleout.py)
 }
 

@@ -166,6 +166,9 @@ class FakePool:
         loss = 1.0 if config.batch_size <= 32 else 1.9
         return Outcome("complete", result=parity.Trace(config.batch_size, lr, 2.0, loss, (samples,), (loss,), True, 0.1).as_dict())
 
+    def prestart(self, n: int) -> None:
+        pass
+
     def close(self) -> None:
         pass
 

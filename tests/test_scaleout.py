@@ -18,7 +18,8 @@ from _procs import child_env
 from autotune import recipe as recipe_file
 from autotune import sharing
 from autotune.scaleout import ScaleoutError, cpu_share, parse_gpus, search_parallel
-from autotune.search import SearchError, SearchOptions, open_storage, slug
+from autotune.search import BASELINE_TRACE, SearchError, SearchOptions, open_storage, slug
+from autotune.space import SpaceError
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 
@@ -68,16 +69,48 @@ def test_gpus_runs_a_worker_per_device_and_the_parent_writes(project: Path) -> N
     out = "\n".join(lines)
     assert result is not None and result.tuned_path == project / "recipes" / "tiny.tuned.toml", out
     assert "2 workers share study 'tiny@cpu', 1 of 2 CPU cores each; this process is cpu0 and writes the recipe once no trial runs" in out
-    assert any(line.startswith("[") for line in lines) and any(line.startswith("cpu1 | [") for line in lines), out
-    assert sum(line.startswith("  round 1: ") for line in lines) == 2 and sum(line.startswith("  round 2: ") for line in lines) == 2, out
+    # The worker made the baseline's parity run before its trials; the writer used it instead of making its own.
+    made = [line for line in lines if line.startswith("cpu1 | parity: made the baseline's run for the check (8,192 samples, ")]
+    assert len(made) == 1, out
     study = optuna.load_study(study_name="tiny@cpu", storage=f"sqlite:///{project}/.autotune/tiny.db")
+    stored = study.user_attrs[BASELINE_TRACE]
+    study_worker = stored["worker"]
+    assert study_worker != sharing.owner() and (stored["config"]["batch_size"], stored["config"]["num_workers"]) == (16, 0)
+    summary = [line for line in lines if line.startswith("parity: 1 config(s) checked")]
+    assert len(summary) == 1 and summary[0].endswith(f", run by worker {study_worker} before its trials)"), out
+    assert sum(line.startswith("  round 1: ") for line in lines) == 2 and sum(line.startswith("  round 2: ") for line in lines) == 2, out
     trials = check_study(study, 8)
-    assert len({t.user_attrs["worker"] for t in trials}) == 2, "both workers took tickets"
     assert study.user_attrs["cpu_share"] == 1 and study.user_attrs["writer"]["owner"] == sharing.owner()
     profile = recipe_file.read(result.tuned_path)["profiles"]["cpu"]
     assert profile["cpu_share"] == 1, "the profile states the share it was tuned for"
     assert profile["trials_complete"] + profile["trials_failed"] + profile["trials_pruned"] == 8
     assert profile["knobs"]["num_workers"] <= 1
+    assert profile["parity"]["checked"] and profile["parity"]["check_s"] >= round(stored["trace"]["seconds"], 1)
+    assert len(trials) == 8
+
+
+def test_gpus_workers_share_the_tickets(project: Path) -> None:
+    """With no baseline run to make first, both processes take tickets from the start."""
+    lines: list[str] = []
+    options = SearchOptions(trials=12, trial_timeout_s=30, finalists=1, rounds=1, parity_check=False)
+    result = search_parallel("tiny", options, devices=[0, 0], echo=lines.append)
+    out = "\n".join(lines)
+    assert result is not None, out
+    assert any(line.startswith("[") for line in lines) and any(line.startswith("cpu1 | [") for line in lines), out
+    study = optuna.load_study(study_name="tiny@cpu", storage=f"sqlite:///{project}/.autotune/tiny.db")
+    trials = check_study(study, 12)
+    assert len({t.user_attrs["worker"] for t in trials}) == 2, "both workers took tickets"
+    assert BASELINE_TRACE not in study.user_attrs
+
+
+def test_gpus_with_bad_input_ends_its_waiting_workers_quietly(project: Path) -> None:
+    """A bad --fix stops the parent before the study exists: the worker it started ends without a line."""
+    lines: list[str] = []
+    options = SearchOptions(trials=4, fixes={"batch_size": (3,)})
+    with pytest.raises(SpaceError, match=r"--fix batch_size: 3 is outside its domain "):
+        search_parallel("tiny", options, devices=[0, 0], echo=lines.append)
+    assert not [line for line in lines if line.startswith("cpu1 |")], lines
+    assert not (project / ".autotune").exists(), "nothing written"
 
 
 def test_two_commands_share_one_postgres_study(project: Path, postgres_url: str) -> None:

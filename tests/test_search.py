@@ -45,6 +45,9 @@ class FakePool:
         trace = parity.Trace(config.batch_size, lr, 2.0, 1.0, (samples,), (1.0,), True, 0.1)
         return Outcome("complete", result=trace.as_dict())
 
+    def prestart(self, n: int) -> None:
+        pass
+
     def close(self) -> None:
         pass
 

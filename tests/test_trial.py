@@ -71,3 +71,61 @@ def test_a_hanging_step_times_out_and_the_next_trial_still_runs(project: Path, m
     assert (hung.state, hung.reason) == ("failed", "timeout: no result within 4 s")
     assert after.state == "complete"
     assert pool.children_started == 2
+
+
+def test_a_spare_started_beside_the_first_child_replaces_a_failed_one_at_once(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TINY_FAIL", "oom")  # batch >= 64 fails
+    pool = TrialPool(project / "recipes" / "tiny.py", "cpu", 2, project / ".autotune" / "logs", 60.0, spare=True)
+    try:
+        assert pool.run(Config(batch_size=16), 0.05, QUICK).state == "complete"
+        assert (pool.children_started, len(pool.standby)) == (2, 1)  # the first child and its spare, started together
+        spare_pid = pool.standby[0].proc.pid
+        assert pool.run(Config(batch_size=64), 0.05, QUICK).reason == "oom"
+        after = pool.run(Config(batch_size=16), 0.05, QUICK)
+        assert after.state == "complete"
+        assert pool.child is not None and pool.child.proc.pid == spare_pid  # the spare took over
+        # It was waited for by no one, so no new spare started beside it: none starts while a trial measures.
+        assert (pool.children_started, pool.standby) == (2, [])
+        assert pool.run(Config(batch_size=64), 0.05, QUICK).reason == "oom"
+        assert pool.run(Config(batch_size=16), 0.05, QUICK).state == "complete"  # a start waited for, with a new spare
+        assert (pool.children_started, len(pool.standby)) == (4, 1)
+    finally:
+        pool.close()
+    assert pool.standby == [] and pool.child is None
+
+
+def test_fresh_trials_take_prestarted_children_in_order(project: Path) -> None:
+    pool = _pool(project)
+    try:
+        assert pool.run(Config(batch_size=16), 0.05, QUICK).state == "complete"
+        first = pool.child
+        pool.prestart(2)
+        waiting = [c.proc.pid for c in pool.standby]
+        assert len(waiting) == 2 and pool.children_started == 3
+        for pid in waiting:
+            assert pool.run(Config(batch_size=16), 0.05, QUICK, fresh=True).state == "complete"
+            assert pool.child is not None and pool.child.proc.pid == pid
+        assert first is not None and first.proc.poll() is not None  # the used child was stopped, not kept
+        assert pool.children_started == 3
+    finally:
+        pool.close()
+
+
+def test_the_log_says_what_start_up_cost_and_a_crash_reason_never_quotes_it(project: Path) -> None:
+    import os
+    import signal
+
+    pool = _pool(project)
+    try:
+        assert pool.run(Config(batch_size=16), 0.05, QUICK).state == "complete"
+        assert pool.child is not None
+        log = pool.child.log_path
+        os.kill(pool.child.proc.pid, signal.SIGKILL)
+        pool.child.proc.wait()
+        crashed = pool.run(Config(batch_size=16), 0.05, QUICK)
+    finally:
+        pool.close()
+    assert (crashed.state, crashed.reason) == ("failed", "crashed: trial process killed by signal SIGKILL")
+    lines = log.read_text().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("[autotune] trial process ") and " on cpu: ready in " in lines[0], lines
+    assert "(importing torch " in lines[0] and ", workload and cpu start-up " in lines[0] and ", data set " in lines[0]
