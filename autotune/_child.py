@@ -37,7 +37,8 @@ def _die_with_parent(parent: int) -> None:
 
 
 def main() -> None:
-    started = time.perf_counter()
+    launched = float(os.environ.get("AUTOTUNE_LAUNCHED", time.time()))
+    entered = time.time()
     recipe_path, device_name, cpu_share = sys.argv[1], sys.argv[2], int(sys.argv[3])
     parent = int(os.environ.get("AUTOTUNE_PARENT_PID", "0"))
     if parent and os.getppid() != parent:
@@ -51,7 +52,6 @@ def main() -> None:
 
     import torch
 
-    imported = time.perf_counter()
     if cpu_share < torch.get_num_threads():
         # Under --gpus the workers share the host: each measures within its share of the cores, as the
         # profile states. torch's intra-op pool would size itself to the whole host and contend with
@@ -65,6 +65,8 @@ def main() -> None:
     from autotune.trial import NOTE
     from autotune.workload import RecipeRef, load
 
+    imported = time.time()
+
     try:
         path = Path(recipe_path)
         workload = load(RecipeRef(path.stem, path, path.with_suffix(".tuned.toml"), False))
@@ -75,17 +77,17 @@ def main() -> None:
         runner = Runner(workload, device, cpu_share=cpu_share)
         if device.type == "cuda":
             torch.zeros(1, device=device)  # the CUDA context: created now, timed below, not in the first trial
-        context = time.perf_counter()
+        context = time.time()
         runner.dataset  # noqa: B018  (build it now, outside any trial's clock)
     except BaseException as exc:  # noqa: BLE001  (anything that stops start-up is the reason)
         traceback.print_exc()
         send(event="failed", reason=classify_failure(exc))
         sys.exit(1)
-    ready = time.perf_counter()
+    ready = time.time()
     # What a start-up costs, for whoever reads this log: the search waits this long for a new trial process.
-    print(f"{NOTE}trial process {os.getpid()} on {device_name}: ready in {ready - started:.1f} s (importing torch "
-          f"{imported - started:.1f} s, workload and {device.type} start-up {context - imported:.1f} s, "
-          f"data set {ready - context:.1f} s)", flush=True)
+    print(f"{NOTE}trial process {os.getpid()} on {device_name}: ready {ready - launched:.1f} s after launch (Python "
+          f"{entered - launched:.1f} s, imports {imported - entered:.1f} s, workload and {device.type} start-up "
+          f"{context - imported:.1f} s, data set {ready - context:.1f} s)", flush=True)
     send(event="ready")
     probe_set = None
 

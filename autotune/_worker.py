@@ -1,12 +1,14 @@
 """One worker under ``autotune search --gpus``: ``python -m autotune._worker RECIPE OPTIONS_JSON``.
 
-Starts with its parent: imports, builds the data set and checks its options
-while the parent does the same, then waits for one line on stdin saying where
-the study is (the parent sets it up). Then it takes tickets until none is left
-and ends; the parent writes the recipe. Until that line comes, SIGTERM or SIGINT
-end it at once and quietly (nothing of the study is touched yet); after it, they
-stop it as Ctrl-C does, giving its running trial back to the study. If stdin
-closes with no line, the parent could not set the study up and says why itself.
+Starts with its parent and, before importing torch, starts its own trial
+process (and on a GPU its spare); then imports, builds the data set and checks
+its options while the parent does the same, and waits for one line on stdin
+saying where the study is (the parent sets it up). Then it takes tickets until
+none is left and ends; the parent writes the recipe. If stdin closes with no
+line, the parent could not set the study up and says why itself: the worker
+stops its trial processes, leaves no file behind, and ends without a word.
+After the line, SIGTERM (sent by the kernel when the parent dies, or by anyone)
+stops it as Ctrl-C does, giving its running trial back to the study.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import queue
 import signal
 import sys
+import threading
 
 
 def _stop(signum: int, frame: object) -> None:
@@ -23,7 +27,7 @@ def _stop(signum: int, frame: object) -> None:
 
 
 def main() -> int:
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # until the study is joined: nothing to give back
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # also if started with SIGINT ignored
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
@@ -33,13 +37,38 @@ def main() -> int:
     if parent and os.getppid() != parent:
         return 1  # the parent died before we could ask to follow it
 
-    from autotune.recipe import RecipeError
-    from autotune.scaleout import options_from_json
-    from autotune.search import Search, SearchError, search_warnings_off
-    from autotune.space import SpaceError
-    from autotune.workload import WorkloadError
+    from autotune.options import options_from_json
+    from autotune.trial import TrialPool, visible_gpus
+    from autotune.workload import WorkloadError, resolve
 
     recipe, options = sys.argv[1], options_from_json(sys.argv[2])
+    pool: TrialPool | None = None
+    try:
+        ref = resolve(recipe)
+    except WorkloadError:
+        pass  # the parent meets it too, and says so
+    else:
+        cuda = visible_gpus() > options.device_index
+        pool = TrialPool(ref.workload_path, f"cuda:{options.device_index}" if cuda else "cpu",
+                         options.cpu_share or len(os.sched_getaffinity(0)), options.state_dir / "logs", options.trial_timeout_s)
+        pool.prestart(2 if cuda else 1)
+
+    lines: queue.Queue[str] = queue.Queue()
+
+    def wait_for_the_study() -> None:
+        line = sys.stdin.readline()
+        if not line:  # dismissed, perhaps while still importing: stop at once
+            if pool is not None:
+                pool.close()
+            os._exit(0)
+        lines.put(line)
+
+    threading.Thread(target=wait_for_the_study, name="wait-for-the-study", daemon=True).start()
+
+    from autotune.recipe import RecipeError
+    from autotune.search import Search, SearchError, search_warnings_off
+    from autotune.space import SpaceError
+
     search_warnings_off()
     worker: Search | None = None
     problem: str | None = None
@@ -47,25 +76,27 @@ def main() -> int:
         worker = Search(recipe, options, echo=lambda line: print(line, flush=True))
     except (WorkloadError, SpaceError, SearchError, RecipeError) as exc:
         problem = str(exc)  # the parent meets it too; said only if the parent goes on regardless
-    line = sys.stdin.readline()
-    if not line:
-        return 2 if problem else 0
+    where = json.loads(lines.get())
     if problem is not None or worker is None:
+        if pool is not None:
+            pool.close()
         print(f"Error: {problem}", flush=True)
         return 2
-    where = json.loads(line)
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         worker.join(where["storage"], where["study"])
         worker.open_study()
-        worker.run()
+        worker.run(pool=pool)
     except (WorkloadError, SpaceError, SearchError, RecipeError) as exc:
         print(f"Error: {exc}", flush=True)
         return 2
     except KeyboardInterrupt:
         print("stopped: the running trial went back to the study", flush=True)
         return 130
+    finally:
+        if pool is not None:
+            pool.close()  # a no-op if the search took it
     return 0
 
 

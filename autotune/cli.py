@@ -52,9 +52,9 @@ def search(recipe: str, trials: int, time_budget: float | None, fixes: tuple[str
            study_name: str | None, trial_timeout: float, lr_scaling: str, no_parity_check: bool, device_index: int, gpus: str | None,
            finalists: int, rounds: int) -> None:
     """Tune a workload's loader and loop knobs; write recipes/NAME.tuned.toml."""
-    from autotune.scaleout import ScaleoutError, parse_gpus, search_parallel
-    from autotune.search import SearchError, SearchOptions
-    from autotune.search import search as run_search
+    from autotune.ahead import start_ahead
+    from autotune.options import SearchOptions
+    from autotune.scaleout import ScaleoutError, parse_gpus
     from autotune.sharing import SharingError
 
     parsed: dict = {}
@@ -69,19 +69,29 @@ def search(recipe: str, trials: int, time_budget: float | None, fixes: tuple[str
         trial_timeout_s=trial_timeout, lr_rule=lr_scaling, parity_check=not no_parity_check, device_index=device_index,
         finalists=finalists, rounds=rounds, command=shlex.join(["autotune", *sys.argv[1:]]),
     )
+    ahead = start_ahead(recipe, options, gpus, echo=click.echo)  # before torch is imported: see autotune.ahead
     try:
-        if gpus is not None:
-            import torch
+        import torch
 
+        from autotune.scaleout import search_parallel
+        from autotune.search import SearchError
+        from autotune.search import search as run_search
+
+        if gpus is not None:
             devices = parse_gpus(gpus, torch.cuda.device_count())
-            search_parallel(recipe, options, devices, echo=click.echo)
+            if devices != ahead.devices:  # the guess without torch was wrong: start them again, for these
+                ahead.close()
+                ahead = type(ahead)(options)
+            search_parallel(recipe, ahead.options, devices, echo=click.echo, pool=ahead.pool, workers=ahead.workers or None)
         else:
-            run_search(recipe, options, echo=click.echo)
+            run_search(recipe, options, echo=click.echo, pool=ahead.pool)
     except (WorkloadError, SpaceError, SearchError, SharingError, ScaleoutError, recipe_file.RecipeError) as exc:
         _fail(str(exc))
     except KeyboardInterrupt:
         click.echo("interrupted: finished trials are kept in the study; run the same command to resume. No recipe was written.", err=True)
         sys.exit(130)
+    finally:
+        ahead.close()
 
 
 @main.command(epilog="\b\nExamples:\n  autotune show --recipe mnist_cnn\n  autotune show --recipe ./recipes/mine.tuned.toml")

@@ -11,6 +11,7 @@ them, so loss curves (and the parity check) mean something.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import pickle
 import socket
@@ -82,12 +83,13 @@ def write_synthetic_mnist(root: Path, n_train: int = 60_000, n_test: int = 10_00
     """Write MNIST's four raw IDX files under root/MNIST/raw; returns that folder."""
     raw = Path(root) / "MNIST" / "raw"
     raw.mkdir(parents=True, exist_ok=True)
+    tmp = f".{os.getpid()}.tmp"  # each writer its own: two processes may write at once, the same bytes
     for split, n, seed in (("train", n_train, 0), ("t10k", n_test, 1)):
         images, labels = _patterns(n, (28, 28), 10, seed)
-        _write_idx_images(raw / f"{split}-images-idx3-ubyte.tmp", images)
-        _write_idx_labels(raw / f"{split}-labels-idx1-ubyte.tmp", labels)
-        os.replace(raw / f"{split}-images-idx3-ubyte.tmp", raw / f"{split}-images-idx3-ubyte")
-        os.replace(raw / f"{split}-labels-idx1-ubyte.tmp", raw / f"{split}-labels-idx1-ubyte")
+        _write_idx_images(raw / f"{split}-images-idx3-ubyte{tmp}", images)
+        _write_idx_labels(raw / f"{split}-labels-idx1-ubyte{tmp}", labels)
+        os.replace(raw / f"{split}-images-idx3-ubyte{tmp}", raw / f"{split}-images-idx3-ubyte")
+        os.replace(raw / f"{split}-labels-idx1-ubyte{tmp}", raw / f"{split}-labels-idx1-ubyte")
     (raw / SYNTHETIC_MARK).write_text("synthetic MNIST written by autotune; delete this folder to retry the download\n")
     return raw
 
@@ -103,8 +105,30 @@ def _download_timeout(seconds: float = DOWNLOAD_TIMEOUT_S) -> Iterator[None]:
         socket.setdefaulttimeout(previous)
 
 
+@contextlib.contextmanager
+def _building(folder: Path) -> Iterator[None]:
+    """One process at a time checks, downloads or writes a data set's files.
+
+    A search starts its trial processes while it loads; each builds the data set,
+    and two downloads into one folder would corrupt it. The rest wait, then find it.
+    """
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f".{folder.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def _real_or_synthetic(name: str, folder: Path, real: Callable[[], Any], write: Callable[[], Any], synthetic: Callable[[], Any]) -> Any:
     """The real data set if it is on disk or can be downloaded, else synthetic files written in its layout."""
+    with _building(folder):
+        return _real_or_synthetic_unlocked(name, folder, real, write, synthetic)
+
+
+def _real_or_synthetic_unlocked(name: str, folder: Path, real: Callable[[], Any], write: Callable[[], Any],
+                                synthetic: Callable[[], Any]) -> Any:
     if (folder / SYNTHETIC_MARK).exists():
         _say_once(name, folder, "synthetic files from an earlier run are in place")
         return synthetic()
@@ -152,13 +176,15 @@ def write_synthetic_cifar10(root: Path, n_train: int = 50_000, n_test: int = 10_
     per = n_train // 5
     files = [(f"data_batch_{i + 1}", slice(i * per, (i + 1) * per)) for i in range(5)]
     files.append(("test_batch", slice(n_train, n_train + n_test)))
-    for name, idx in files:
-        entry: dict[str, Any] = {"data": flat[idx], "labels": labels[idx].tolist(), "batch_label": name}
-        with open(folder / name, "wb") as f:
-            pickle.dump(entry, f)
     names = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
-    with open(folder / "batches.meta", "wb") as f:
-        pickle.dump({"label_names": names}, f)
+    entries: list[tuple[str, dict[str, Any]]] = [
+        (name, {"data": flat[idx], "labels": labels[idx].tolist(), "batch_label": name}) for name, idx in files
+    ]
+    for name, entry in [*entries, ("batches.meta", {"label_names": names})]:
+        tmp = folder / f"{name}.{os.getpid()}.tmp"  # whole files only, as in write_synthetic_mnist
+        with open(tmp, "wb") as f:
+            pickle.dump(entry, f)
+        os.replace(tmp, folder / name)
     (folder / SYNTHETIC_MARK).write_text("synthetic CIFAR-10 written by autotune; delete this folder to retry the download\n")
     return folder
 

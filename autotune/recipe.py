@@ -21,7 +21,6 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-from autotune import parity
 from autotune.config import AMP_CHOICES, LR_RULES, PLACEMENT_CHOICES, Config
 
 SCHEMA_VERSION = 1
@@ -122,6 +121,8 @@ def validate(data: dict[str, Any], source: str = "recipe") -> list[str]:
         if isinstance(knobs, dict):
             problems += _validate_knobs(f"{at}.knobs", knobs)
         if isinstance(profile.get("parity"), dict):
+            from autotune import parity  # imports torch: only when a profile has a parity table
+
             problems += parity.validate_record(f"{at}.parity", profile["parity"])
     return problems
 

@@ -32,9 +32,13 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
-from autotune.search import Search, SearchOptions, SearchResult, search_warnings_off
+from autotune.options import SearchOptions, options_to_json
+from autotune.trial import TrialPool
+
+if TYPE_CHECKING:
+    from autotune.search import SearchResult
 
 STOP_WAIT_S = 60.0  # a stopped worker gets this long to give its trial back before it is killed
 
@@ -78,18 +82,10 @@ def cpu_share(cores: int, workers: int) -> int:
     return max(1, cores // workers)
 
 
-def options_to_json(options: SearchOptions) -> str:
-    data = dataclasses.asdict(options)
-    data["fixes"] = {k: list(v) for k, v in options.fixes.items()}
-    data["state_dir"] = str(options.state_dir)
-    return json.dumps(data)
-
-
-def options_from_json(text: str) -> SearchOptions:
-    data = json.loads(text)
-    data["fixes"] = {k: tuple(v) for k, v in data["fixes"].items()}
-    data["state_dir"] = Path(data["state_dir"])
-    return SearchOptions(**data)
+def parallel_options(options: SearchOptions, devices: list[int]) -> SearchOptions:
+    """The parent's options under --gpus: its device the first, each worker's share of the cores, one run id."""
+    share = options.cpu_share or cpu_share(len(os.sched_getaffinity(0)), len(devices))
+    return dataclasses.replace(options, device_index=devices[0], cpu_share=share, run_id=options.run_id or uuid.uuid4().hex)
 
 
 class Worker:
@@ -101,6 +97,7 @@ class Worker:
 
     def __init__(self, recipe: str, options: SearchOptions, label: str, echo: Callable[[str], None]) -> None:
         self.label, self.echo = label, echo
+        self.joined = False
         env = dict(os.environ, AUTOTUNE_PARENT_PID=str(os.getpid()), PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "autotune._worker", recipe, options_to_json(options)],
@@ -116,6 +113,7 @@ class Worker:
 
     def go(self, storage: str, study: str) -> None:
         """Tell the worker the study is set up, and where; it joins it."""
+        self.joined = True
         self._close_stdin(json.dumps({"storage": storage, "study": study}) + "\n")
 
     def _close_stdin(self, line: str = "") -> None:
@@ -128,9 +126,9 @@ class Worker:
             pass
 
     def stop(self) -> None:
-        self._close_stdin()  # one still waiting for `go` ends on this
+        self._close_stdin()  # one still waiting for `go` ends on this, and tidies up first
         # SIGTERM, not SIGINT: a worker started from a background job inherits SIGINT ignored.
-        if self.proc.poll() is None:
+        if self.joined and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
@@ -149,28 +147,48 @@ def _wait(workers: list[Worker], timeout_s: float | None = None) -> bool:
     return True
 
 
-def search_parallel(recipe: str, options: SearchOptions, devices: list[int],
-                    echo: Callable[[str], None] = print) -> SearchResult | None:
-    """One worker per device on this host against one study; this process is the first, and writes the recipe.
+def start_workers(recipe: str, options: SearchOptions, devices: list[int], cuda: bool,
+                  echo: Callable[[str], None] = print) -> list[Worker]:
+    """A worker process for each device but the first, started now; each waits for `go` before it joins the study.
 
-    >>> search_parallel("mnist_cnn", SearchOptions(trials=40), devices=[0, 1])  # doctest: +SKIP
+    `options` are the parent's (its device the first, its CPU share set); one worker,
+    the first, makes the parity check's baseline run before its trials.
     """
-    if not devices:
-        raise ScaleoutError("--gpus names no device.")
-    search_warnings_off()
-    import torch
-
-    cores = len(os.sched_getaffinity(0))
-    share = options.cpu_share or cpu_share(cores, len(devices))
-    cuda = torch.cuda.is_available()
-    labels = [f"gpu{d}" if cuda else f"cpu{i}" for i, d in enumerate(devices)]
-    options = dataclasses.replace(options, device_index=devices[0], cpu_share=share, run_id=uuid.uuid4().hex)
-    # Started first, they import and build the data set while this process does the same.
-    workers = [
+    labels = device_labels(devices, cuda)
+    return [
         Worker(recipe, dataclasses.replace(options, device_index=d, write_recipe=False,
                                            trace_baseline_first=(i == 0 and options.parity_check)), label, echo)
         for i, (d, label) in enumerate(zip(devices[1:], labels[1:]))
     ]
+
+
+def device_labels(devices: list[int], cuda: bool) -> list[str]:
+    return [f"gpu{d}" if cuda else f"cpu{i}" for i, d in enumerate(devices)]
+
+
+def search_parallel(recipe: str, options: SearchOptions, devices: list[int], echo: Callable[[str], None] = print,
+                    pool: TrialPool | None = None, workers: list[Worker] | None = None) -> SearchResult | None:
+    """One worker per device on this host against one study; this process is the first, and writes the recipe.
+
+    `pool` and `workers`, if given, were started ahead by the command line for these
+    devices with these options (see `prepare_parallel`); this function owns them from here.
+
+    >>> search_parallel("mnist_cnn", SearchOptions(trials=40), devices=[0, 1])  # doctest: +SKIP
+    """
+    import torch
+
+    from autotune.search import Search, search_warnings_off
+
+    if not devices:
+        raise ScaleoutError("--gpus names no device.")
+    search_warnings_off()
+    cores = len(os.sched_getaffinity(0))
+    cuda = torch.cuda.is_available()
+    labels = device_labels(devices, cuda)
+    if workers is None:
+        options = parallel_options(options, devices)
+        # Started first, they import and build the data set while this process does the same.
+        workers = start_workers(recipe, options, devices, cuda, echo)
     try:
         parent = Search(recipe, options, echo)
         parent.announce()
@@ -179,6 +197,8 @@ def search_parallel(recipe: str, options: SearchOptions, devices: list[int],
         for w in workers:
             w.stop()
         _wait(workers, STOP_WAIT_S)
+        if pool is not None:
+            pool.close()
         raise
     share = parent.machine.cpu_share  # the study's own, if it was made with another
     echo(f"{len(devices)} workers share study {parent.study_name!r}, {share} of {cores} CPU cores each; "
@@ -198,7 +218,7 @@ def search_parallel(recipe: str, options: SearchOptions, devices: list[int],
                      f"its trials stay in the study, and tickets it left were taken here")
 
     try:
-        return parent.run(before_writing=workers_ended)
+        return parent.run(before_writing=workers_ended, pool=pool)
     except KeyboardInterrupt:
         # One Ctrl-C stops everything; a second must not cut the workers' hand-back short.
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)

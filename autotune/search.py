@@ -38,6 +38,7 @@ from autotune.storage import _redact
 from autotune.config import Config, baseline_config, scaled_lr
 from autotune.failures import Finished, Hopeless, blocks, hopeless_values
 from autotune.measure import Windows
+from autotune.options import SearchOptions
 from autotune.space import Machine, Space, SpaceError, build_space, detect_machine
 from autotune.trial import Outcome, TrialPool
 from autotune.workload import Workload, WorkloadError, load, resolve
@@ -68,28 +69,6 @@ class ClearlyWorsePruner(optuna.pruners.BasePruner):
         except ValueError:  # no complete trial yet
             return False
         return statistics.median(values) < self.ratio * best
-
-
-@dataclasses.dataclass(frozen=True)
-class SearchOptions:
-    trials: int = 40  # finished trials the study should hold, this run's and earlier runs' together
-    time_budget_s: float | None = None  # stop starting trials after this long
-    fixes: dict[str, tuple[Any, ...]] = dataclasses.field(default_factory=dict)
-    storage: str | None = None
-    study: str | None = None
-    trial_timeout_s: float = 90.0
-    lr_rule: str = "linear"
-    finalists: int = 3  # best configs measured again against the baseline
-    parity_check: bool = True  # the winner must train like the baseline (autotune.parity)
-    rounds: int = 2  # fresh processes each finalist is measured in
-    device_index: int = 0
-    cpu_share: int | None = None
-    seed: int = 0  # the sampler's; with a --storage, mixed with the process id so workers of one study differ
-    run_id: str = ""  # under --gpus, one id for the search's processes: the writer takes only its own run's baseline trace
-    trace_baseline_first: bool = False  # this worker makes the baseline's parity run before its trials (one per --gpus search)
-    write_recipe: bool = True  # False: a worker under `--gpus` only runs trials; its parent writes
-    command: str = "autotune search"
-    state_dir: Path = Path(".autotune")  # the default SQLite study and trial-process logs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -393,6 +372,10 @@ class Search:
             trial = sharing.take(study, self.storage)
             if trial is None:
                 break
+            if self.round_devices and self.options.write_recipe and not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+                # The study's last ticket: under --gpus the check at the end is short (its baseline run was made
+                # during the trials), so the rounds' fresh processes start now, beside the last trials, to be ready.
+                self.prestart_rounds(pool)
             self.run_trial(study, trial, pool)
         self._check_baseline(study)
 
@@ -621,13 +604,15 @@ class Search:
         if self.options.write_recipe:
             recipe_file.check_writable(self.ref.tuned_path)
 
-    def run(self, before_writing: Callable[[], None] | None = None) -> SearchResult | None:
+    def run(self, before_writing: Callable[[], None] | None = None, pool: TrialPool | None = None) -> SearchResult | None:
         """Take tickets until none is left; then, if no other worker does, measure finalists and write.
 
         `before_writing` runs once no trial runs anywhere, before the finalists (under
-        `--gpus`: wait until the worker processes have ended). Returns None when this
-        worker wrote no recipe (a worker under `--gpus`, or another worker of the study
-        holds the writer's role).
+        `--gpus`: wait until the worker processes have ended). `pool` holds trial
+        processes started ahead (by the command line, before torch was imported); it is
+        used if it measures on this search's device with its CPU share, and closed at
+        the end either way. Returns None when this worker wrote no recipe (a worker under
+        `--gpus`, or another worker of the study holds the writer's role).
         """
         if self.study is None:
             self.announce()
@@ -639,9 +624,13 @@ class Search:
                 self.echo(f"resuming study {self.study_name!r}: {done} trial(s) already finished, {total - done} to go")
         study, storage = self.study, self.storage
         assert study is not None and storage is not None
-        # On a GPU a child's start-up includes a CUDA context: a spare saves that wait after a failed trial.
-        pool = TrialPool(self.ref.workload_path, self.device, self.machine.cpu_share,
-                         self.options.state_dir / "logs", self.options.trial_timeout_s, spare=self.machine.cuda)
+        if pool is not None and (pool.recipe_path, pool.device, pool.cpu_share) != (self.ref.workload_path, self.device, self.machine.cpu_share):
+            pool.close()  # started on a guess that proved wrong (another device, or the study's own CPU share)
+            pool = None
+        if pool is None:
+            pool = TrialPool(self.ref.workload_path, self.device, self.machine.cpu_share,
+                             self.options.state_dir / "logs", self.options.trial_timeout_s)
+        pool.spare = self.machine.cuda  # on a GPU, a spare saves the ~7 s start-up wait after a failed trial
         try:
             if self.options.trace_baseline_first and self.options.parity_check:
                 self.trace_baseline(study, pool)
@@ -770,15 +759,21 @@ def versions() -> dict[str, str]:
     return found
 
 
-def search(recipe: str, options: SearchOptions = SearchOptions(), echo: Callable[[str], None] = print) -> SearchResult | None:
+def search(recipe: str, options: SearchOptions = SearchOptions(), echo: Callable[[str], None] = print,
+           pool: TrialPool | None = None) -> SearchResult | None:
     """Run or resume the study for `recipe` and write its tuned recipe.
 
-    Returns None when another worker of the same study writes the recipe.
+    Returns None when another worker of the same study writes the recipe. `pool`:
+    trial processes started ahead (see `Search.run`); closed here whatever happens.
 
     >>> search("mnist_cnn", SearchOptions(trials=8))  # doctest: +SKIP
     """
     search_warnings_off()
-    return Search(recipe, options, echo).run()
+    try:
+        return Search(recipe, options, echo).run(pool=pool)
+    finally:
+        if pool is not None:
+            pool.close()  # a no-op if the search took it; else its unused processes go, leaving no file
 
 
 def search_warnings_off() -> None:

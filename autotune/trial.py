@@ -9,6 +9,7 @@ failed or timed-out one is killed with its whole process group and replaced.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import select
@@ -23,6 +24,7 @@ from typing import Any
 from autotune.config import Config
 from autotune.measure import Windows
 
+_CHILD_NUMBERS = itertools.count(1)
 NOTE = "[autotune] "  # starts the lines a trial process writes to its log itself; a crash's reason never quotes them
 STARTUP_TIMEOUT_S = 180.0  # importing torch, initialising CUDA and loading the data set
 
@@ -69,6 +71,7 @@ class Child:
             AUTOTUNE_EVENTS_FD=str(write_fd),
             AUTOTUNE_QUIET="1",
             AUTOTUNE_PARENT_PID=str(os.getpid()),
+            AUTOTUNE_LAUNCHED=repr(time.time()),  # the child's log says how long its start-up took
             PYTHONUNBUFFERED="1",
         )
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -87,6 +90,7 @@ class Child:
         self.events = _Lines(read_fd)
         self.read_fd = read_fd
         self.ready = False
+        self.used = False  # asked to run something: its log may tell why that failed
 
     def _send(self, message: dict[str, Any]) -> None:
         assert self.proc.stdin is not None
@@ -119,6 +123,7 @@ class Child:
 
     def run(self, config: Config, lr: float, windows: Windows, timeout_s: float, on_window: Callable[[int, float], bool] | None = None) -> Outcome:
         """Measure one config in this child; the child is unusable after a failed outcome."""
+        self.used = True
         rates: list[float] = []
         try:
             failed = self._start()
@@ -149,6 +154,7 @@ class Child:
 
     def trace(self, config: Config, lr: float, samples: int, probe_batch: int, timeout_s: float) -> Outcome:
         """One parity run (autotune.parity.run_trace) in this child; its trace is the outcome's result."""
+        self.used = True
         try:
             failed = self._start()
             if failed is not None:
@@ -198,6 +204,38 @@ class Child:
         self.kill()
 
 
+def _remove_if_only_notes(path: Path) -> None:
+    try:
+        if all(line.startswith(NOTE) for line in path.read_text(errors="replace").splitlines() if line.strip()):
+            path.unlink()
+    except OSError:
+        pass
+
+
+def visible_gpus() -> int:
+    """How many CUDA devices this process would see, from NVML and CUDA_VISIBLE_DEVICES, without importing torch.
+
+    A guess made to start processes early; torch's count decides what is used.
+    """
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        count = int(pynvml.nvmlDeviceGetCount())
+    except Exception:  # no driver or no NVML: nothing to start early on a GPU
+        return 0
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return count
+    listed = 0
+    for entry in visible.split(","):
+        entry = entry.strip()
+        if not entry or entry.startswith("-"):
+            break  # CUDA ignores this entry and every one after it
+        listed += 1
+    return min(listed, count)
+
+
 def _last_line(path: Path) -> str:
     """The last line the workload or Python wrote to a child's log: what a crash's reason quotes."""
     try:
@@ -224,10 +262,13 @@ class TrialPool:
         self.child: Child | None = None
         self.standby: list[Child] = []  # started, never used: fresh
         self.children_started = 0
+        self._made_dirs: list[Path] | None = None  # folders the first child's log created, deepest first
 
     def _start_child(self) -> Child:
+        if self._made_dirs is None:
+            self._made_dirs = [d for d in (self.log_dir, *self.log_dir.parents) if not d.exists()]
         self.children_started += 1
-        log = self.log_dir / f"trial-process-{os.getpid()}-{self.children_started}.log"
+        log = self.log_dir / f"trial-process-{os.getpid()}-{next(_CHILD_NUMBERS)}.log"  # unique across this process's pools
         return Child(self.recipe_path, self.device, self.cpu_share, log, self.env)
 
     def prestart(self, n: int) -> None:
@@ -262,11 +303,24 @@ class TrialPool:
         return self._settle(self._child(False).trace(config, lr, samples, probe_batch, timeout_s))
 
     def close(self) -> None:
-        if self.child is not None:
-            self.child.stop()
-            self.child = None
-        while self.standby:
-            self.standby.pop().stop()
+        """Stop every child. One that never ran anything leaves no log, and no folder is left that only its log made.
+
+        So a search that stops before its first trial (bad input found after the
+        processes were started ahead) leaves the disk as it found it.
+        """
+        children = ([self.child] if self.child is not None else []) + self.standby
+        self.child, self.standby = None, []
+        for child in children:
+            if child.used:
+                child.stop()
+            else:
+                child.kill()  # nothing to finish; it may still be importing torch
+                _remove_if_only_notes(child.log_path)
+        for folder in self._made_dirs or []:
+            try:
+                folder.rmdir()  # only if empty: logs of trials stay, with their folder
+            except OSError:
+                pass
 
     def abort(self) -> None:
         """Kill the child at once, with its DataLoader workers: an interrupted measurement is worthless."""

@@ -36,3 +36,21 @@ def test_synthetic_cifar10_keeps_the_pil_path(tmp_path: Path) -> None:
     assert isinstance(ds, datasets.CIFAR10) and len(ds) == 500
     x, _ = ds[3]
     assert x.shape == (3, 32, 32)
+
+
+def test_processes_building_one_data_set_at_once_all_get_it_whole(tmp_path: Path) -> None:
+    """A search's trial processes start while it loads: each builds the data set, and none may see half of it."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys; from torchvision import datasets; from autotune import datasets as ours; "
+        "datasets.MNIST.mirrors = ['http://127.0.0.1:9/']; "
+        "ds = ours.mnist(sys.argv[1]); print(len(ds), int(ds.targets.sum()))"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], [err for _, err in outs]
+    assert len({out for out, _ in outs}) == 1 and outs[0][0].startswith("60000 ")
+    assert not list((tmp_path / "MNIST" / "raw").glob("*.tmp")), "no half-written file left"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
 import pytest
@@ -112,7 +114,6 @@ def test_fresh_trials_take_prestarted_children_in_order(project: Path) -> None:
 
 
 def test_the_log_says_what_start_up_cost_and_a_crash_reason_never_quotes_it(project: Path) -> None:
-    import os
     import signal
 
     pool = _pool(project)
@@ -127,5 +128,53 @@ def test_the_log_says_what_start_up_cost_and_a_crash_reason_never_quotes_it(proj
         pool.close()
     assert (crashed.state, crashed.reason) == ("failed", "crashed: trial process killed by signal SIGKILL")
     lines = log.read_text().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("[autotune] trial process ") and " on cpu: ready in " in lines[0], lines
-    assert "(importing torch " in lines[0] and ", workload and cpu start-up " in lines[0] and ", data set " in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("[autotune] trial process ") and " on cpu: ready " in lines[0], lines
+    took = re.search(r"ready ([\d.]+) s after launch \(Python [\d.]+ s, imports ([\d.]+) s, workload and cpu start-up [\d.]+ s, "
+                     r"data set [\d.]+ s\)$", lines[0])
+    assert took is not None and 0 < float(took[2]) <= float(took[1]), lines[0]  # importing torch alone takes a while
+
+
+def test_closing_children_that_never_ran_leaves_the_disk_as_it_was(project: Path) -> None:
+    """Processes started ahead of a search that then stops on bad input: no log, no folder left behind."""
+    before = sorted(p.relative_to(project) for p in project.rglob("*"))
+    pool = _pool(project)
+    pool.prestart(2)
+    assert (project / ".autotune" / "logs").is_dir()
+    pool.close()
+    assert sorted(p.relative_to(project) for p in project.rglob("*")) == before
+
+
+def test_closing_keeps_the_logs_of_children_that_ran_something(project: Path) -> None:
+    pool = _pool(project)
+    try:
+        assert pool.run(Config(batch_size=16), 0.05, QUICK).state == "complete"
+        pool.prestart(1)
+    finally:
+        pool.close()
+    logs = sorted((project / ".autotune" / "logs").iterdir())
+    assert len(logs) == 1 and logs[0].name.startswith(f"trial-process-{os.getpid()}-")
+
+
+def test_a_search_takes_the_processes_started_ahead_for_it(project: Path) -> None:
+    from autotune.search import SearchOptions, search
+
+    pool = TrialPool(project / "recipes" / "tiny.py", "cpu", len(os.sched_getaffinity(0)), project / ".autotune" / "logs", 60.0)
+    pool.prestart(1)
+    first = pool.standby[0]
+    options = SearchOptions(trials=3, finalists=1, rounds=1, parity_check=False)
+    assert search("tiny", options, echo=lambda line: None, pool=pool) is not None
+    assert first.used and first.proc.poll() is not None, "the search ran its trials in the child started ahead, then stopped it"
+    assert first.log_path.exists()
+
+
+def test_a_search_closes_processes_started_on_a_wrong_guess_and_starts_its_own(project: Path) -> None:
+    from autotune.search import SearchOptions, search
+
+    cores = len(os.sched_getaffinity(0))
+    pool = TrialPool(project / "recipes" / "tiny.py", "cpu", cores + 7, project / ".autotune" / "logs", 60.0)  # not this share
+    pool.prestart(1)
+    first = pool.standby[0]
+    options = SearchOptions(trials=3, finalists=1, rounds=1, parity_check=False)
+    assert search("tiny", options, echo=lambda line: None, pool=pool) is not None
+    assert not first.used and first.proc.poll() is not None
+    assert not first.log_path.exists(), "a child that never ran leaves no log"
