@@ -76,6 +76,10 @@ def main() -> int:
         worker = Search(recipe, options, echo=lambda line: print(line, flush=True))
     except (WorkloadError, SpaceError, SearchError, RecipeError) as exc:
         problem = str(exc)  # the parent meets it too; said only if the parent goes on regardless
+    if (worker is not None and pool is not None and options.trace_baseline_first and options.parity_check
+            and (pool.device, pool.cpu_share) == (worker.device, worker.machine.cpu_share)):
+        # Needs no study: made while the parent sets it up, kept in it once joined.
+        worker.baseline_trace = worker.make_baseline_trace(pool)
     where = json.loads(lines.get())
     if problem is not None or worker is None:
         if pool is not None:

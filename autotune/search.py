@@ -167,6 +167,7 @@ class Search:
         self.study: optuna.Study | None = None
         self.round_devices: list[str] = []  # under `--gpus`: a device per finalist round, side by side
         self.round_pools: list[TrialPool] = []  # the finalist rounds' pools, their fresh children started ahead
+        self.baseline_trace: dict[str, Any] | None = None  # made before the study was joined (a --gpus worker)
         self.hopeless: list[Hopeless] = []
         self.base_sampler: optuna.samplers.BaseSampler | None = None
 
@@ -372,10 +373,6 @@ class Search:
             trial = sharing.take(study, self.storage)
             if trial is None:
                 break
-            if self.round_devices and self.options.write_recipe and not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-                # The study's last ticket: under --gpus the check at the end is short (its baseline run was made
-                # during the trials), so the rounds' fresh processes start now, beside the last trials, to be ready.
-                self.prestart_rounds(pool)
             self.run_trial(study, trial, pool)
         self._check_baseline(study)
 
@@ -466,25 +463,30 @@ class Search:
             )
         return gate, chosen
 
-    def trace_baseline(self, study: optuna.Study, pool: TrialPool) -> None:
-        """The baseline's parity run, made now and kept in the study for this search's writer.
+    def make_baseline_trace(self, pool: TrialPool) -> dict[str, Any]:
+        """The baseline's parity run, for this search's writer; a record of it, or of why it failed.
 
-        Under `--gpus` one worker makes it before its trials, on its own GPU, while
-        the others take tickets; the writer then checks the finalists without waiting
-        for it. Only this search's writer takes it (`run_id`): a study resumed later,
-        perhaps over edited workload code, traces its baseline again.
+        Under `--gpus` one worker makes it before its trials (even before the study is
+        set up: it needs none), on its own GPU, while the others take tickets; the writer
+        then checks the finalists without waiting for it.
         """
         lr = self.lr(self.baseline)
         samples, _ = parity.run_length(self.baseline.batch_size, max(self.space.domains["batch_size"]))
         outcome = pool.trace(self.baseline, lr, samples, self.baseline.batch_size, PARITY_TIMEOUT_FACTOR * self.options.trial_timeout_s)
         if outcome.state != "complete" or outcome.result is None:
-            self.echo(f"parity: the baseline's run failed here ({outcome.reason}); the writer makes it again")
+            return {"failed": outcome.reason or "no result"}
+        return {"run": self.options.run_id, "config": self.baseline.as_dict(), "lr": lr, "samples": samples,
+                "worker": sharing.owner(), "trace": outcome.result}
+
+    def store_baseline_trace(self, study: optuna.Study, record: dict[str, Any]) -> None:
+        """Keep a baseline parity run in the study. Only this search's writer takes it (`run_id`): a study
+        resumed later, perhaps over edited workload code, makes its baseline run again."""
+        if "failed" in record:
+            self.echo(f"parity: the baseline's run failed here ({record['failed']}); the writer makes it again")
             return
-        record = {"run": self.options.run_id, "config": self.baseline.as_dict(), "lr": lr, "samples": samples,
-                  "worker": sharing.owner(), "trace": outcome.result}
         study.set_user_attr(BASELINE_TRACE, record)
-        self.echo(f"parity: made the baseline's run for the check ({samples:,} samples, {outcome.result['seconds']:.1f} s) "
-                  f"before taking trials")
+        self.echo(f"parity: made the baseline's run for the check ({record['samples']:,} samples, "
+                  f"{record['trace']['seconds']:.1f} s) before taking trials")
 
     def remeasure(self, pool: TrialPool, finalists: list[Config]) -> dict[Config, list[dict[str, Any]]]:
         """Each finalist and the baseline, interleaved, in a fresh process per round.
@@ -516,13 +518,14 @@ class Search:
         return results
 
     def prestart_rounds(self, pool: TrialPool) -> list[TrialPool]:
-        """A pool per round device (the first is `pool`), each with a fresh child per round it runs, starting now.
+        """A pool per round device (the first is `pool`), each with a fresh child per round it runs, started if missing.
 
-        Called once this worker's trials are done: the children start while the last trials
-        elsewhere end and the parity check runs, not while the rounds wait. One may start
-        beside another worker's last trial on its GPU; a start-up is seconds of one core,
-        and a trial's median window shrugs off a hiccup (the rounds, whose numbers are
-        stated, run after every trial).
+        On one device it is called once this worker's trials are done: the children start
+        while the parity check runs, which takes longer than a start-up. Under --gpus the
+        check is short (its baseline run was made during the trials), so it is called as the
+        trials begin too: the other devices' round children start beside the first trials
+        (a start-up is seconds of one core; a trial's median window shrugs off a hiccup, and
+        the rounds, whose numbers are stated, run after every trial), and sit idle till the end.
         """
         if not self.round_pools:
             devices = self.round_devices[: self.options.rounds] or [self.device]
@@ -530,8 +533,8 @@ class Search:
                 TrialPool(self.ref.workload_path, d, self.machine.cpu_share, self.options.state_dir / "logs", self.options.trial_timeout_s)
                 for d in devices[1:]
             ]
-            for k, each in enumerate(self.round_pools):
-                each.prestart(len(range(k, self.options.rounds, len(self.round_pools))))
+        for k, each in enumerate(self.round_pools):
+            each.prestart(len(range(k, self.options.rounds, len(self.round_pools))))
         return self.round_pools
 
     def _round(self, pool: TrialPool, r: int, order: list[Config], results: dict[Config, list[dict[str, Any]]]) -> None:
@@ -632,8 +635,10 @@ class Search:
                              self.options.state_dir / "logs", self.options.trial_timeout_s)
         pool.spare = self.machine.cuda  # on a GPU, a spare saves the ~7 s start-up wait after a failed trial
         try:
+            if self.round_devices and self.options.write_recipe:
+                self.prestart_rounds(pool)
             if self.options.trace_baseline_first and self.options.parity_check:
-                self.trace_baseline(study, pool)
+                self.store_baseline_trace(study, self.baseline_trace or self.make_baseline_trace(pool))
             self.run_study(study, pool)
             if not self.options.write_recipe:
                 return None

@@ -75,7 +75,7 @@ def test_a_rejected_config_cannot_win_and_without_the_check_it_does(project: Pat
 def test_the_cli_flag_turns_the_check_off(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[SearchOptions] = []
     # The package exports the function `search` under the module's name: patch the module itself.
-    monkeypatch.setattr(sys.modules["autotune.search"], "search", lambda recipe, options, echo: seen.append(options))
+    monkeypatch.setattr(sys.modules["autotune.search"], "search", lambda recipe, options, echo, pool=None: seen.append(options))
     for args in ([], ["--no-parity-check"]):
         result = CliRunner().invoke(cli.main, ["search", "--recipe", "tiny", *args])
         assert result.exit_code == 0, result.output
