@@ -6,9 +6,10 @@ its options while the parent does the same, and waits for one line on stdin
 saying where the study is (the parent sets it up). Then it takes tickets until
 none is left and ends; the parent writes the recipe. If stdin closes with no
 line, the parent could not set the study up and says why itself: the worker
-stops its trial processes, leaves no file behind, and ends without a word.
-After the line, SIGTERM (sent by the kernel when the parent dies, or by anyone)
-stops it as Ctrl-C does, giving its running trial back to the study.
+stops its trial processes, leaves no file behind, and ends without a word;
+SIGTERM or SIGINT before the line do the same. After it, SIGTERM (sent by the
+kernel when the parent dies, or by anyone) stops it as Ctrl-C does, giving its
+running trial back to the study.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def _stop(signum: int, frame: object) -> None:
 
 
 def main() -> int:
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # until the study is joined: nothing to give back
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # until the trial processes exist: nothing to tidy
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # also if started with SIGINT ignored
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
@@ -54,15 +55,26 @@ def main() -> int:
         pool.prestart(2 if cuda else 1)
 
     lines: queue.Queue[str] = queue.Queue()
+    leaving = threading.RLock()  # re-entrant: a signal that lands while the main thread holds it still ends the process
+
+    def dismissed(code: int) -> None:
+        """Before the study is joined there is nothing to give back: stop the trial processes, leave no file, end."""
+        leaving.acquire()  # the stdin thread or a signal: the first one tidies, the other waits for the exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)  # whatever the main thread meets from here on is not the user's news
+        os.dup2(devnull, 2)
+        if pool is not None:
+            pool.close(discard=True)
+        os._exit(code)
 
     def wait_for_the_study() -> None:
         line = sys.stdin.readline()
-        if not line:  # dismissed, perhaps while still importing: stop at once
-            if pool is not None:
-                pool.close()
-            os._exit(0)
+        if not line:  # dismissed, perhaps while still importing
+            dismissed(0)
         lines.put(line)
 
+    signal.signal(signal.SIGTERM, lambda signum, frame: dismissed(128 + signum))
+    signal.signal(signal.SIGINT, lambda signum, frame: dismissed(128 + signum))
     threading.Thread(target=wait_for_the_study, name="wait-for-the-study", daemon=True).start()
 
     from autotune.recipe import RecipeError
@@ -83,11 +95,12 @@ def main() -> int:
     where = json.loads(lines.get())
     if problem is not None or worker is None:
         if pool is not None:
-            pool.close()
+            pool.close(discard=True)
         print(f"Error: {problem}", flush=True)
         return 2
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    with leaving:  # not while a dismissal is under way; from here on, stop as Ctrl-C does
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         worker.join(where["storage"], where["study"])
         worker.open_study()

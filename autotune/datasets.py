@@ -83,7 +83,7 @@ def write_synthetic_mnist(root: Path, n_train: int = 60_000, n_test: int = 10_00
     """Write MNIST's four raw IDX files under root/MNIST/raw; returns that folder."""
     raw = Path(root) / "MNIST" / "raw"
     raw.mkdir(parents=True, exist_ok=True)
-    tmp = f".{os.getpid()}.tmp"  # each writer its own: two processes may write at once, the same bytes
+    tmp = ".tmp"  # a writer killed halfway leaves one; the next one overwrites it
     for split, n, seed in (("train", n_train, 0), ("t10k", n_test, 1)):
         images, labels = _patterns(n, (28, 28), 10, seed)
         _write_idx_images(raw / f"{split}-images-idx3-ubyte{tmp}", images)
@@ -110,7 +110,8 @@ def _building(folder: Path) -> Iterator[None]:
     """One process at a time checks, downloads or writes a data set's files.
 
     A search starts its trial processes while it loads; each builds the data set,
-    and two downloads into one folder would corrupt it. The rest wait, then find it.
+    and two downloads or writes into one folder would corrupt it. The rest wait,
+    then find it. The lock is a small hidden file beside the folder, kept.
     """
     folder.parent.mkdir(parents=True, exist_ok=True)
     with open(folder.parent / f".{folder.name}.lock", "a") as lock:
@@ -181,7 +182,7 @@ def write_synthetic_cifar10(root: Path, n_train: int = 50_000, n_test: int = 10_
         (name, {"data": flat[idx], "labels": labels[idx].tolist(), "batch_label": name}) for name, idx in files
     ]
     for name, entry in [*entries, ("batches.meta", {"label_names": names})]:
-        tmp = folder / f"{name}.{os.getpid()}.tmp"  # whole files only, as in write_synthetic_mnist
+        tmp = folder / f"{name}.tmp"  # whole files only, as in write_synthetic_mnist
         with open(tmp, "wb") as f:
             pickle.dump(entry, f)
         os.replace(tmp, folder / name)

@@ -302,16 +302,19 @@ class TrialPool:
         """A parity run in a trial process: a crash, an OOM or a hang fails it, as it fails a trial."""
         return self._settle(self._child(False).trace(config, lr, samples, probe_batch, timeout_s))
 
-    def close(self) -> None:
+    def close(self, discard: bool = False) -> None:
         """Stop every child. One that never ran anything leaves no log, and no folder is left that only its log made.
 
         So a search that stops before its first trial (bad input found after the
-        processes were started ahead) leaves the disk as it found it.
+        processes were started ahead) leaves the disk as it found it. `discard`: the
+        search these children served is abandoned before it began (a --gpus worker
+        dismissed after making the parity baseline run): their logs go too, unless a
+        failure wrote more than our own lines.
         """
         children = ([self.child] if self.child is not None else []) + self.standby
         self.child, self.standby = None, []
         for child in children:
-            if child.used:
+            if child.used and not discard:
                 child.stop()
             else:
                 child.kill()  # nothing to finish; it may still be importing torch

@@ -54,3 +54,34 @@ def test_processes_building_one_data_set_at_once_all_get_it_whole(tmp_path: Path
     assert [p.returncode for p in procs] == [0, 0, 0], [err for _, err in outs]
     assert len({out for out, _ in outs}) == 1 and outs[0][0].startswith("60000 ")
     assert not list((tmp_path / "MNIST" / "raw").glob("*.tmp")), "no half-written file left"
+
+
+def test_a_process_waits_while_another_builds_the_data_set(tmp_path: Path) -> None:
+    """The lock itself: while this test holds it, a process asking for MNIST waits; released, it gets it."""
+    import fcntl
+    import subprocess
+    import sys
+    import time
+
+    script = (
+        "import sys; from torchvision import datasets; from autotune import datasets as ours; "
+        "datasets.MNIST.mirrors = ['http://127.0.0.1:9/']; print(len(ours.mnist(sys.argv[1])))"
+    )
+    (tmp_path / "MNIST").mkdir()
+    with open(tmp_path / "MNIST" / ".raw.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None and not waiting_for_a_lock(proc.pid):
+            time.sleep(0.2)  # torch imports first; then it asks for the lock
+        assert waiting_for_a_lock(proc.pid), proc.communicate()
+        assert not (tmp_path / "MNIST" / "raw").exists(), "nothing written while another process holds the lock"
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert out.strip() == "60000"
+
+
+def waiting_for_a_lock(pid: int) -> bool:
+    """Linux lists a process blocked on a flock() in /proc/locks, marked `->`."""
+    return any(line.split()[1:3] == ["->", "FLOCK"] and str(pid) in line.split() for line in Path("/proc/locks").read_text().splitlines())

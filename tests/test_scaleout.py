@@ -92,13 +92,13 @@ def test_gpus_runs_a_worker_per_device_and_the_parent_writes(project: Path) -> N
 def test_gpus_workers_share_the_tickets(project: Path) -> None:
     """With no baseline run to make first, both processes take tickets from the start."""
     lines: list[str] = []
-    options = SearchOptions(trials=12, trial_timeout_s=30, finalists=1, rounds=1, parity_check=False)
+    options = SearchOptions(trials=16, trial_timeout_s=30, finalists=1, rounds=1, parity_check=False)
     result = search_parallel("tiny", options, devices=[0, 0], echo=lines.append)
     out = "\n".join(lines)
     assert result is not None, out
     assert any(line.startswith("[") for line in lines) and any(line.startswith("cpu1 | [") for line in lines), out
     study = optuna.load_study(study_name="tiny@cpu", storage=f"sqlite:///{project}/.autotune/tiny.db")
-    trials = check_study(study, 12)
+    trials = check_study(study, 16)
     assert len({t.user_attrs["worker"] for t in trials}) == 2, "both workers took tickets"
     assert BASELINE_TRACE not in study.user_attrs
 

@@ -139,9 +139,32 @@ def test_closing_children_that_never_ran_leaves_the_disk_as_it_was(project: Path
     before = sorted(p.relative_to(project) for p in project.rglob("*"))
     pool = _pool(project)
     pool.prestart(2)
+    for child in pool.standby:
+        assert child._start() is None  # ready: each log now holds its start-up line
+        assert child.log_path.read_text().startswith("[autotune] trial process ")
     assert (project / ".autotune" / "logs").is_dir()
     pool.close()
     assert sorted(p.relative_to(project) for p in project.rglob("*")) == before
+
+
+def test_discarding_a_pool_removes_the_logs_of_children_that_ran_but_wrote_nothing(project: Path) -> None:
+    """A --gpus worker dismissed after it made the parity baseline run: nothing of the abandoned search stays."""
+    before = sorted(p.relative_to(project) for p in project.rglob("*"))
+    pool = _pool(project)
+    assert pool.run(Config(batch_size=16), 0.05, QUICK).state == "complete"
+    pool.close(discard=True)
+    assert sorted(p.relative_to(project) for p in project.rglob("*")) == before
+
+
+def test_only_a_log_of_our_own_lines_is_removed(tmp_path: Path) -> None:
+    from autotune.trial import NOTE, _remove_if_only_notes
+
+    quiet, told = tmp_path / "quiet.log", tmp_path / "told.log"
+    quiet.write_text(f"{NOTE}trial process 1 on cpu: ready\n\n")
+    told.write_text(f"{NOTE}trial process 2 on cpu: ready\nTraceback (most recent call last):\nValueError: bad\n")
+    _remove_if_only_notes(quiet)
+    _remove_if_only_notes(told)
+    assert (quiet.exists(), told.exists()) == (False, True)
 
 
 def test_closing_keeps_the_logs_of_children_that_ran_something(project: Path) -> None:
