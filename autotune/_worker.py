@@ -38,8 +38,9 @@ def main() -> int:
     if parent and os.getppid() != parent:
         return 1  # the parent died before we could ask to follow it
 
+    from autotune.ahead import pool_ahead
     from autotune.options import options_from_json
-    from autotune.trial import TrialPool, visible_gpus
+    from autotune.trial import TrialPool
     from autotune.workload import WorkloadError, resolve
 
     recipe, options = sys.argv[1], options_from_json(sys.argv[2])
@@ -49,10 +50,7 @@ def main() -> int:
     except WorkloadError:
         pass  # the parent meets it too, and says so
     else:
-        cuda = visible_gpus() > options.device_index
-        pool = TrialPool(ref.workload_path, f"cuda:{options.device_index}" if cuda else "cpu",
-                         options.cpu_share or len(os.sched_getaffinity(0)), options.state_dir / "logs", options.trial_timeout_s)
-        pool.prestart(2 if cuda else 1)
+        pool = pool_ahead(ref.workload_path, options)
 
     lines: queue.Queue[str] = queue.Queue()
     leaving = threading.RLock()  # re-entrant: a signal that lands while the main thread holds it still ends the process

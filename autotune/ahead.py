@@ -15,9 +15,10 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable
+from pathlib import Path
 
 from autotune.options import SearchOptions
-from autotune.scaleout import ScaleoutError, Worker, parallel_options, parse_gpus, start_workers
+from autotune.scaleout import ScaleoutError, Worker, parallel_options, parse_gpus, start_workers, stop_workers
 from autotune.trial import TrialPool, visible_gpus
 from autotune.workload import WorkloadError, resolve
 
@@ -30,13 +31,7 @@ class Ahead:
     devices: list[int] | None = None  # the --gpus devices the workers were started for
 
     def close(self) -> None:
-        for w in self.workers:
-            w.stop()
-        for w in self.workers:
-            try:
-                w.proc.wait(timeout=60)
-            except Exception:  # noqa: BLE001  (stuck: it dies with us)
-                w.kill()
+        stop_workers(self.workers)
         if self.pool is not None:
             self.pool.close()
 
@@ -55,10 +50,17 @@ def start_ahead(recipe: str, options: SearchOptions, gpus: str | None, echo: Cal
         except ScaleoutError:
             return Ahead(options)  # torch's count decides, after the imports
         options = parallel_options(options, devices)
-    share = options.cpu_share or len(os.sched_getaffinity(0))
-    index = options.device_index
-    cuda = seen > index
-    pool = TrialPool(ref.workload_path, f"cuda:{index}" if cuda else "cpu", share, options.state_dir / "logs", options.trial_timeout_s)
-    pool.prestart(2 if cuda else 1)  # on a GPU the first child and its spare
-    workers = start_workers(recipe, options, devices, cuda, echo) if devices else []
+    pool = pool_ahead(ref.workload_path, options, seen)
+    workers = start_workers(recipe, options, devices, pool.device != "cpu", echo) if devices else []
     return Ahead(options, pool, workers, devices)
+
+
+def pool_ahead(workload_path: Path, options: SearchOptions, gpus_seen: int | None = None) -> TrialPool:
+    """A pool whose first trial process (on a GPU, with its spare) starts now, on the device NVML suggests."""
+    seen = visible_gpus() if gpus_seen is None else gpus_seen
+    cuda = seen > options.device_index
+    share = options.cpu_share or len(os.sched_getaffinity(0))
+    pool = TrialPool(workload_path, f"cuda:{options.device_index}" if cuda else "cpu", share,
+                     options.state_dir / "logs", options.trial_timeout_s)
+    pool.prestart(2 if cuda else 1)
+    return pool

@@ -52,7 +52,7 @@ def search(recipe: str, trials: int, time_budget: float | None, fixes: tuple[str
            study_name: str | None, trial_timeout: float, lr_scaling: str, no_parity_check: bool, device_index: int, gpus: str | None,
            finalists: int, rounds: int) -> None:
     """Tune a workload's loader and loop knobs; write recipes/NAME.tuned.toml."""
-    from autotune.ahead import start_ahead
+    from autotune.ahead import Ahead, start_ahead
     from autotune.options import SearchOptions
     from autotune.scaleout import ScaleoutError, parse_gpus
     from autotune.sharing import SharingError
@@ -81,7 +81,7 @@ def search(recipe: str, trials: int, time_budget: float | None, fixes: tuple[str
             devices = parse_gpus(gpus, torch.cuda.device_count())
             if devices != ahead.devices:  # the guess without torch was wrong: start them again, for these
                 ahead.close()
-                ahead = type(ahead)(options)
+                ahead = Ahead(options)
             search_parallel(recipe, ahead.options, devices, echo=click.echo, pool=ahead.pool, workers=ahead.workers or None)
         else:
             run_search(recipe, options, echo=click.echo, pool=ahead.pool)

@@ -147,6 +147,15 @@ def _wait(workers: list[Worker], timeout_s: float | None = None) -> bool:
     return True
 
 
+def stop_workers(workers: list[Worker]) -> None:
+    """Stop the workers, give each `STOP_WAIT_S` to hand its trial back, then kill what is left."""
+    for w in workers:
+        w.stop()
+    _wait(workers, STOP_WAIT_S)
+    for w in workers:
+        w.kill()
+
+
 def start_workers(recipe: str, options: SearchOptions, devices: list[int], cuda: bool,
                   echo: Callable[[str], None] = print) -> list[Worker]:
     """A worker process for each device but the first, started now; each waits for `go` before it joins the study.
@@ -171,7 +180,7 @@ def search_parallel(recipe: str, options: SearchOptions, devices: list[int], ech
     """One worker per device on this host against one study; this process is the first, and writes the recipe.
 
     `pool` and `workers`, if given, were started ahead by the command line for these
-    devices with these options (see `prepare_parallel`); this function owns them from here.
+    devices with these options (`autotune.ahead`); this function owns them from here.
 
     >>> search_parallel("mnist_cnn", SearchOptions(trials=40), devices=[0, 1])  # doctest: +SKIP
     """
@@ -194,9 +203,7 @@ def search_parallel(recipe: str, options: SearchOptions, devices: list[int], ech
         parent.announce()
         parent.open_study()  # set up once, before any worker joins: no two workers race to create it
     except BaseException:
-        for w in workers:
-            w.stop()
-        _wait(workers, STOP_WAIT_S)
+        stop_workers(workers)
         if pool is not None:
             pool.close()
         raise
@@ -223,15 +230,9 @@ def search_parallel(recipe: str, options: SearchOptions, devices: list[int], ech
         # One Ctrl-C stops everything; a second must not cut the workers' hand-back short.
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
-            for w in workers:
-                w.stop()
-            _wait(workers, STOP_WAIT_S)
+            stop_workers(workers)
         finally:
             signal.signal(signal.SIGINT, previous)
         raise
     finally:
-        for w in workers:
-            w.stop()
-        _wait(workers, STOP_WAIT_S)
-        for w in workers:
-            w.kill()
+        stop_workers(workers)  # a no-op for workers that ended

@@ -415,10 +415,10 @@ class Search:
 
     def contenders(self, study: optuna.Study) -> dict[Config, int]:
         """The ranked configs whose trial ran faster than the baseline's: a slower one is never recommended."""
-        base = [t.value for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                if t.value is not None and self.space.normalise(Config.from_dict(t.user_attrs["config"])) == self.baseline]
-        floor = max(base, default=0.0)
-        values = {t.number: t.value or 0.0 for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
+        complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        floor = max((t.value or 0.0 for t in complete
+                     if self.space.normalise(Config.from_dict(t.user_attrs["config"])) == self.baseline), default=0.0)
+        values = {t.number: t.value or 0.0 for t in complete}
         return {c: n for c, n in self.ranked(study).items() if values[n] > floor}
 
     def parity_finalists(self, pool: TrialPool, study: optuna.Study, ranked: dict[Config, int]) -> tuple[parity.Gate, list[Config]]:
@@ -517,6 +517,9 @@ class Search:
             executor.shutdown(wait=True)
         return results
 
+    def new_pool(self, device: str) -> TrialPool:
+        return TrialPool(self.ref.workload_path, device, self.machine.cpu_share, self.options.state_dir / "logs", self.options.trial_timeout_s)
+
     def prestart_rounds(self, pool: TrialPool) -> list[TrialPool]:
         """A pool per round device (the first is `pool`), each with a fresh child per round it runs, started if missing.
 
@@ -529,10 +532,7 @@ class Search:
         """
         if not self.round_pools:
             devices = self.round_devices[: self.options.rounds] or [self.device]
-            self.round_pools = [pool] + [
-                TrialPool(self.ref.workload_path, d, self.machine.cpu_share, self.options.state_dir / "logs", self.options.trial_timeout_s)
-                for d in devices[1:]
-            ]
+            self.round_pools = [pool] + [self.new_pool(d) for d in devices[1:]]
         for k, each in enumerate(self.round_pools):
             each.prestart(len(range(k, self.options.rounds, len(self.round_pools))))
         return self.round_pools
@@ -631,8 +631,7 @@ class Search:
             pool.close()  # started on a guess that proved wrong (another device, or the study's own CPU share)
             pool = None
         if pool is None:
-            pool = TrialPool(self.ref.workload_path, self.device, self.machine.cpu_share,
-                             self.options.state_dir / "logs", self.options.trial_timeout_s)
+            pool = self.new_pool(self.device)
         pool.spare = self.machine.cuda  # on a GPU, a spare saves the ~7 s start-up wait after a failed trial
         try:
             if self.round_devices and self.options.write_recipe:
