@@ -91,6 +91,12 @@ def main() -> None:
     send(event="ready")
     probe_set = None
 
+    def release() -> None:
+        # A pool may keep two trial processes on one GPU (autotune.trial.plan_class): the idle one must
+        # not hold cached blocks that the other's trial needs, or a batch size that fits would fail as OOM.
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
     for line in sys.stdin:
         request = json.loads(line)
         if request.get("cmd") == "quit":
@@ -107,6 +113,7 @@ def main() -> None:
                 sys.stdout.flush()
                 sys.stderr.flush()
                 os._exit(1)
+            release()
             send(event="trace", trace=trace.as_dict())
             continue
 
@@ -124,7 +131,15 @@ def main() -> None:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(1)  # skip DataLoader/CUDA teardown that may hang after a fault
+        release()
         send(event="result", result=result)
+
+    # Asked to quit (or the search closed our stdin): nothing is left to keep, so skip the interpreter's
+    # teardown, which with torch loaded takes a second or more; the search waits for this exit.
+    events.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

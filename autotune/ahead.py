@@ -56,11 +56,14 @@ def start_ahead(recipe: str, options: SearchOptions, gpus: str | None, echo: Cal
 
 
 def pool_ahead(workload_path: Path, options: SearchOptions, gpus_seen: int | None = None) -> TrialPool:
-    """A pool whose first trial process (on a GPU, with its spare) starts now, on the device NVML suggests."""
+    """A pool whose first trial processes start now, on the device NVML suggests.
+
+    On a GPU three: one for each `cudnn.benchmark` value (trial.plan_class) and a spare.
+    """
     seen = visible_gpus() if gpus_seen is None else gpus_seen
     cuda = seen > options.device_index
     share = options.cpu_share or len(os.sched_getaffinity(0))
     pool = TrialPool(workload_path, f"cuda:{options.device_index}" if cuda else "cpu", share,
                      options.state_dir / "logs", options.trial_timeout_s)
-    pool.prestart(2 if cuda else 1)
+    pool.prestart(3 if cuda else 1)
     return pool

@@ -193,14 +193,21 @@ class Child:
             except OSError:
                 pass
 
-    def stop(self) -> None:
-        """Ask a healthy child to exit; kill it if it does not."""
+    def quit(self) -> None:
+        """Ask a healthy child to exit, without waiting for it: `stop` then waits."""
         if self.proc.poll() is None:
             try:
                 self._send({"cmd": "quit"})
-                self.proc.wait(timeout=10)
-            except (OSError, subprocess.TimeoutExpired):
+            except (OSError, ValueError):  # its stdin is gone: it is going anyway
                 pass
+
+    def stop(self) -> None:
+        """Ask a healthy child to exit; kill it if it does not."""
+        self.quit()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
         self.kill()
 
 
@@ -245,9 +252,24 @@ def _last_line(path: Path) -> str:
     return lines[-1][:200] if lines else ""
 
 
+def plan_class(config: Config, device: str) -> bool | None:
+    """Which of a pool's trial processes may measure `config`: one per `cudnn.benchmark` value on a GPU.
+
+    cuDNN keeps, per process, the convolution plan it chose for each shape and dtype,
+    and reuses it for every later convolution of that shape whatever `cudnn.benchmark`
+    then says. So in one process the first config of a batch size decides the plans of
+    all that follow. Seen on an H200 with mnist_cnn at batch 1024: the heuristic plans
+    take 630 us a step, autotuned ones 585-613 us, and a benchmark-off config measured
+    as fast as the benchmark-on one that ran before it in its process (and the reverse).
+    """
+    return config.cudnn_benchmark if device.startswith("cuda") else None
+
+
 class TrialPool:
     """Runs trials one at a time, reusing a healthy child and replacing a failed one.
 
+    A child serves only configs of one `plan_class`, so no config measures plans
+    another chose; on a GPU a pool can hold two, one for each `cudnn.benchmark` value.
     Starting a child (Python, torch, a CUDA context, the data set) takes seconds
     while the GPU idles, so children can be started ahead: `prestart(n)` keeps n
     unused ones in standby, and with `spare` every start the pool must wait for
@@ -259,10 +281,17 @@ class TrialPool:
                  env: dict[str, str] | None = None, spare: bool = False) -> None:
         self.recipe_path, self.device, self.cpu_share = recipe_path, device, cpu_share
         self.log_dir, self.timeout_s, self.env, self.spare = log_dir, timeout_s, env, spare
-        self.child: Child | None = None
-        self.standby: list[Child] = []  # started, never used: fresh
+        self.live: dict[bool | None, Child] = {}  # by plan class: healthy children that ran something
+        self.standby: list[Child] = []  # started, never used: fresh, of no class yet
+        self.retiring: list[Child] = []  # asked to exit; reaped by close()
         self.children_started = 0
+        self._current: bool | None = None  # the plan class of the latest request
         self._made_dirs: list[Path] | None = None  # folders the first child's log created, deepest first
+
+    @property
+    def child(self) -> Child | None:
+        """The child that took the latest request, while it is alive and trusted."""
+        return self.live.get(self._current)
 
     def _start_child(self) -> Child:
         if self._made_dirs is None:
@@ -276,31 +305,37 @@ class TrialPool:
         while len(self.standby) < n:
             self.standby.append(self._start_child())
 
-    def _child(self, fresh: bool) -> Child:
-        if fresh and self.child is not None:
-            self.child.stop()
-            self.child = None
-        if self.child is None:
+    def _child(self, fresh: bool, config: Config) -> Child:
+        if fresh:  # fresh processes for every class
+            self.retire()
+        self._current = plan_class(config, self.device)
+        if self._current not in self.live:
             if self.standby:
-                self.child = self.standby.pop(0)
+                self.live[self._current] = self.standby.pop(0)
             else:
-                self.child = self._start_child()
+                self.live[self._current] = self._start_child()
                 if self.spare:
                     self.prestart(1)  # starts beside the one we wait for: no extra wait, no measurement disturbed
-        return self.child
+        return self.live[self._current]
+
+    def retire(self) -> None:
+        """Ask the used children to exit, without waiting: their exits overlap what follows, and `close` reaps them."""
+        for child in self.live.values():
+            child.quit()
+        self.retiring.extend(self.live.values())
+        self.live.clear()
 
     def _settle(self, outcome: Outcome) -> Outcome:
-        if outcome.state == "failed" and self.child is not None:
-            self.child.kill()
-            self.child = None
+        if outcome.state == "failed" and self._current in self.live:
+            self.live.pop(self._current).kill()
         return outcome
 
     def run(self, config: Config, lr: float, windows: Windows = Windows(), on_window: Callable[[int, float], bool] | None = None, fresh: bool = False) -> Outcome:
-        return self._settle(self._child(fresh).run(config, lr, windows, self.timeout_s, on_window))
+        return self._settle(self._child(fresh, config).run(config, lr, windows, self.timeout_s, on_window))
 
     def trace(self, config: Config, lr: float, samples: int, probe_batch: int, timeout_s: float) -> Outcome:
         """A parity run in a trial process: a crash, an OOM or a hang fails it, as it fails a trial."""
-        return self._settle(self._child(False).trace(config, lr, samples, probe_batch, timeout_s))
+        return self._settle(self._child(False, config).trace(config, lr, samples, probe_batch, timeout_s))
 
     def close(self, discard: bool = False) -> None:
         """Stop every child. One that never ran anything leaves no log, and no folder is left that only its log made.
@@ -311,12 +346,15 @@ class TrialPool:
         dismissed after making the parity baseline run): their logs go too, unless a
         failure wrote more than our own lines.
         """
-        children = ([self.child] if self.child is not None else []) + self.standby
-        self.child, self.standby = None, []
+        children = [*self.live.values(), *self.standby]
+        retiring, self.live, self.standby, self.retiring = self.retiring, {}, [], []
+        stopping = [c for c in children if c.used and not discard]
+        for child in stopping:
+            child.quit()  # all at once: their exits overlap
+        for child in retiring + stopping:
+            child.stop()
         for child in children:
-            if child.used and not discard:
-                child.stop()
-            else:
+            if child not in stopping:
                 child.kill()  # nothing to finish; it may still be importing torch
                 _remove_if_only_notes(child.log_path)
         for folder in self._made_dirs or []:
@@ -326,7 +364,7 @@ class TrialPool:
                 pass
 
     def abort(self) -> None:
-        """Kill the child at once, with its DataLoader workers: an interrupted measurement is worthless."""
-        if self.child is not None:
-            self.child.kill()
-            self.child = None
+        """Kill the live children at once, with their DataLoader workers: an interrupted measurement is worthless."""
+        for child in self.live.values():
+            child.kill()
+        self.live.clear()

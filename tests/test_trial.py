@@ -10,7 +10,8 @@ import pytest
 
 from autotune.config import Config
 from autotune.measure import Windows
-from autotune.trial import TrialPool
+from autotune import trial
+from autotune.trial import Outcome, TrialPool, plan_class
 
 QUICK = Windows(warmup_steps=1, window_s=0.01, min_windows=2, max_windows=3, boundaries=1)
 
@@ -107,7 +108,7 @@ def test_fresh_trials_take_prestarted_children_in_order(project: Path) -> None:
         for pid in waiting:
             assert pool.run(Config(batch_size=16), 0.05, QUICK, fresh=True).state == "complete"
             assert pool.child is not None and pool.child.proc.pid == pid
-        assert first is not None and first.proc.poll() is not None  # the used child was stopped, not kept
+        assert first is not None and first.proc.wait(timeout=60) == 0  # the used child was asked to go, and went
         assert pool.children_started == 3
     finally:
         pool.close()
@@ -201,3 +202,52 @@ def test_a_search_closes_processes_started_on_a_wrong_guess_and_starts_its_own(p
     assert search("tiny", options, echo=lambda line: None, pool=pool) is not None
     assert not first.used and first.proc.poll() is not None
     assert not first.log_path.exists(), "a child that never ran leaves no log"
+
+
+class _RecordingChild:
+    """Stands in for a trial process (its start-up is what is expensive); records what it was asked to run."""
+
+    started: list[_RecordingChild] = []
+
+    def __init__(self, recipe_path: Path, device: str, cpu_share: int, log_path: Path, env: dict[str, str] | None = None) -> None:
+        self.log_path, self.seen, self.used = log_path, [], False
+        self.quitting = self.stopped = self.killed = False
+        _RecordingChild.started.append(self)
+
+    def run(self, config: Config, lr: float, windows: Windows, timeout_s: float, on_window: object = None) -> Outcome:
+        self.used = True
+        self.seen.append(config.cudnn_benchmark)
+        return Outcome("failed", reason="oom") if config.batch_size >= 4096 else Outcome("complete", result={"samples_per_s": 1.0})
+
+    def quit(self) -> None:
+        self.quitting = True
+
+    def stop(self) -> None:
+        self.stopped = True
+
+    def kill(self) -> None:
+        self.killed = True
+
+
+def test_on_a_gpu_configs_that_disagree_on_cudnn_benchmark_never_share_a_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # cuDNN reuses the convolution plans a process chose first, whatever cudnn.benchmark says later.
+    monkeypatch.setattr(trial, "Child", _RecordingChild)
+    started = _RecordingChild.started = []
+    on, off = Config(batch_size=1024, cudnn_benchmark=True), Config(batch_size=1024)
+    assert (plan_class(on, "cuda:1"), plan_class(off, "cuda:1"), plan_class(on, "cpu")) == (True, False, None)
+    pool = TrialPool(tmp_path / "w.py", "cuda:0", 4, tmp_path / "logs", 60.0)
+    for config in (off, on, off, on):
+        assert pool.run(config, 0.1).state == "complete"
+    assert [c.seen for c in started] == [[False, False], [True, True]]  # each process kept, for its class only
+
+    pool.prestart(2)
+    assert pool.run(on, 0.1, fresh=True).state == "complete"  # a finalist round: fresh processes for both classes
+    assert pool.run(off, 0.1).state == "complete"
+    assert [(c.quitting, c.stopped) for c in started[:2]] == [(True, False)] * 2  # asked to go; not waited for
+    assert [c.seen for c in started[2:]] == [[True], [False]]
+
+    assert pool.run(Config(batch_size=4096, cudnn_benchmark=True), 0.1).reason == "oom"
+    assert (started[2].killed, started[3].killed, pool.child) == (True, False, None)  # only the failed process goes
+    assert pool.run(off, 0.1).state == "complete" and started[3].seen == [False, False]
+    pool.close()
+    assert [c.stopped for c in started] == [True, True, False, True] and len(started) == 4  # the failed one was killed
