@@ -393,14 +393,16 @@ class Gate:
 
     `trace(config, lr, samples)` makes one parity run (in a trial process, in the
     search) and raises TraceFailed with the reason when it cannot. One run length
-    serves every candidate, set by the largest batch among `candidates`, so the
-    baseline trains once.
+    serves every candidate, set by the largest batch among `candidates` (or
+    `max_batch`), so the baseline trains once.
     """
 
     def __init__(self, baseline: Config, lr_of: Callable[[Config], float], trace: Callable[[Config, float, int], Trace],
-                 candidates: Sequence[Config], echo: Callable[[str], None] = print) -> None:
+                 candidates: Sequence[Config], echo: Callable[[str], None] = print, max_batch: int | None = None) -> None:
         self.baseline, self.lr_of, self.trace, self.echo = baseline, lr_of, trace, echo
-        self.samples, self.window = run_length(baseline.batch_size, max([c.batch_size for c in candidates], default=1))
+        # `max_batch`: the largest batch any candidate may have, when the runs begin before all are known.
+        largest = max_batch if max_batch is not None else max([c.batch_size for c in candidates], default=1)
+        self.samples, self.window = run_length(baseline.batch_size, largest)
         self.verdicts: dict[Config, Verdict] = {}
         self.runs = 0  # candidates run; a config with the numerics (or the hopeless batch) of one run reuses its verdict
         self.seconds = 0.0  # wall time of every parity run, the baseline's included: the check's cost

@@ -215,7 +215,7 @@ def search_parallel(recipe: str, options: SearchOptions, devices: list[int], ech
     parent.round_devices = [f"cuda:{d}" if cuda else "cpu" for d in devices]
 
     def workers_ended() -> None:
-        # No trial runs anywhere now; let the workers' processes go before the finalists are timed.
+        # No trial runs anywhere and the parity check is done; let the workers' processes go before the finalists are timed.
         if not _wait(workers, STOP_WAIT_S):
             for w in workers:
                 w.kill()
@@ -225,7 +225,7 @@ def search_parallel(recipe: str, options: SearchOptions, devices: list[int], ech
                      f"its trials stay in the study, and tickets it left were taken here")
 
     try:
-        return parent.run(before_writing=workers_ended, pool=pool)
+        return parent.run(before_rounds=workers_ended, pool=pool)
     except KeyboardInterrupt:
         # One Ctrl-C stops everything; a second must not cut the workers' hand-back short.
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -168,6 +168,7 @@ class Search:
         self.round_devices: list[str] = []  # under `--gpus`: a device per finalist round, side by side
         self.round_pools: list[TrialPool] = []  # the finalist rounds' pools, their fresh children started ahead
         self.baseline_trace: dict[str, Any] | None = None  # made before the study was joined (a --gpus worker)
+        self.gate: parity.Gate | None = None  # the parity check's, once it has begun
         self.hopeless: list[Hopeless] = []
         self.base_sampler: optuna.samplers.BaseSampler | None = None
 
@@ -399,7 +400,10 @@ class Search:
                 who = sorted({str(t.user_attrs.get("worker", "?")) for t in others})
                 self.echo(f"waiting for {len(others)} trial(s) still running on other workers ({', '.join(who)})")
                 told = True
-            time.sleep(1.0)
+                if self.round_devices and self.options.write_recipe and self.options.parity_check:
+                    self.check_ahead(study, pool)  # under --gpus this process writes: its check can begin
+                    continue
+            time.sleep(0.25)
 
     # -- finalists and the recipe --------------------------------------------------------------
 
@@ -421,13 +425,10 @@ class Search:
         values = {t.number: t.value or 0.0 for t in complete}
         return {c: n for c, n in self.ranked(study).items() if values[n] > floor}
 
-    def parity_finalists(self, pool: TrialPool, study: optuna.Study, ranked: dict[Config, int]) -> tuple[parity.Gate, list[Config]]:
-        """The fastest configs that train like the baseline: the finalists, checked before they are measured again.
-
-        Checked fastest first, so a batch size the check rejects rules out its slower
-        variants at no cost, and no round of measuring is spent on a config that cannot
-        win. Each verdict is kept in the study, by trial.
-        """
+    def parity_gate(self, pool: TrialPool, study: optuna.Study, ranked: dict[Config, int]) -> parity.Gate:
+        """The check's gate, made once per search: a check made while the last trials ran leaves its verdicts here."""
+        if self.gate is not None:
+            return self.gate
         timeout = PARITY_TIMEOUT_FACTOR * self.options.trial_timeout_s
 
         def trace(config: Config, lr: float, samples: int) -> parity.Trace:
@@ -436,14 +437,39 @@ class Search:
                 raise parity.TraceFailed(outcome.reason or "no result")
             return parity.Trace.from_dict(outcome.result)
 
-        gate = parity.Gate(self.baseline, self.lr, trace, list(ranked), self.echo)
+        stored = study.user_attrs.get(BASELINE_TRACE)
+        if not (self.options.run_id and isinstance(stored, dict) and stored.get("run") == self.options.run_id
+                and stored.get("config") == self.baseline.as_dict() and stored.get("lr") == self.lr(self.baseline)):
+            stored = None
+        # A baseline run made during the trials was sized for the space's largest batch; the check keeps that length.
+        gate = parity.Gate(self.baseline, self.lr, trace, list(ranked), self.echo, max_batch=stored and stored.get("max_batch"))
         self.echo(f"parity: checking the fastest against the baseline ({self.baseline.describe()}, lr {self.lr(self.baseline):g}, "
                   f"fp32, eager) from the same weights and data order, {gate.samples:,} samples each")
-        stored = study.user_attrs.get(BASELINE_TRACE)
-        if (self.options.run_id and isinstance(stored, dict) and stored.get("run") == self.options.run_id
-                and stored.get("config") == self.baseline.as_dict() and stored.get("lr") == self.lr(self.baseline)
-                and stored.get("samples") == gate.samples):
+        if stored is not None and stored.get("samples") == gate.samples:
             gate.adopt_baseline(parity.Trace.from_dict(stored["trace"]), f"run by worker {stored['worker']} before its trials")
+        self.gate = gate
+        return gate
+
+    def check_ahead(self, study: optuna.Study, pool: TrialPool) -> None:
+        """Check the contenders so far while another worker's last trial runs: time this worker would spend idle.
+
+        The check after the trials reuses each verdict and runs only what the last trials
+        add; a failure here is said by that check, with its reason.
+        """
+        contenders = self.contenders(study)
+        if contenders:
+            want = self.options.finalists
+            with contextlib.suppress(parity.ParityError):
+                self.parity_gate(pool, study, contenders).select(list(contenders), want=want, max_runs=want + PARITY_EXTRA_RUNS)
+
+    def parity_finalists(self, pool: TrialPool, study: optuna.Study, ranked: dict[Config, int]) -> tuple[parity.Gate, list[Config]]:
+        """The fastest configs that train like the baseline: the finalists, checked before they are measured again.
+
+        Checked fastest first, so a batch size the check rejects rules out its slower
+        variants at no cost, and no round of measuring is spent on a config that cannot
+        win. Each verdict is kept in the study, by trial.
+        """
+        gate = self.parity_gate(pool, study, ranked)
         chosen: list[Config] = []
         try:
             want = self.options.finalists
@@ -451,9 +477,11 @@ class Search:
         except parity.ParityError as exc:
             raise SearchError(f"{exc} Run with --no-parity-check to skip the check.") from exc
         finally:
+            numbers = {**self.ranked(study), **ranked}  # a config checked ahead may have left the contenders since
             for config, verdict in gate.verdicts.items():
                 # Optuna keeps a finished trial read-only: the verdict is kept on the study, under its trial.
-                study.set_user_attr(f"parity:trial-{ranked[config]}", {**verdict.as_record(), "config": config.describe()})
+                if config in numbers:
+                    study.set_user_attr(f"parity:trial-{numbers[config]}", {**verdict.as_record(), "config": config.describe()})
             self.echo(gate.summary())
         if not chosen:
             raise SearchError(
@@ -471,12 +499,13 @@ class Search:
         then checks the finalists without waiting for it.
         """
         lr = self.lr(self.baseline)
-        samples, _ = parity.run_length(self.baseline.batch_size, max(self.space.domains["batch_size"]))
+        largest = max(self.space.domains["batch_size"])
+        samples, _ = parity.run_length(self.baseline.batch_size, largest)
         outcome = pool.trace(self.baseline, lr, samples, self.baseline.batch_size, PARITY_TIMEOUT_FACTOR * self.options.trial_timeout_s)
         if outcome.state != "complete" or outcome.result is None:
             return {"failed": outcome.reason or "no result"}
         return {"run": self.options.run_id, "config": self.baseline.as_dict(), "lr": lr, "samples": samples,
-                "worker": sharing.owner(), "trace": outcome.result}
+                "max_batch": largest, "worker": sharing.owner(), "trace": outcome.result}
 
     def store_baseline_trace(self, study: optuna.Study, record: dict[str, Any]) -> None:
         """Keep a baseline parity run in the study. Only this search's writer takes it (`run_id`): a study
@@ -496,7 +525,8 @@ class Search:
         """
         results: dict[Config, list[dict[str, Any]]] = {c: [] for c in [self.baseline, *finalists]}
         order = [self.baseline, *finalists]
-        pools = self.round_pools or self.prestart_rounds(pool)
+        pools = self.round_pools or self.prestart_rounds()
+        pool.retire()  # the trial processes are done: they go while the rounds begin
 
         def rounds_on(k: int) -> None:
             for r in range(k, self.options.rounds, len(pools)):
@@ -520,8 +550,11 @@ class Search:
     def new_pool(self, device: str) -> TrialPool:
         return TrialPool(self.ref.workload_path, device, self.machine.cpu_share, self.options.state_dir / "logs", self.options.trial_timeout_s)
 
-    def prestart_rounds(self, pool: TrialPool) -> list[TrialPool]:
-        """A pool per round device (the first is `pool`), each with a fresh child per round it runs, started if missing.
+    def prestart_rounds(self) -> list[TrialPool]:
+        """A pool per round device, each with fresh children for the rounds it runs, started if missing.
+
+        Pools of their own, not the trial pool: that one's standby children replace
+        failed trials, and a search with several failures would leave the rounds none.
 
         On one device it is called once this worker's trials are done: the children start
         while the parity check runs, which takes longer than a start-up. Under --gpus the
@@ -532,9 +565,12 @@ class Search:
         """
         if not self.round_pools:
             devices = self.round_devices[: self.options.rounds] or [self.device]
-            self.round_pools = [pool] + [self.new_pool(d) for d in devices[1:]]
+            self.round_pools = [self.new_pool(d) for d in devices]
+        # A round runs configs of each plan class in a process of its own (trial.plan_class): on a GPU,
+        # one per cudnn.benchmark value the finalists and the baseline may have.
+        classes = {self.baseline.cudnn_benchmark, *self.space.domains["cudnn_benchmark"]} if self.machine.cuda else {None}
         for k, each in enumerate(self.round_pools):
-            each.prestart(len(range(k, self.options.rounds, len(self.round_pools))))
+            each.prestart(len(classes) * len(range(k, self.options.rounds, len(self.round_pools))))
         return self.round_pools
 
     def _round(self, pool: TrialPool, r: int, order: list[Config], results: dict[Config, list[dict[str, Any]]]) -> None:
@@ -607,11 +643,12 @@ class Search:
         if self.options.write_recipe:
             recipe_file.check_writable(self.ref.tuned_path)
 
-    def run(self, before_writing: Callable[[], None] | None = None, pool: TrialPool | None = None) -> SearchResult | None:
+    def run(self, before_rounds: Callable[[], None] | None = None, pool: TrialPool | None = None) -> SearchResult | None:
         """Take tickets until none is left; then, if no other worker does, measure finalists and write.
 
-        `before_writing` runs once no trial runs anywhere, before the finalists (under
-        `--gpus`: wait until the worker processes have ended). `pool` holds trial
+        `before_rounds` runs once no trial runs anywhere and the parity check is done,
+        before the finalists are timed (under `--gpus`: wait until the worker processes
+        have ended; they end while the check runs, which times nothing). `pool` holds trial
         processes started ahead (by the command line, before torch was imported); it is
         used if it measures on this search's device with its CPU share, and closed at
         the end either way. Returns None when this worker wrote no recipe (a worker under
@@ -635,16 +672,14 @@ class Search:
         pool.spare = self.machine.cuda  # on a GPU, a spare saves the ~7 s start-up wait after a failed trial
         try:
             if self.round_devices and self.options.write_recipe:
-                self.prestart_rounds(pool)
+                self.prestart_rounds()
             if self.options.trace_baseline_first and self.options.parity_check:
                 self.store_baseline_trace(study, self.baseline_trace or self.make_baseline_trace(pool))
             self.run_study(study, pool)
             if not self.options.write_recipe:
                 return None
-            self.prestart_rounds(pool)
+            self.prestart_rounds()
             self.settle(study, pool)
-            if before_writing is not None:
-                before_writing()
             interval, grace = sharing.heartbeat_settings()
             claim, holder = sharing.claim_writer(study, storage, self.started_at, interval, grace)
             if claim is None:
@@ -656,7 +691,7 @@ class Search:
                 return None
             try:
                 with claim.heartbeat():
-                    result = self.write(study, pool)
+                    result = self.write(study, pool, before_rounds)
             except BaseException as exc:
                 with contextlib.suppress(Exception):
                     claim.failed(f"{type(exc).__name__}: {exc}")
@@ -665,10 +700,10 @@ class Search:
             return result
         finally:
             pool.close()
-            for each in self.round_pools[1:]:
+            for each in self.round_pools:
                 each.close()
 
-    def write(self, study: optuna.Study, pool: TrialPool) -> SearchResult:
+    def write(self, study: optuna.Study, pool: TrialPool, before_rounds: Callable[[], None] | None = None) -> SearchResult:
         """Measure the finalists against the baseline and write the winner's profile."""
         if not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
             raise SearchError(f"no trial completed in study {self.study_name!r}; the failures above say why.")
@@ -683,6 +718,8 @@ class Search:
         else:
             # Nothing beat the workload's own settings: they are the result, at a speed-up of 1.
             self.echo(f"no config ran faster than the baseline; measuring it, {self.options.rounds} round(s), fresh processes")
+        if before_rounds is not None:
+            before_rounds()
         results = self.remeasure(pool, finalists)
         if not results[self.baseline]:
             raise SearchError("the baseline (the workload's own settings) failed in every round; no speed-up can be stated.")

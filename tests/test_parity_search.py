@@ -169,6 +169,9 @@ class FakePool:
     def prestart(self, n: int) -> None:
         pass
 
+    def retire(self) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
@@ -194,3 +197,46 @@ def test_the_finalists_are_the_fastest_configs_that_pass_checked_before_they_are
     assert baseline.batch_size == 16 and FakePool.traces.count(baseline) == 1  # the baseline first, once
     # Fastest first: both large batches are rejected, then the two fastest that pass are the finalists.
     assert [c.batch_size for c in FakePool.traces[1:]] == [128, 64, 32, 16]
+
+
+def test_under_gpus_the_writer_checks_while_another_worker_ends_its_last_trial(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from autotune.search import Search
+
+    FakePool.traces = []
+    monkeypatch.setattr(sys.modules["autotune.search"], "TrialPool", FakePool)
+    lines: list[str] = []
+    fixes = {"batch_size": (16, 32, 64, 128), "placement": ("stream",), "amp": ("off",), "channels_last": (False,)}
+    writer = Search("tiny", SearchOptions(trials=8, fixes=fixes, finalists=2, seed=1), echo=lines.append)
+    study = writer.open_study()
+    pool = FakePool()
+    writer.run_study(study, pool)
+    other = study.ask()  # another worker's last trial, still running
+    writer.round_devices = ["cpu", "cpu"]  # under --gpus: this process writes
+    checked = threading.Event()
+    check_ahead = writer.check_ahead
+
+    def check_and_say(*args: Any) -> None:
+        check_ahead(*args)
+        checked.set()
+
+    writer.check_ahead = check_and_say  # type: ignore[method-assign]
+    def finish() -> None:  # the other worker's trial ends once the check has run, or after 30 s if it never does
+        checked.wait(30)
+        study.tell(other, state=optuna.trial.TrialState.FAIL)
+
+    finisher = threading.Thread(target=finish)
+    finisher.start()
+    writer.settle(study, pool)
+    finisher.join()
+    assert checked.is_set()
+    waiting = next(i for i, line in enumerate(lines) if line.startswith("waiting for 1 trial(s) still running on other workers"))
+    assert lines[waiting + 1].startswith("parity: checking the fastest against the baseline")
+    ahead = list(FakePool.traces)
+    assert [c.batch_size for c in ahead] == [16, 128, 64, 32, 16]  # the baseline, then the fastest first, as after the trials
+
+    _, finalists = writer.parity_finalists(pool, study, writer.contenders(study))
+    assert [c.batch_size for c in finalists] == [32, 16]
+    assert FakePool.traces == ahead, "the check after the trials reused every verdict"
+    assert sum(line.startswith("parity: checking the fastest") for line in lines) == 1
