@@ -3,15 +3,16 @@
 #
 #     bash benchmarks/gpu_runs.sh RESULTS_DIR [PART...]
 #
-# PART is any of bench, diagnose, gputests, noparity, scaleout (default: all of them).
+# PART is any of bench, diagnose, gputests, noparity, plancache, scaleout (default: all of them).
 #
 # On a host with two GPUs, phase 1 runs side by side on separate GPUs and separate
 # halves of the CPU cores (taskset), so neither perturbs the other's numbers:
 #   GPU 0, cores 0..n/2-1:  benchmarks/speed.py (three fresh searches, then every loop in one process);
 #   GPU 1, cores n/2..n-1:  autotune diagnose for both built-ins, the GPU tests, and a search with
 #                           --no-parity-check whose winner is then put through the parity check.
-# Phase 2 uses the whole host: the same mnist_cnn study on one GPU, then with --gpus 0,1, then the
-# two-GPU test. With one GPU, phase 1's two parts run one after the other and phase 2 is skipped.
+# Phase 2 uses the whole host: cuDNN's plan cache shown (benchmarks/plan_cache.py), the same mnist_cnn
+# study on one GPU, then with --gpus 0,1, then the two-GPU test. With one GPU, phase 1's two parts
+# run one after the other, then the plan cache; the scale-out part is skipped.
 # Each step's output goes to its own log in RESULTS_DIR; progress.log says what ended when.
 set -u
 R=$(realpath -m "$1")
@@ -21,18 +22,25 @@ export PYTHONUNBUFFERED=1
 NCPU=$(nproc)
 NGPU=$(python3 -c "import torch; print(torch.cuda.device_count())")
 shift
-PARTS=${*:-bench diagnose gputests noparity scaleout}
+PARTS=${*:-bench diagnose gputests noparity plancache scaleout}
 
 log() { echo "[$(date +%T)] $*" | tee -a "$R/progress.log"; }
 
-# `timed NAME SECONDS CMD...`: runs CMD with a time limit, output to $R/NAME.log, wall time appended.
+# Each output line starts with the seconds since its command started (to within the ~0.1 s Python takes to start).
+STAMP='import sys, time
+t0 = time.monotonic()
+for line in iter(sys.stdin.buffer.readline, b""):  # line by line as it comes, not in read-ahead blocks
+    sys.stdout.write("%7.2f  %s" % (time.monotonic() - t0, line.decode("utf-8", "replace")))
+    sys.stdout.flush()'
+
+# `timed NAME SECONDS CMD...`: runs CMD with a time limit, output to $R/NAME.log (stamped), wall time appended.
 timed() {
     local name=$1 limit=$2
     shift 2
     local t0 t1
     t0=$(date +%s.%N)
-    timeout "$limit" "$@" >"$R/$name.log" 2>&1
-    local rc=$?
+    timeout "$limit" "$@" 2>&1 | python3 -u -c "$STAMP" >"$R/$name.log"
+    local rc=${PIPESTATUS[0]}
     t1=$(date +%s.%N)
     local wall
     wall=$(python3 -c "print(f'{$t1 - $t0:.1f}')")
@@ -68,6 +76,11 @@ side() {
     done
 }
 
+plancache() {
+    want plancache || return 0
+    timed plan_cache 300 python3 "$REPO/benchmarks/plan_cache.py" --recipe mnist_cnn --batch-size 1024
+}
+
 # The same fresh mnist_cnn study on one GPU, then on two, SCALEOUT_PAIRS times (default 1): the
 # pairs show how much the ratio moves from run to run.
 scaleout() {
@@ -93,10 +106,12 @@ if [ "$NGPU" -ge 2 ]; then
     B=$!
     wait $A $B
     log "phase 1 done"
+    plancache
     scaleout
 else
     benchmark
     side
+    plancache
 fi
 log "all done"
 touch "$R/DONE"
