@@ -91,7 +91,7 @@ def main() -> None:
     send(event="ready")
     probe_set = None
 
-    def release() -> None:
+    def give_back_cache() -> None:
         # A pool may keep two trial processes on one GPU (autotune.trial.plan_class): the idle one must
         # not hold cached blocks that the other's trial needs, or a batch size that fits would fail as OOM.
         if device.type == "cuda":
@@ -101,37 +101,40 @@ def main() -> None:
         request = json.loads(line)
         if request.get("cmd") == "quit":
             break
+        if request.get("cmd") == "release":  # the pool's other process is about to measure on this GPU
+            send(event="released", datasets=runner.release())
+            continue
         if request.get("cmd") == "parity":
             try:
                 if probe_set is None:
                     probe_set = parity.probe(runner.dataset)
                 config = Config.from_dict(request["config"])
                 trace = parity.run_trace(runner.build, config, request["lr"], request["samples"], probe_set, request["probe_batch"])
+                give_back_cache()
             except BaseException as exc:  # noqa: BLE001
                 traceback.print_exc()  # the whole story goes to this child's log file
                 send(event="failed", reason=classify_failure(exc))
                 sys.stdout.flush()
                 sys.stderr.flush()
                 os._exit(1)
-            release()
             send(event="trace", trace=trace.as_dict())
             continue
 
         def on_window(i: int, rate: float) -> bool:
             send(event="window", index=i, rate=rate)
             answer = sys.stdin.readline()
-            return not answer or json.loads(answer).get("cmd") == "stop"
+            return not answer or json.loads(answer).get("cmd") in ("stop", "quit")
 
         try:
             config = Config.from_dict(request["config"])
             result = runner.run(config, request["lr"], Windows(**request.get("windows", {})), on_window)
+            give_back_cache()
         except BaseException as exc:  # noqa: BLE001
             traceback.print_exc()  # the whole story goes to this child's log file
             send(event="failed", reason=classify_failure(exc))
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(1)  # skip DataLoader/CUDA teardown that may hang after a fault
-        release()
         send(event="result", result=result)
 
     # Asked to quit (or the search closed our stdin): nothing is left to keep, so skip the interpreter's

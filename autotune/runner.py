@@ -7,6 +7,7 @@ seed for every config.
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 from pathlib import Path
@@ -22,6 +23,7 @@ from autotune.space import DataFacts
 from autotune.workload import Workload
 
 SEED = 0  # every trial starts from the same initial weights and data order
+KEEP_SHARE = 0.05  # an idle trial process keeps a device-resident data set smaller than this share of the GPU
 
 
 def classify_failure(exc: BaseException) -> str:
@@ -50,7 +52,6 @@ class Runner:
         self.workload, self.device = workload, device
         self.cpu_share = cpu_share or 1
         self._dataset: Any = None
-        self._device_dataset: Any = None
         self._device_tensors: dict[str, tuple[tuple[torch.Tensor, torch.Tensor], float]] = {}
 
     @property
@@ -93,6 +94,25 @@ class Runner:
             self._device_tensors[key] = (tensors, time.perf_counter() - start)
         tensors, seconds = self._device_tensors[key]
         return tensors, seconds, augment
+
+    def release(self) -> int:
+        """Give back cached device memory and, unless they are small, the device-resident data sets.
+
+        A trial pool on a GPU keeps a process per plan class (autotune.trial.plan_class):
+        the idle one lets go, so the other's trials have about the memory a single process
+        would. A copy under KEEP_SHARE of the GPU stays: building it again after every
+        switch would cost more search time than its memory is worth. Returns how many
+        data sets were dropped.
+        """
+        held = sum(t.element_size() * t.numel() for (tensors, _) in self._device_tensors.values() for t in tensors)
+        dropped = 0
+        if self.device.type != "cuda" or held > KEEP_SHARE * torch.cuda.get_device_properties(self.device).total_memory:
+            dropped = len(self._device_tensors)
+            self._device_tensors.clear()
+        gc.collect()  # blocks held by reference cycles too
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        return dropped
 
     def build(self, config: Config, lr: float) -> tuple[Any, Step, float]:
         """Loader and step for `config`, from the seed; returns them and the materialisation time."""

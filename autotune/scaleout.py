@@ -224,9 +224,11 @@ def search_parallel(recipe: str, options: SearchOptions, devices: list[int], ech
                 echo(f"{w.label} ended with exit status {w.proc.returncode} (its lines above say why); "
                      f"its trials stay in the study, and tickets it left were taken here")
 
+    interrupted = False
     try:
         return parent.run(before_rounds=workers_ended, pool=pool)
     except KeyboardInterrupt:
+        interrupted = True
         # One Ctrl-C stops everything; a second must not cut the workers' hand-back short.
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
@@ -235,4 +237,8 @@ def search_parallel(recipe: str, options: SearchOptions, devices: list[int], ech
             signal.signal(signal.SIGINT, previous)
         raise
     finally:
+        if parent.settled and not interrupted:
+            # The study is done (the check or the rounds may have failed): the workers are ending by
+            # themselves; a stop now would tell them to hand back a trial they do not have.
+            _wait(workers, STOP_WAIT_S)
         stop_workers(workers)  # a no-op for workers that ended

@@ -27,6 +27,8 @@ from autotune.measure import Windows
 _CHILD_NUMBERS = itertools.count(1)
 NOTE = "[autotune] "  # starts the lines a trial process writes to its log itself; a crash's reason never quotes them
 STARTUP_TIMEOUT_S = 180.0  # importing torch, initialising CUDA and loading the data set
+RELEASE_TIMEOUT_S = 30.0  # an idle child dropping its device-resident data set
+INTERRUPTED = "stopped: the search was interrupted"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +93,7 @@ class Child:
         self.read_fd = read_fd
         self.ready = False
         self.used = False  # asked to run something: its log may tell why that failed
+        self.holding = False  # may hold device memory beyond its context: ran something since it last let go
 
     def _send(self, message: dict[str, Any]) -> None:
         assert self.proc.stdin is not None
@@ -123,7 +126,7 @@ class Child:
 
     def run(self, config: Config, lr: float, windows: Windows, timeout_s: float, on_window: Callable[[int, float], bool] | None = None) -> Outcome:
         """Measure one config in this child; the child is unusable after a failed outcome."""
-        self.used = True
+        self.used = self.holding = True
         rates: list[float] = []
         try:
             failed = self._start()
@@ -154,7 +157,7 @@ class Child:
 
     def trace(self, config: Config, lr: float, samples: int, probe_batch: int, timeout_s: float) -> Outcome:
         """One parity run (autotune.parity.run_trace) in this child; its trace is the outcome's result."""
-        self.used = True
+        self.used = self.holding = True
         try:
             failed = self._start()
             if failed is not None:
@@ -172,6 +175,16 @@ class Child:
             return Outcome("failed", reason=f"timeout: no parity run within {limit:.0f} s")
         except (BrokenPipeError, ConnectionResetError):
             return Outcome("failed", reason=self._death_reason())
+
+    def release(self, timeout_s: float = RELEASE_TIMEOUT_S) -> bool:
+        """Ask this idle child to let go of its device-resident data sets and cached memory; False if it did not."""
+        try:
+            self._send({"cmd": "release"})
+            event = self._read(time.monotonic() + timeout_s)
+        except (TimeoutError, OSError, ValueError):
+            return False
+        self.holding = not (event is not None and event["event"] == "released")
+        return not self.holding
 
     def _read(self, deadline: float) -> dict[str, Any] | None:
         line = self.events.read(deadline)
@@ -209,6 +222,14 @@ class Child:
         except subprocess.TimeoutExpired:
             pass
         self.kill()
+
+
+def _stop_all(children: list[Child]) -> None:
+    """Stop healthy children, all asked at once so that their exits overlap."""
+    for child in children:
+        child.quit()
+    for child in children:
+        child.stop()
 
 
 def _remove_if_only_notes(path: Path) -> None:
@@ -283,9 +304,9 @@ class TrialPool:
         self.log_dir, self.timeout_s, self.env, self.spare = log_dir, timeout_s, env, spare
         self.live: dict[bool | None, Child] = {}  # by plan class: healthy children that ran something
         self.standby: list[Child] = []  # started, never used: fresh, of no class yet
-        self.retiring: list[Child] = []  # asked to exit; reaped by close()
         self.children_started = 0
         self._current: bool | None = None  # the plan class of the latest request
+        self.aborted = False  # interrupted: every later request fails at once
         self._made_dirs: list[Path] | None = None  # folders the first child's log created, deepest first
 
     @property
@@ -306,9 +327,14 @@ class TrialPool:
             self.standby.append(self._start_child())
 
     def _child(self, fresh: bool, config: Config) -> Child:
-        if fresh:  # fresh processes for every class
-            self.retire()
+        if fresh:  # fresh processes for every class; none still tearing down while the next one measures
+            _stop_all(list(self.live.values()))
+            self.live.clear()
         self._current = plan_class(config, self.device)
+        for key, other in list(self.live.items()):
+            # One process at a time holds device memory beyond its context: what a single process would have.
+            if key != self._current and other.holding and not other.release():
+                self.live.pop(key).kill()
         if self._current not in self.live:
             if self.standby:
                 self.live[self._current] = self.standby.pop(0)
@@ -318,23 +344,20 @@ class TrialPool:
                     self.prestart(1)  # starts beside the one we wait for: no extra wait, no measurement disturbed
         return self.live[self._current]
 
-    def retire(self) -> None:
-        """Ask the used children to exit, without waiting: their exits overlap what follows, and `close` reaps them."""
-        for child in self.live.values():
-            child.quit()
-        self.retiring.extend(self.live.values())
-        self.live.clear()
-
     def _settle(self, outcome: Outcome) -> Outcome:
         if outcome.state == "failed" and self._current in self.live:
             self.live.pop(self._current).kill()
         return outcome
 
     def run(self, config: Config, lr: float, windows: Windows = Windows(), on_window: Callable[[int, float], bool] | None = None, fresh: bool = False) -> Outcome:
+        if self.aborted:
+            return Outcome("failed", reason=INTERRUPTED)
         return self._settle(self._child(fresh, config).run(config, lr, windows, self.timeout_s, on_window))
 
     def trace(self, config: Config, lr: float, samples: int, probe_batch: int, timeout_s: float) -> Outcome:
         """A parity run in a trial process: a crash, an OOM or a hang fails it, as it fails a trial."""
+        if self.aborted:
+            return Outcome("failed", reason=INTERRUPTED)
         return self._settle(self._child(False, config).trace(config, lr, samples, probe_batch, timeout_s))
 
     def close(self, discard: bool = False) -> None:
@@ -347,12 +370,9 @@ class TrialPool:
         failure wrote more than our own lines.
         """
         children = [*self.live.values(), *self.standby]
-        retiring, self.live, self.standby, self.retiring = self.retiring, {}, [], []
+        self.live, self.standby = {}, []
         stopping = [c for c in children if c.used and not discard]
-        for child in stopping:
-            child.quit()  # all at once: their exits overlap
-        for child in retiring + stopping:
-            child.stop()
+        _stop_all(stopping)
         for child in children:
             if child not in stopping:
                 child.kill()  # nothing to finish; it may still be importing torch
@@ -364,7 +384,11 @@ class TrialPool:
                 pass
 
     def abort(self) -> None:
-        """Kill the live children at once, with their DataLoader workers: an interrupted measurement is worthless."""
-        for child in self.live.values():
+        """Kill the live children at once, with their DataLoader workers: an interrupted measurement is worthless.
+
+        Called from another thread while a round measures; later requests fail at once.
+        """
+        self.aborted = True
+        children, self.live = list(self.live.values()), {}  # the measuring thread's _settle may pop from the dict
+        for child in children:
             child.kill()
-        self.live.clear()

@@ -205,19 +205,25 @@ def test_a_search_closes_processes_started_on_a_wrong_guess_and_starts_its_own(p
 
 
 class _RecordingChild:
-    """Stands in for a trial process (its start-up is what is expensive); records what it was asked to run."""
+    """Stands in for a trial process (its start-up is what is expensive); records what it was asked to do."""
 
     started: list[_RecordingChild] = []
 
     def __init__(self, recipe_path: Path, device: str, cpu_share: int, log_path: Path, env: dict[str, str] | None = None) -> None:
-        self.log_path, self.seen, self.used = log_path, [], False
+        self.log_path, self.seen, self.used, self.holding = log_path, [], False, False
         self.quitting = self.stopped = self.killed = False
+        self.released, self.lets_go = 0, True
         _RecordingChild.started.append(self)
 
     def run(self, config: Config, lr: float, windows: Windows, timeout_s: float, on_window: object = None) -> Outcome:
-        self.used = True
+        self.used = self.holding = True
         self.seen.append(config.cudnn_benchmark)
         return Outcome("failed", reason="oom") if config.batch_size >= 4096 else Outcome("complete", result={"samples_per_s": 1.0})
+
+    def release(self) -> bool:
+        self.released += 1
+        self.holding = not self.lets_go
+        return self.lets_go
 
     def quit(self) -> None:
         self.quitting = True
@@ -239,15 +245,69 @@ def test_on_a_gpu_configs_that_disagree_on_cudnn_benchmark_never_share_a_process
     for config in (off, on, off, on):
         assert pool.run(config, 0.1).state == "complete"
     assert [c.seen for c in started] == [[False, False], [True, True]]  # each process kept, for its class only
+    # Before one measures, the other lets go of its device memory: the first twice, the second once.
+    assert [c.released for c in started] == [2, 1]
 
     pool.prestart(2)
     assert pool.run(on, 0.1, fresh=True).state == "complete"  # a finalist round: fresh processes for both classes
     assert pool.run(off, 0.1).state == "complete"
-    assert [(c.quitting, c.stopped) for c in started[:2]] == [(True, False)] * 2  # asked to go; not waited for
+    assert [(c.quitting, c.stopped) for c in started[:2]] == [(True, True)] * 2  # both asked at once, then waited for
     assert [c.seen for c in started[2:]] == [[True], [False]]
 
     assert pool.run(Config(batch_size=4096, cudnn_benchmark=True), 0.1).reason == "oom"
     assert (started[2].killed, started[3].killed, pool.child) == (True, False, None)  # only the failed process goes
     assert pool.run(off, 0.1).state == "complete" and started[3].seen == [False, False]
+
+    started[3].lets_go = False  # a process that cannot let go of its memory is not kept beside another
+    assert pool.run(on, 0.1).state == "complete"
+    assert started[3].killed and len(started) == 5 and started[4].seen == [True]
     pool.close()
-    assert [c.stopped for c in started] == [True, True, False, True] and len(started) == 4  # the failed one was killed
+    assert [c.stopped for c in started] == [True, True, False, False, True]  # the failed ones were killed
+
+
+def test_an_aborted_pool_kills_its_processes_and_runs_nothing_more(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(trial, "Child", _RecordingChild)
+    started = _RecordingChild.started = []
+    pool = TrialPool(tmp_path / "w.py", "cuda:0", 4, tmp_path / "logs", 60.0)
+    for config in (Config(batch_size=64), Config(batch_size=64, cudnn_benchmark=True)):
+        assert pool.run(config, 0.1).state == "complete"
+    pool.abort()  # Ctrl-C while a round measures, from another thread
+    assert [c.killed for c in started] == [True, True] and pool.live == {}
+    assert pool.run(Config(batch_size=64), 0.1).reason == trial.INTERRUPTED
+    assert pool.trace(Config(batch_size=64), 0.1, 1024, 16, 60.0).reason == trial.INTERRUPTED
+    assert len(started) == 2, "no process started after the interruption"
+
+
+def test_an_idle_child_lets_go_of_its_device_resident_data_set_on_request(project: Path) -> None:
+    import time
+
+    pool = _pool(project)
+    try:
+        assert pool.run(Config(batch_size=32, placement="device"), 0.1, QUICK).state == "complete"
+        child = pool.child
+        assert child is not None and child.holding
+        child._send({"cmd": "release"})
+        assert child._read(time.monotonic() + 60) == {"event": "released", "datasets": 1}
+        assert child.release() and not child.holding  # nothing left to drop, and it says so
+        again = pool.run(Config(batch_size=32, placement="device"), 0.1, QUICK)  # builds its copy again
+        assert again.state == "complete" and pool.child is child
+    finally:
+        pool.close()
+
+
+@pytest.mark.parametrize("gpu_gib,dropped", [(2, 1), (8, 0)])
+def test_on_a_gpu_an_idle_child_drops_its_data_set_only_if_it_is_not_small(gpu_gib: int, dropped: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # MNIST on the device (188 MB) is 9% of a 2 GiB GPU, dropped; 2.3% of an 8 GiB one, kept (KEEP_SHARE 5%).
+    import types
+
+    import torch
+
+    from autotune.runner import Runner
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(total_memory=gpu_gib * 2**30))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)  # no GPU here: the rule is what is tested
+    runner = Runner.__new__(Runner)
+    runner.device = torch.device("cuda", 0)
+    runner._device_tensors = {"plain": ((torch.zeros(60000, 1, 28, 28), torch.zeros(60000, dtype=torch.long)), 0.3)}
+    assert runner.release() == dropped
+    assert len(runner._device_tensors) == 1 - dropped
