@@ -23,7 +23,7 @@ import sys
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -169,6 +169,7 @@ class Search:
         self.round_pools: list[TrialPool] = []  # the finalist rounds' pools, their fresh children started ahead
         self.baseline_trace: dict[str, Any] | None = None  # made before the study was joined (a --gpus worker)
         self.gate: parity.Gate | None = None  # the parity check's, once it has begun
+        self.settled = False  # no trial ran anywhere when this worker last looked: the study is done
         self.hopeless: list[Hopeless] = []
         self.base_sampler: optuna.samplers.BaseSampler | None = None
 
@@ -395,6 +396,7 @@ class Search:
             sharing.fail_stale(study)
             others = sharing.running(study)
             if not others:
+                self.settled = True
                 return
             if not told:
                 who = sorted({str(t.user_attrs.get("worker", "?")) for t in others})
@@ -425,8 +427,11 @@ class Search:
         values = {t.number: t.value or 0.0 for t in complete}
         return {c: n for c, n in self.ranked(study).items() if values[n] > floor}
 
-    def parity_gate(self, pool: TrialPool, study: optuna.Study, ranked: dict[Config, int]) -> parity.Gate:
-        """The check's gate, made once per search: a check made while the last trials ran leaves its verdicts here."""
+    def parity_gate(self, pool: TrialPool, study: optuna.Study, ranked: dict[Config, int], max_batch: int | None = None) -> parity.Gate:
+        """The check's gate, made once per search: a check made while the last trials ran leaves its verdicts here.
+
+        `max_batch`: size the runs for it, not for the largest batch in `ranked` (more contenders may come).
+        """
         if self.gate is not None:
             return self.gate
         timeout = PARITY_TIMEOUT_FACTOR * self.options.trial_timeout_s
@@ -442,7 +447,8 @@ class Search:
                 and stored.get("config") == self.baseline.as_dict() and stored.get("lr") == self.lr(self.baseline)):
             stored = None
         # A baseline run made during the trials was sized for the space's largest batch; the check keeps that length.
-        gate = parity.Gate(self.baseline, self.lr, trace, list(ranked), self.echo, max_batch=stored and stored.get("max_batch"))
+        gate = parity.Gate(self.baseline, self.lr, trace, list(ranked), self.echo,
+                           max_batch=stored.get("max_batch") if stored is not None else max_batch)
         self.echo(f"parity: checking the fastest against the baseline ({self.baseline.describe()}, lr {self.lr(self.baseline):g}, "
                   f"fp32, eager) from the same weights and data order, {gate.samples:,} samples each")
         if stored is not None and stored.get("samples") == gate.samples:
@@ -460,7 +466,8 @@ class Search:
         if contenders:
             want = self.options.finalists
             with contextlib.suppress(parity.ParityError):
-                self.parity_gate(pool, study, contenders).select(list(contenders), want=want, max_runs=want + PARITY_EXTRA_RUNS)
+                gate = self.parity_gate(pool, study, contenders, max_batch=max(self.space.domains["batch_size"]))
+                gate.select(list(contenders), want=want, max_runs=want + PARITY_EXTRA_RUNS)
 
     def parity_finalists(self, pool: TrialPool, study: optuna.Study, ranked: dict[Config, int]) -> tuple[parity.Gate, list[Config]]:
         """The fastest configs that train like the baseline: the finalists, checked before they are measured again.
@@ -526,7 +533,7 @@ class Search:
         results: dict[Config, list[dict[str, Any]]] = {c: [] for c in [self.baseline, *finalists]}
         order = [self.baseline, *finalists]
         pools = self.round_pools or self.prestart_rounds()
-        pool.retire()  # the trial processes are done: they go while the rounds begin
+        pool.close()  # the trial processes are done: none tears down while a round measures
 
         def rounds_on(k: int) -> None:
             for r in range(k, self.options.rounds, len(pools)):
@@ -589,10 +596,7 @@ class Search:
             return statistics.median(r[key] for r in results[config])
 
         def noise(config: Config) -> float:
-            rates = [r["samples_per_s"] for r in results[config]]
-            within = statistics.median(r["spread"] for r in results[config])
-            across = (max(rates) - min(rates)) / statistics.median(rates) if len(rates) > 1 else 0.0
-            return max(within, across)
+            return spread_of(results[config], self.autotuned_draws(study, config))
 
         def run_s(config: Config) -> float:
             epochs = self.workload.defaults["epochs"]
@@ -627,6 +631,17 @@ class Search:
             "versions": versions(),
             "parity": parity_record or {"checked": False},
         }
+
+    def autotuned_draws(self, study: optuna.Study, config: Config) -> list[float]:
+        """The trials' measurements of `config`, if cuDNN autotunes it on a GPU; else none.
+
+        Autotuning chooses its plans afresh in each process (on an H200, mnist_cnn's fast
+        loop drew 1.60-1.76M samples/s), so every trial process that measured the config
+        is one more draw of what a training run gets, beside the rounds' fresh processes.
+        """
+        if not (config.cudnn_benchmark and self.machine.cuda):
+            return []
+        return measured_values(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), config, self.space.normalise)
 
     def announce(self) -> None:
         """Say what is tuned where, and fail now on a recipe file we could not update later."""
@@ -698,6 +713,11 @@ class Search:
                 raise
             claim.done(str(result.tuned_path))
             return result
+        except KeyboardInterrupt:
+            # A parity run or a round may be under way: its process is killed, not waited for.
+            for each in (pool, *self.round_pools):
+                each.abort()
+            raise
         finally:
             pool.close()
             for each in self.round_pools:
@@ -753,6 +773,22 @@ class Search:
         else:
             self.echo("parity: not checked (--no-parity-check): the winner may train differently from the baseline")
         return SearchResult(self.ref.tuned_path, self.machine.hardware, profile)
+
+
+def measured_values(trials: Sequence[optuna.trial.FrozenTrial], config: Config, normalise: Callable[[Config], Config]) -> list[float]:
+    """The values of the complete trials that measured `config` themselves (not a duplicate reusing another's)."""
+    return [float(t.value) for t in trials
+            if t.state == TrialState.COMPLETE and t.value is not None and "duplicate_of" not in t.user_attrs
+            and "config" in t.user_attrs and normalise(Config.from_dict(t.user_attrs["config"])) == config]
+
+
+def spread_of(rounds: list[dict[str, Any]], draws: Sequence[float] = ()) -> float:
+    """A config's noise: the larger of its rounds' median within-run spread and the spread of every
+    measurement across processes (its rounds, and `draws`: other fresh measurements of it)."""
+    rates = [r["samples_per_s"] for r in rounds] + list(draws)
+    within = statistics.median(r["spread"] for r in rounds)
+    across = (max(rates) - min(rates)) / statistics.median(rates) if len(rates) > 1 else 0.0
+    return max(within, across)
 
 
 @contextlib.contextmanager

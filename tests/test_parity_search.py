@@ -169,9 +169,6 @@ class FakePool:
     def prestart(self, n: int) -> None:
         pass
 
-    def retire(self) -> None:
-        pass
-
     def close(self) -> None:
         pass
 

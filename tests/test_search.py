@@ -12,7 +12,7 @@ import importlib
 from autotune import parity
 from autotune import recipe as recipe_file
 from autotune.config import Config
-from autotune.search import SearchOptions, search
+from autotune.search import SearchOptions, measured_values, search, spread_of
 from autotune.trial import Outcome
 
 # `autotune.search` the attribute is the public function; the module is reached through importlib.
@@ -46,9 +46,6 @@ class FakePool:
         return Outcome("complete", result=trace.as_dict())
 
     def prestart(self, n: int) -> None:
-        pass
-
-    def retire(self) -> None:
         pass
 
     def close(self) -> None:
@@ -159,3 +156,21 @@ def test_the_pruner_never_stops_the_baseline() -> None:
         trial.report(10.0, 0)
         trial.report(10.0, 1)
         assert trial.should_prune() is pruned, role
+
+
+def test_a_configs_noise_counts_every_process_that_measured_it() -> None:
+    # One-GPU study on an H200: its rounds drew 1.603M and 1.616M, its own trial 1.741M (cuDNN autotunes per process).
+    rounds = [{"samples_per_s": 1_603_009.0, "spread": 0.004}, {"samples_per_s": 1_616_256.0, "spread": 0.006}]
+    assert round(spread_of(rounds), 5) == 0.00823  # the rounds alone: 0.8%
+    assert round(spread_of(rounds, [1_741_003.0]), 5) == 0.08538  # with the trial: 8.5%
+    assert spread_of(rounds[:1]) == 0.004  # one round: its within-run spread
+
+    on = Config(batch_size=1024, placement="device", cuda_graph=True, cudnn_benchmark=True)
+
+    def trial(number: int, value: float, config: Config, **attrs: object) -> optuna.trial.FrozenTrial:
+        made = optuna.trial.create_trial(value=value, user_attrs={"config": config.as_dict(), **attrs})
+        made.number = number
+        return made
+
+    trials = [trial(0, 1_741_003.0, on), trial(1, 1_741_003.0, on, duplicate_of=0), trial(2, 1_562_073.0, dataclasses.replace(on, cudnn_benchmark=False))]
+    assert measured_values(trials, on, lambda c: c) == [1_741_003.0]  # the duplicate reused trial 0's number
