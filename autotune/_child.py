@@ -91,17 +91,13 @@ def main() -> None:
     send(event="ready")
     probe_set = None
 
-    def give_back_cache() -> None:
-        # A pool may keep two trial processes on one GPU (autotune.trial.plan_class): the idle one must
-        # not hold cached blocks that the other's trial needs, or a batch size that fits would fail as OOM.
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-
     for line in sys.stdin:
         request = json.loads(line)
         if request.get("cmd") == "quit":
             break
-        if request.get("cmd") == "release":  # the pool's other process is about to measure on this GPU
+        if request.get("cmd") == "release":
+            # The pool's other process (autotune.trial.plan_class) is about to measure on this GPU: its trial
+            # must have the memory a single process would, or a batch size that fits would fail as OOM.
             send(event="released", datasets=runner.release())
             continue
         if request.get("cmd") == "parity":
@@ -110,7 +106,6 @@ def main() -> None:
                     probe_set = parity.probe(runner.dataset)
                 config = Config.from_dict(request["config"])
                 trace = parity.run_trace(runner.build, config, request["lr"], request["samples"], probe_set, request["probe_batch"])
-                give_back_cache()
             except BaseException as exc:  # noqa: BLE001
                 traceback.print_exc()  # the whole story goes to this child's log file
                 send(event="failed", reason=classify_failure(exc))
@@ -128,7 +123,6 @@ def main() -> None:
         try:
             config = Config.from_dict(request["config"])
             result = runner.run(config, request["lr"], Windows(**request.get("windows", {})), on_window)
-            give_back_cache()
         except BaseException as exc:  # noqa: BLE001
             traceback.print_exc()  # the whole story goes to this child's log file
             send(event="failed", reason=classify_failure(exc))

@@ -291,6 +291,10 @@ class Search:
         else:
             study.tell(trial, state=TrialState.PRUNED if outcome.state == "pruned" else TrialState.FAIL)
 
+    def config_of(self, trial: optuna.trial.FrozenTrial) -> Config:
+        """The config a trial measured, in this space's terms."""
+        return self.space.normalise(Config.from_dict(trial.user_attrs["config"]))
+
     def _twin(self, study: optuna.Study, number: int, config: Config) -> optuna.trial.FrozenTrial | None:
         """An earlier trial of the same config: its outcome stands for this one, so no config is measured twice.
 
@@ -302,8 +306,7 @@ class Search:
         while True:
             same = [
                 t for t in sharing.counted(study.get_trials(deepcopy=False))
-                if t.number < number and "config" in t.user_attrs
-                and self.space.normalise(Config.from_dict(t.user_attrs["config"])) == target
+                if t.number < number and "config" in t.user_attrs and self.config_of(t) == target
             ]
             done = [t for t in same if t.state.is_finished()]
             if done:
@@ -414,7 +417,7 @@ class Search:
         complete = sorted(study.get_trials(states=(TrialState.COMPLETE,)), key=lambda t: t.value or 0.0, reverse=True)
         chosen: dict[Config, int] = {}
         for t in complete:
-            config = self.space.normalise(Config.from_dict(t.user_attrs["config"]))
+            config = self.config_of(t)
             if config not in chosen and config != self.baseline:
                 chosen[config] = t.number
         return chosen
@@ -422,8 +425,7 @@ class Search:
     def contenders(self, study: optuna.Study) -> dict[Config, int]:
         """The ranked configs whose trial ran faster than the baseline's: a slower one is never recommended."""
         complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        floor = max((t.value or 0.0 for t in complete
-                     if self.space.normalise(Config.from_dict(t.user_attrs["config"])) == self.baseline), default=0.0)
+        floor = max((t.value or 0.0 for t in complete if self.config_of(t) == self.baseline), default=0.0)
         values = {t.number: t.value or 0.0 for t in complete}
         return {c: n for c, n in self.ranked(study).items() if values[n] > floor}
 
@@ -484,7 +486,7 @@ class Search:
         except parity.ParityError as exc:
             raise SearchError(f"{exc} Run with --no-parity-check to skip the check.") from exc
         finally:
-            numbers = {**self.ranked(study), **ranked}  # a config checked ahead may have left the contenders since
+            numbers = self.ranked(study)  # every config checked, ahead too, though it may have left the contenders since
             for config, verdict in gate.verdicts.items():
                 # Optuna keeps a finished trial read-only: the verdict is kept on the study, under its trial.
                 if config in numbers:
@@ -755,7 +757,6 @@ class Search:
             self.echo(f"finalists: none beat the baseline when measured again ({_fmt_rate(median(winner))} against "
                       f"{_fmt_rate(median(self.baseline))}); the profile keeps the workload's own settings")
             winner = self.baseline
-        pool.close()
         profile = self.profile(study, winner, results, gate.record(winner) if gate and winner != self.baseline else None)
         recipe_file.write_profile(self.ref.tuned_path, self.ref.name, self.machine.hardware, profile)
         self.echo(
