@@ -40,7 +40,7 @@ from autotune.failures import Finished, Hopeless, blocks, hopeless_values
 from autotune.measure import Windows
 from autotune.options import SearchOptions
 from autotune.space import Machine, Space, SpaceError, build_space, detect_machine
-from autotune.trial import Outcome, TrialPool
+from autotune.trial import Outcome, TrialPool, close_pools
 from autotune.workload import Workload, WorkloadError, load, resolve
 
 PARITY_TIMEOUT_FACTOR = 4  # a parity run trains about an epoch; a trial times a few seconds of it
@@ -721,9 +721,7 @@ class Search:
                 each.abort()
             raise
         finally:
-            pool.close()
-            for each in self.round_pools:
-                each.close()
+            close_pools([pool, *self.round_pools])
 
     def write(self, study: optuna.Study, pool: TrialPool, before_rounds: Callable[[], None] | None = None) -> SearchResult:
         """Measure the finalists against the baseline and write the winner's profile."""

@@ -383,6 +383,11 @@ class TrialPool:
             except OSError:
                 pass
 
+    def quit_children(self) -> None:
+        """Ask the healthy children that ran something to exit, without waiting: `close` then waits."""
+        for child in self.live.values():
+            child.quit()
+
     def abort(self) -> None:
         """Kill the live children at once, with their DataLoader workers: an interrupted measurement is worthless.
 
@@ -392,3 +397,12 @@ class TrialPool:
         children, self.live = list(self.live.values()), {}  # the measuring thread's _settle may pop from the dict
         for child in children:
             child.kill()
+
+
+def close_pools(pools: list[TrialPool]) -> None:
+    """Close several pools at once: every pool's children are asked to exit before any is waited for,
+    so their exits (each a CUDA context torn down) overlap instead of following one another."""
+    for pool in pools:
+        pool.quit_children()
+    for pool in pools:
+        pool.close()

@@ -83,3 +83,18 @@ def test_the_seed_workload_on_this_cpu_in_under_five_minutes(project: Path) -> N
     assert profile["trials_complete"] + profile["trials_failed"] + profile["trials_pruned"] == 8
     print(f"mnist_cnn, 8 trials on this machine: search {profile['search_s']} s")  # a measurement, not a timed assertion
     assert profile["samples_per_s"] > 0 and profile["baseline_samples_per_s"] > 0
+
+
+@pytest.mark.parametrize("args, status", [(["--help"], 0), (["show", "--recipe", "nope"], 2)])
+def test_the_program_ends_with_mains_status_after_its_output_and_atexit_handlers(project: Path, args: list[str], status: int) -> None:
+    # `run` skips the interpreter's teardown (a second with torch loaded), not what a normal exit must do.
+    code = ("import atexit, sys; from autotune import cli; atexit.register(lambda: print('atexit ran'));"
+            f" sys.argv = ['autotune', *{args!r}]; cli.run()")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == status
+    out = result.stdout.splitlines()
+    assert out[-1] == "atexit ran"
+    if status == 0:
+        assert out[0] == "Usage: autotune [OPTIONS] COMMAND [ARGS]..."
+    else:
+        assert result.stderr.splitlines()[-1].startswith("Error: ") and "Traceback" not in result.stderr

@@ -169,6 +169,9 @@ class FakePool:
     def prestart(self, n: int) -> None:
         pass
 
+    def quit_children(self) -> None:
+        pass
+
     def close(self) -> None:
         pass
 

@@ -208,6 +208,7 @@ class _RecordingChild:
     """Stands in for a trial process (its start-up is what is expensive); records what it was asked to do."""
 
     started: list[_RecordingChild] = []
+    events: list[tuple[str, int]] = []  # (what it was asked, which process), in order, across pools
 
     def __init__(self, recipe_path: Path, device: str, cpu_share: int, log_path: Path, env: dict[str, str] | None = None) -> None:
         self.log_path, self.seen, self.used, self.holding = log_path, [], False, False
@@ -227,9 +228,11 @@ class _RecordingChild:
 
     def quit(self) -> None:
         self.quitting = True
+        _RecordingChild.events.append(("quit", _RecordingChild.started.index(self)))
 
     def stop(self) -> None:
         self.stopped = True
+        _RecordingChild.events.append(("stop", _RecordingChild.started.index(self)))
 
     def kill(self) -> None:
         self.killed = True
@@ -263,6 +266,23 @@ def test_on_a_gpu_configs_that_disagree_on_cudnn_benchmark_never_share_a_process
     assert started[3].killed and len(started) == 5 and started[4].seen == [True]
     pool.close()
     assert [c.stopped for c in started] == [True, True, False, False, True]  # the failed ones were killed
+
+
+def test_pools_closed_together_ask_every_process_to_quit_before_waiting_for_any(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The end of a search: the trial pool and the rounds' pools; each exit tears a CUDA context down.
+    monkeypatch.setattr(trial, "Child", _RecordingChild)
+    started = _RecordingChild.started = []
+    events = _RecordingChild.events = []
+    pools = [TrialPool(tmp_path / "w.py", f"cuda:{d}", 4, tmp_path / "logs", 60.0) for d in (0, 1)]
+    for pool in pools:
+        for config in (Config(batch_size=64), Config(batch_size=64, cudnn_benchmark=True)):
+            assert pool.run(config, 0.1).state == "complete"
+    pools[1].prestart(1)  # never used: killed, not asked
+    trial.close_pools(pools)
+    assert [e for e in events if e[0] == "quit"][:4] == [("quit", 0), ("quit", 1), ("quit", 2), ("quit", 3)]
+    assert events.index(("quit", 3)) < min(events.index(("stop", i)) for i in range(4))
+    assert [c.stopped for c in started] == [True, True, True, True, False] and started[4].killed
+    assert all(pool.live == {} and pool.standby == [] for pool in pools)
 
 
 def test_an_aborted_pool_kills_its_processes_and_runs_nothing_more(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
