@@ -213,6 +213,9 @@ def search_parallel(recipe: str, options: SearchOptions, devices: list[int], ech
     for w in workers:
         w.go(parent.storage_url, parent.study_name)
     parent.round_devices = [f"cuda:{d}" if cuda else "cpu" for d in devices]
+    if workers and options.parity_check:
+        maker = workers[0]  # start_workers asked the first to make the baseline's parity run
+        parent.baseline_pending = lambda: maker.proc.poll() is None
 
     def workers_ended() -> None:
         # No trial runs anywhere and the parity check is done; let the workers' processes go before the finalists are timed.

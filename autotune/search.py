@@ -168,6 +168,7 @@ class Search:
         self.round_devices: list[str] = []  # under `--gpus`: a device per finalist round, side by side
         self.round_pools: list[TrialPool] = []  # the finalist rounds' pools, their fresh children started ahead
         self.baseline_trace: dict[str, Any] | None = None  # made before the study was joined (a --gpus worker)
+        self.baseline_pending: Callable[[], bool] | None = None  # under --gpus: the worker making it may still store it
         self.gate: parity.Gate | None = None  # the parity check's, once it has begun
         self.settled = False  # no trial ran anywhere when this worker last looked: the study is done
         self.hopeless: list[Hopeless] = []
@@ -444,10 +445,14 @@ class Search:
                 raise parity.TraceFailed(outcome.reason or "no result")
             return parity.Trace.from_dict(outcome.result)
 
-        stored = study.user_attrs.get(BASELINE_TRACE)
-        if not (self.options.run_id and isinstance(stored, dict) and stored.get("run") == self.options.run_id
-                and stored.get("config") == self.baseline.as_dict() and stored.get("lr") == self.lr(self.baseline)):
-            stored = None
+        stored = self.stored_baseline_trace(study)
+        if stored is None and self.baseline_pending is not None and self.baseline_pending():
+            # The trials can all end before that worker has joined the study (a few short trials): its run is
+            # seconds away, and making another here would take as long.
+            self.echo("parity: waiting for the baseline's run that a worker makes before its trials")
+            while stored is None and self.baseline_pending():
+                time.sleep(0.1)
+                stored = self.stored_baseline_trace(study)
         # A baseline run made during the trials was sized for the space's largest batch; the check keeps that length.
         gate = parity.Gate(self.baseline, self.lr, trace, list(ranked), self.echo,
                            max_batch=stored.get("max_batch") if stored is not None else max_batch)
@@ -457,6 +462,14 @@ class Search:
             gate.adopt_baseline(parity.Trace.from_dict(stored["trace"]), f"run by worker {stored['worker']} before its trials")
         self.gate = gate
         return gate
+
+    def stored_baseline_trace(self, study: optuna.Study) -> dict[str, Any] | None:
+        """The baseline's parity run a worker of this very search stored in the study, if there is one."""
+        stored = study.user_attrs.get(BASELINE_TRACE)
+        if (self.options.run_id and isinstance(stored, dict) and stored.get("run") == self.options.run_id
+                and stored.get("config") == self.baseline.as_dict() and stored.get("lr") == self.lr(self.baseline)):
+            return stored
+        return None
 
     def check_ahead(self, study: optuna.Study, pool: TrialPool) -> None:
         """Check the contenders so far while another worker's last trial runs: time this worker would spend idle.
@@ -604,8 +617,11 @@ class Search:
             epochs = self.workload.defaults["epochs"]
             return med(config, "setup_s") + med(config, "materialize_s") + epochs * med(config, "epoch_s")
 
+        def typical(config: Config) -> float:
+            return typical_rate(results[config], self.autotuned_draws(study, config))
+
         counts = _count(study.trials)
-        rate, base = med(winner, "samples_per_s"), med(self.baseline, "samples_per_s")
+        rate, base = typical(winner), typical(self.baseline)
         return {
             "command": self.options.command,
             "created": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
@@ -639,7 +655,8 @@ class Search:
 
         Autotuning chooses its plans afresh in each process (on an H200, mnist_cnn's fast
         loop drew 1.60-1.76M samples/s), so every trial process that measured the config
-        is one more draw of what a training run gets, beside the rounds' fresh processes.
+        is one more draw of what a training run gets, beside the rounds' fresh processes:
+        they count in its samples/s (`typical_rate`) and in its noise (`spread_of`).
         """
         if not (config.cudnn_benchmark and self.machine.cuda):
             return []
@@ -746,8 +763,10 @@ class Search:
         measured = [c for c in finalists if results[c]]
         if finalists and not measured:
             raise SearchError("every finalist failed when measured again; see the reasons above.")
+        draws = {c: self.autotuned_draws(study, c) for c in results}
+
         def median(config: Config) -> float:
-            return statistics.median(r["samples_per_s"] for r in results[config])
+            return typical_rate(results[config], draws[config])
 
         by_speed = sorted(measured, key=median, reverse=True)
         winner = (by_speed or [self.baseline])[0]
@@ -779,6 +798,16 @@ def measured_values(trials: Sequence[optuna.trial.FrozenTrial], config: Config, 
     return [float(t.value) for t in trials
             if t.state == TrialState.COMPLETE and t.value is not None and "duplicate_of" not in t.user_attrs
             and "config" in t.user_attrs and normalise(Config.from_dict(t.user_attrs["config"])) == config]
+
+
+def typical_rate(rounds: list[dict[str, Any]], draws: Sequence[float] = ()) -> float:
+    """A config's samples/s: the median over its rounds and `draws` (other fresh measurements of it).
+
+    With cudnn.benchmark on, each process draws its own plans (Search.autotuned_draws),
+    and one slow draw among two rounds would pull their median, a mean of two, down
+    with it: on an H200 a --gpus study's rounds drew 1.741M and 1.609M, its trial 1.736M.
+    """
+    return statistics.median([r["samples_per_s"] for r in rounds] + list(draws))
 
 
 def spread_of(rounds: list[dict[str, Any]], draws: Sequence[float] = ()) -> float:

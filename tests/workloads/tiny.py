@@ -6,9 +6,11 @@ TINY_FAIL=oom (forward raises "CUDA out of memory." at batch >= 64), TINY_FAIL=h
 __getitem__), TINY_FAIL=kill_worker (a DataLoader worker kills itself),
 TINY_FAIL=getitem_worker (__getitem__ raises, but only in a DataLoader worker),
 TINY_FAIL=hang_worker (__getitem__ never returns, but only in a DataLoader worker).
+TINY_SLOW_WORKER=SECONDS makes a `--gpus` worker process take that much longer to build its data set.
 """
 
 import os
+import sys
 import time
 
 import torch
@@ -66,6 +68,8 @@ class Net(nn.Module):
 
 
 def build_dataset(root):
+    if sys.argv[0].endswith("_worker.py"):  # python -m autotune._worker
+        time.sleep(float(os.environ.get("TINY_SLOW_WORKER", "0")))
     return Blobs()
 
 
