@@ -34,7 +34,8 @@ def run() -> None:
     handlers), which every command would add to its wall time. When `main` returns,
     each command has closed its files and waited for the processes it started; the
     atexit handlers still run (logging, DataLoader workers of `diagnose`), then the
-    process ends with main's exit status.
+    process ends with main's exit status (also when a reader closed the pipe before
+    the last flush, where Python would exit with 120).
     """
     try:
         main()

@@ -7,12 +7,12 @@ sets the study up once (hardware, CPU share, seeds, tickets) and tells each
 worker where it is; a worker touches the study only after that. The parent
 prints the workers' lines with a prefix and takes tickets itself on the first
 GPU. One worker first makes the baseline's parity run, so the check at the end
-need not wait for it. When no ticket is left and no trial runs, the parent
-checks parity, measures the finalists, their rounds side by side on the GPUs,
-and writes the recipe: one writer. Workers on one host share its CPU cores:
-each gets ``cores // workers`` for its DataLoader workers, and the profile
-records that share, which is what a training run with one process per GPU has
-too.
+need not make it (it waits for it only if the trials all end first). When no
+ticket is left and no trial runs, the parent checks parity, measures the
+finalists, their rounds side by side on the GPUs, and writes the recipe: one
+writer. Workers on one host share its CPU cores: each gets ``cores // workers``
+for its DataLoader workers, and the profile records that share, which is what a
+training run with one process per GPU has too.
 
 The default SQLite study file serves the workers of one host (its transactions
 take the file's lock up front); workers on several hosts need a database

@@ -40,7 +40,7 @@ from autotune.failures import Finished, Hopeless, blocks, hopeless_values
 from autotune.measure import Windows
 from autotune.options import SearchOptions
 from autotune.space import Machine, Space, SpaceError, build_space, detect_machine
-from autotune.trial import Outcome, TrialPool, close_pools
+from autotune.trial import STARTUP_TIMEOUT_S, Outcome, TrialPool, close_pools
 from autotune.workload import Workload, WorkloadError, load, resolve
 
 PARITY_TIMEOUT_FACTOR = 4  # a parity run trains about an epoch; a trial times a few seconds of it
@@ -446,13 +446,8 @@ class Search:
             return parity.Trace.from_dict(outcome.result)
 
         stored = self.stored_baseline_trace(study)
-        if stored is None and self.baseline_pending is not None and self.baseline_pending():
-            # The trials can all end before that worker has joined the study (a few short trials): its run is
-            # seconds away, and making another here would take as long.
-            self.echo("parity: waiting for the baseline's run that a worker makes before its trials")
-            while stored is None and self.baseline_pending():
-                time.sleep(0.1)
-                stored = self.stored_baseline_trace(study)
+        if stored is None and self.baseline_pending is not None:
+            stored = self.wait_for_baseline_trace(study)
         # A baseline run made during the trials was sized for the space's largest batch; the check keeps that length.
         gate = parity.Gate(self.baseline, self.lr, trace, list(ranked), self.echo,
                            max_batch=stored.get("max_batch") if stored is not None else max_batch)
@@ -465,11 +460,33 @@ class Search:
 
     def stored_baseline_trace(self, study: optuna.Study) -> dict[str, Any] | None:
         """The baseline's parity run a worker of this very search stored in the study, if there is one."""
-        stored = study.user_attrs.get(BASELINE_TRACE)
-        if (self.options.run_id and isinstance(stored, dict) and stored.get("run") == self.options.run_id
-                and stored.get("config") == self.baseline.as_dict() and stored.get("lr") == self.lr(self.baseline)):
+        stored = self._baseline_record(study)
+        if stored is not None and stored.get("config") == self.baseline.as_dict() and stored.get("lr") == self.lr(self.baseline):
             return stored
         return None
+
+    def _baseline_record(self, study: optuna.Study) -> dict[str, Any] | None:
+        """What this search's worker stored about the baseline's parity run: the run, or why it failed."""
+        stored = study.user_attrs.get(BASELINE_TRACE)
+        return stored if self.options.run_id and isinstance(stored, dict) and stored.get("run") == self.options.run_id else None
+
+    def wait_for_baseline_trace(self, study: optuna.Study) -> dict[str, Any] | None:
+        """Wait for the baseline's parity run that a `--gpus` worker makes before its trials, while it may still come.
+
+        A few short trials can all end before that worker has joined the study; its run is
+        then seconds away, and one made here would take as long. The wait ends once the
+        worker has stored its run or why it failed, once it has ended, or after the longest
+        its start-up and its run may take.
+        """
+        assert self.baseline_pending is not None
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S + PARITY_TIMEOUT_FACTOR * self.options.trial_timeout_s
+        told = False
+        while self._baseline_record(study) is None and self.baseline_pending() and time.monotonic() < deadline:
+            if not told:
+                self.echo("parity: waiting for the baseline's run that a worker makes before its trials")
+                told = True
+            time.sleep(0.1)
+        return self.stored_baseline_trace(study)  # read again: the worker may have stored it as it ended
 
     def check_ahead(self, study: optuna.Study, pool: TrialPool) -> None:
         """Check the contenders so far while another worker's last trial runs: time this worker would spend idle.
@@ -518,24 +535,24 @@ class Search:
 
         Under `--gpus` one worker makes it before its trials (even before the study is
         set up: it needs none), on its own GPU, while the others take tickets; the writer
-        then checks the finalists without waiting for it.
+        then checks the finalists without making it (`wait_for_baseline_trace`).
         """
         lr = self.lr(self.baseline)
         largest = max(self.space.domains["batch_size"])
         samples, _ = parity.run_length(self.baseline.batch_size, largest)
         outcome = pool.trace(self.baseline, lr, samples, self.baseline.batch_size, PARITY_TIMEOUT_FACTOR * self.options.trial_timeout_s)
         if outcome.state != "complete" or outcome.result is None:
-            return {"failed": outcome.reason or "no result"}
+            return {"run": self.options.run_id, "failed": outcome.reason or "no result", "worker": sharing.owner()}
         return {"run": self.options.run_id, "config": self.baseline.as_dict(), "lr": lr, "samples": samples,
                 "max_batch": largest, "worker": sharing.owner(), "trace": outcome.result}
 
     def store_baseline_trace(self, study: optuna.Study, record: dict[str, Any]) -> None:
         """Keep a baseline parity run in the study. Only this search's writer takes it (`run_id`): a study
         resumed later, perhaps over edited workload code, makes its baseline run again."""
+        study.set_user_attr(BASELINE_TRACE, record)  # a failure too: the writer waits for one or the other
         if "failed" in record:
             self.echo(f"parity: the baseline's run failed here ({record['failed']}); the writer makes it again")
             return
-        study.set_user_attr(BASELINE_TRACE, record)
         self.echo(f"parity: made the baseline's run for the check ({record['samples']:,} samples, "
                   f"{record['trace']['seconds']:.1f} s) before taking trials")
 
@@ -617,11 +634,8 @@ class Search:
             epochs = self.workload.defaults["epochs"]
             return med(config, "setup_s") + med(config, "materialize_s") + epochs * med(config, "epoch_s")
 
-        def typical(config: Config) -> float:
-            return typical_rate(results[config], self.autotuned_draws(study, config))
-
         counts = _count(study.trials)
-        rate, base = typical(winner), typical(self.baseline)
+        rate, base = med(winner, "samples_per_s"), med(self.baseline, "samples_per_s")
         return {
             "command": self.options.command,
             "created": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
@@ -655,8 +669,9 @@ class Search:
 
         Autotuning chooses its plans afresh in each process (on an H200, mnist_cnn's fast
         loop drew 1.60-1.76M samples/s), so every trial process that measured the config
-        is one more draw of what a training run gets, beside the rounds' fresh processes:
-        they count in its samples/s (`typical_rate`) and in its noise (`spread_of`).
+        is one more draw of what a training run gets, beside the rounds' fresh processes.
+        They count in its noise only: the fastest trial is what made the config a finalist,
+        so as a measurement of its speed it is biased upwards.
         """
         if not (config.cudnn_benchmark and self.machine.cuda):
             return []
@@ -763,10 +778,8 @@ class Search:
         measured = [c for c in finalists if results[c]]
         if finalists and not measured:
             raise SearchError("every finalist failed when measured again; see the reasons above.")
-        draws = {c: self.autotuned_draws(study, c) for c in results}
-
         def median(config: Config) -> float:
-            return typical_rate(results[config], draws[config])
+            return statistics.median(r["samples_per_s"] for r in results[config])
 
         by_speed = sorted(measured, key=median, reverse=True)
         winner = (by_speed or [self.baseline])[0]
@@ -798,16 +811,6 @@ def measured_values(trials: Sequence[optuna.trial.FrozenTrial], config: Config, 
     return [float(t.value) for t in trials
             if t.state == TrialState.COMPLETE and t.value is not None and "duplicate_of" not in t.user_attrs
             and "config" in t.user_attrs and normalise(Config.from_dict(t.user_attrs["config"])) == config]
-
-
-def typical_rate(rounds: list[dict[str, Any]], draws: Sequence[float] = ()) -> float:
-    """A config's samples/s: the median over its rounds and `draws` (other fresh measurements of it).
-
-    With cudnn.benchmark on, each process draws its own plans (Search.autotuned_draws),
-    and one slow draw among two rounds would pull their median, a mean of two, down
-    with it: on an H200 a --gpus study's rounds drew 1.741M and 1.609M, its trial 1.736M.
-    """
-    return statistics.median([r["samples_per_s"] for r in rounds] + list(draws))
 
 
 def spread_of(rounds: list[dict[str, Any]], draws: Sequence[float] = ()) -> float:

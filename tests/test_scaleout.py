@@ -91,10 +91,17 @@ def test_gpus_runs_a_worker_per_device_and_the_parent_writes(project: Path) -> N
 
 def test_the_writer_waits_for_the_baseline_run_of_a_worker_that_joins_late(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The trials can all end before the worker making the baseline's parity run has stored it; the writer waits for it."""
-    monkeypatch.setenv("TINY_SLOW_WORKER", "8")
+    released = project / "worker-may-go"
+    monkeypatch.setenv("TINY_WORKER_WAITS_FOR", str(released))  # the worker is held until the writer says it waits
     lines: list[str] = []
+
+    def echo(line: str) -> None:
+        lines.append(line)
+        if line.startswith("parity: waiting for the baseline's run"):
+            released.touch()
+
     options = SearchOptions(trials=4, trial_timeout_s=30, finalists=1, rounds=1)
-    assert search_parallel("tiny", options, devices=[0, 0], echo=lines.append) is not None, "\n".join(lines)
+    assert search_parallel("tiny", options, devices=[0, 0], echo=echo) is not None, "\n".join(lines)
     waited = lines.index("parity: waiting for the baseline's run that a worker makes before its trials")
     made = [i for i, line in enumerate(lines) if line.startswith("cpu1 | parity: made the baseline's run for the check")]
     summary = [line for line in lines if line.startswith("parity: 1 config(s) checked")]

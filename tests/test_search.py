@@ -12,7 +12,7 @@ import importlib
 from autotune import parity
 from autotune import recipe as recipe_file
 from autotune.config import Config
-from autotune.search import SearchOptions, measured_values, search, spread_of, typical_rate
+from autotune.search import SearchOptions, measured_values, search, spread_of
 from autotune.trial import Outcome
 
 # `autotune.search` the attribute is the public function; the module is reached through importlib.
@@ -179,29 +179,27 @@ def test_a_configs_noise_counts_every_process_that_measured_it() -> None:
     assert measured_values(trials, on, lambda c: c) == [1_741_003.0]  # the duplicate reused trial 0's number
 
 
-def test_a_configs_samples_per_s_is_the_median_over_every_process_that_measured_it() -> None:
-    # A --gpus study on an H200: one of its two rounds drew slower plans; its trial drew like the other round.
-    rounds = [{"samples_per_s": 1_740_879.0, "spread": 0.001}, {"samples_per_s": 1_609_413.0, "spread": 0.001}]
-    assert typical_rate(rounds) == 1_675_146.0  # two rounds alone: their mean, 3.8% below the one-GPU study's 1,742,005
-    assert typical_rate(rounds, [1_736_336.0]) == 1_736_336.0  # with the trial's draw: 0.3% below it
-    assert typical_rate(rounds[:1]) == 1_740_879.0
+def test_the_writer_waits_for_a_workers_baseline_run_only_while_it_may_come(project: Path) -> None:
+    options = SearchOptions(trials=2, run_id="run-1")
+    writer = search_module.Search("tiny", options, echo=lambda line: None)
+    study = writer.open_study()
+    run = {"run": "run-1", "config": writer.baseline.as_dict(), "lr": writer.lr(writer.baseline), "samples": 8192}
+    looks: list[int] = []
 
+    def pending(alive_for: int) -> bool:
+        looks.append(1)
+        return len(looks) <= alive_for
 
-def test_the_finalists_are_ranked_and_stated_by_every_processs_draw_not_their_rounds_alone(
-        project: Path, fake_pool: type[FakePool], monkeypatch: pytest.MonkeyPatch) -> None:
-    # On a CPU no config is autotuned, so the trials' draws are made up here: the slower a config's rounds,
-    # the faster its trial processes drew, enough to turn the ranking round.
-    big = 1e12
-    baseline = Config(batch_size=16)
-    monkeypatch.setattr(search_module.Search, "autotuned_draws",
-                        lambda self, study, config: [] if config == baseline else [big / FakePool.rate(config)] * 2)
-    lines: list[str] = []
-    profile = search("tiny", SearchOptions(trials=8, seed=2), echo=lines.append).profile
-    measured = {float(line.split()[2].removesuffix("/s").replace(",", "")) for line in lines if line.startswith("  round ")}
-    slowest = min(measured - {FakePool.rate(baseline)})
-    assert len(measured) >= 3  # the baseline and finalists at two speeds at least
-    winner = recipe_file.knobs_to_config(profile["knobs"])
-    assert FakePool.rate(winner) == slowest < max(measured)  # its two rounds and two draws: the largest median
-    assert profile["samples_per_s"] == round((slowest + big / slowest) / 2, 1)
-    assert profile["baseline_samples_per_s"] == FakePool.rate(baseline)
-    assert profile["spread"] == round((big / slowest - slowest) / profile["samples_per_s"], 4)
+    writer.baseline_pending = lambda: pending(3)  # the worker ends after three looks, having stored nothing
+    assert writer.wait_for_baseline_trace(study) is None and len(looks) == 4
+    study.set_user_attr(search_module.BASELINE_TRACE, {"run": "run-1", "failed": "oom", "worker": "w"})
+    looks.clear()
+    writer.baseline_pending = lambda: pending(50)  # alive, but it stored why its run failed: no wait
+    assert writer.wait_for_baseline_trace(study) is None and looks == []
+    study.set_user_attr(search_module.BASELINE_TRACE, {**run, "run": "an earlier search"})
+    looks.clear()
+    writer.baseline_pending = lambda: pending(2)  # not this search's: waits while the worker lives
+    assert writer.wait_for_baseline_trace(study) is None and len(looks) == 3
+    study.set_user_attr(search_module.BASELINE_TRACE, run)
+    writer.baseline_pending = lambda: False  # ended, but stored its run first: it is used
+    assert writer.wait_for_baseline_trace(study) == run

@@ -6,7 +6,8 @@ TINY_FAIL=oom (forward raises "CUDA out of memory." at batch >= 64), TINY_FAIL=h
 __getitem__), TINY_FAIL=kill_worker (a DataLoader worker kills itself),
 TINY_FAIL=getitem_worker (__getitem__ raises, but only in a DataLoader worker),
 TINY_FAIL=hang_worker (__getitem__ never returns, but only in a DataLoader worker).
-TINY_SLOW_WORKER=SECONDS makes a `--gpus` worker process take that much longer to build its data set.
+TINY_WORKER_WAITS_FOR=PATH makes a `--gpus` worker process wait (60 s at most) until PATH exists
+before it builds its data set.
 """
 
 import os
@@ -68,8 +69,11 @@ class Net(nn.Module):
 
 
 def build_dataset(root):
-    if sys.argv[0].endswith("_worker.py"):  # python -m autotune._worker
-        time.sleep(float(os.environ.get("TINY_SLOW_WORKER", "0")))
+    wait_for = os.environ.get("TINY_WORKER_WAITS_FOR")
+    if wait_for and sys.argv[0].endswith("_worker.py"):  # python -m autotune._worker
+        deadline = time.monotonic() + 60
+        while not os.path.exists(wait_for) and time.monotonic() < deadline:
+            time.sleep(0.05)
     return Blobs()
 
 
