@@ -815,7 +815,7 @@ def measured_values(trials: Sequence[optuna.trial.FrozenTrial], config: Config, 
 
 def spread_of(rounds: list[dict[str, Any]], draws: Sequence[float] = ()) -> float:
     """A config's noise: the larger of its rounds' median within-run spread and the spread of every
-    measurement across processes (its rounds, and `draws`: other fresh measurements of it)."""
+    measurement across processes (its rounds' fresh ones, and `draws`: its trial processes' own)."""
     rates = [r["samples_per_s"] for r in rounds] + list(draws)
     within = statistics.median(r["spread"] for r in rounds)
     across = (max(rates) - min(rates)) / statistics.median(rates) if len(rates) > 1 else 0.0
