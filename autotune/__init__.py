@@ -8,54 +8,33 @@
     loader = tuned_loader(train_dataset, recipe="mnist_cnn")
     step = tuned_step(model, criterion, optimizer, recipe="mnist_cnn")
 
-The names below load on first use: `import autotune` costs nothing, so the
-command line and the trial processes it starts begin their work before torch
-is imported (seconds on a large host).
+The packages, by concept: ``workloads`` (the user's file), ``loop`` (loader and
+step), ``trial`` (what runs in a trial process), ``procs`` (every process
+autotune starts), ``study`` (the search), ``tuned`` (the tuned file and its
+API), ``diagnosis`` and ``reporting``. The names below load on first use:
+``import autotune`` costs nothing, so the command line and the trial processes
+it starts begin their work before torch is imported (seconds on a large host).
 """
 
-from __future__ import annotations
+from autotune.exports import lazy_exports
 
-import importlib
-from typing import TYPE_CHECKING, Any
-
-_WHERE = {
-    "NoProfileWarning": "autotune.api",
-    "Tuned": "autotune.api",
-    "load_tuned": "autotune.api",
-    "tuned_loader": "autotune.api",
-    "tuned_step": "autotune.api",
-    "Config": "autotune.config",
-    "Diagnosis": "autotune.diagnosis",
-    "diagnose": "autotune.diagnosis",
-    "DeviceLoader": "autotune.loop",
-    "Step": "autotune.loop",
-    "StudyReport": "autotune.reporting",
-    "report": "autotune.reporting",
-    "search_parallel": "autotune.scaleout",
-    "SearchOptions": "autotune.search",
-    "search": "autotune.search",
-}
-
-__all__ = sorted(_WHERE)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module 'autotune' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_WHERE[name]), name)
-    globals()[name] = value  # once loaded, a plain attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_WHERE])
-
-
-if TYPE_CHECKING:
-    from autotune.api import NoProfileWarning, Tuned, load_tuned, tuned_loader, tuned_step
-    from autotune.config import Config
-    from autotune.diagnosis import Diagnosis, diagnose
-    from autotune.loop import DeviceLoader, Step
-    from autotune.reporting import StudyReport, report
-    from autotune.scaleout import search_parallel
-    from autotune.search import SearchOptions, search
+__all__, __getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "NoProfileWarning": "tuned.api",
+        "Tuned": "tuned.api",
+        "load_tuned": "tuned.api",
+        "tuned_loader": "tuned.api",
+        "tuned_step": "tuned.api",
+        "Config": "config",
+        "Diagnosis": "diagnosis.run",
+        "diagnose": "diagnosis.run",
+        "DeviceLoader": "loop.loader",
+        "Step": "loop.step",
+        "StudyReport": "reporting.study",
+        "report": "reporting.study",
+        "search_parallel": "study.parallel",
+        "SearchOptions": "study.options",
+        "search": "study.run",
+    },
+)

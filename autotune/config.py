@@ -6,7 +6,7 @@ import dataclasses
 import math
 from typing import Any
 
-from autotune.workload import Workload
+from autotune.workloads import Workload
 
 AMP_CHOICES = ("off", "bf16", "fp16")
 PLACEMENT_CHOICES = ("stream", "device")
@@ -52,7 +52,11 @@ class Config:
                 parts.append("persistent")
             if self.prefetch_factor is not None:
                 parts.append(f"prefetch={self.prefetch_factor}")
-        for flag, label in ((self.cudnn_benchmark, "cudnn.benchmark"), (self.channels_last, "channels_last"), (self.cuda_graph, "graph")):
+        for flag, label in (
+            (self.cudnn_benchmark, "cudnn.benchmark"),
+            (self.channels_last, "channels_last"),
+            (self.cuda_graph, "graph"),
+        ):
             if flag:
                 parts.append(label)
         if self.amp != "off":

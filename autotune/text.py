@@ -5,13 +5,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[int] = (), indent: str = "  ") -> list[str]:
+def table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[int] = (), indent: str = "  "
+) -> list[str]:
     """Aligned columns under a header and a rule; columns in `right` are right-aligned (numbers).
 
     >>> table(["knob", "value"], [["batch_size", "128"]], right=[1])
     ['  knob        value', '  ----------  -----', '  batch_size    128']
     """
-    widths = [max(len(headers[i]), *(len(r[i]) for r in rows)) if rows else len(headers[i]) for i in range(len(headers))]
+    widths = [
+        max(len(headers[i]), *(len(r[i]) for r in rows)) if rows else len(headers[i]) for i in range(len(headers))
+    ]
 
     def line(cells: Sequence[str]) -> str:
         out = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))]
@@ -49,3 +53,8 @@ def bar(share: float, width: int = 20) -> str:
     eighths = round(max(0.0, min(1.0, share)) * width * 8)
     full, part = divmod(eighths, 8)
     return "█" * full + ("▏▎▍▌▋▊▉"[part - 1] if part else "")
+
+
+def elapsed(seconds: float) -> str:
+    """Minutes and seconds: 1:24."""
+    return f"{int(seconds // 60)}:{int(seconds % 60):02d}"

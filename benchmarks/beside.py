@@ -23,9 +23,9 @@ import threading
 from pathlib import Path
 
 from autotune.config import Config, baseline_config
-from autotune.measure import Windows
-from autotune.trial import TrialPool
-from autotune.workload import load, resolve
+from autotune.trial.measure import Windows
+from autotune.procs.pool import TrialPool
+from autotune.workloads import load, resolve
 
 WINDOWS = Windows(window_s=0.2)
 LOAD_WINDOWS = Windows(window_s=0.2, min_windows=10, max_windows=10)
@@ -47,7 +47,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--recipe", default="mnist_cnn")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--devices", default="cuda:0,cuda:1", help="where the baseline runs, and where the other worker does")
+    parser.add_argument(
+        "--devices", default="cuda:0,cuda:1", help="where the baseline runs, and where the other worker does"
+    )
     args = parser.parse_args()
     ref = resolve(args.recipe)
     workload = load(ref)
@@ -60,8 +62,14 @@ def main() -> None:
     loads = {
         "idle": None,
         "graph loop": Config(batch_size=bs * 8, placement="device", cuda_graph=True, cudnn_benchmark=True),
-        f"{share} loader workers": Config(batch_size=bs * 8, num_workers=share, pin_memory=True, persistent_workers=True,
-                                           prefetch_factor=2, cudnn_benchmark=True),
+        f"{share} loader workers": Config(
+            batch_size=bs * 8,
+            num_workers=share,
+            pin_memory=True,
+            persistent_workers=True,
+            prefetch_factor=2,
+            cudnn_benchmark=True,
+        ),
     }
     print(f"baseline {base.describe()} on {here}, {len(cores)} cores, share {share}", flush=True)
     with tempfile.TemporaryDirectory() as logs:
@@ -88,11 +96,14 @@ def main() -> None:
                     stop.set()
                     busy.join()
                     where = "pinned to half the cores" if pinned else "free on all cores"
-                    print(f"{where:<26} {there} {name:<18} baseline median {statistics.median(rates):8,.0f}/s  "
-                          f"({', '.join(f'{r:,.0f}' for r in rates)})", flush=True)
+                    print(
+                        f"{where:<26} {there} {name:<18} baseline median {statistics.median(rates):8,.0f}/s  "
+                        f"({', '.join(f'{r:,.0f}' for r in rates)})",
+                        flush=True,
+                    )
             finally:
-                a.close()
-                b.close()
+                a.stop()
+                b.stop()
 
 
 if __name__ == "__main__":

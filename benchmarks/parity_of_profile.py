@@ -18,9 +18,10 @@ import sys
 
 import torch
 
-from autotune import load_tuned, parity
+from autotune import load_tuned
+from autotune.study import parity
 from autotune.config import baseline_config
-from autotune.runner import Runner
+from autotune.trial.runner import Runner
 
 
 def main() -> int:
@@ -37,8 +38,10 @@ def main() -> int:
     baseline = baseline_config(workload, device.type == "cuda")
     base_lr = float(workload.defaults["lr"])
     print(f"baseline : {baseline.describe()}, lr {base_lr:g}")
-    print(f"candidate: {tuned.config.describe()}, lr {tuned.lr:g} ({tuned.profile.get('lr_rule', 'linear')} rule); "
-          f"profile says parity {tuned.profile.get('parity', {})}")
+    print(
+        f"candidate: {tuned.config.describe()}, lr {tuned.lr:g} ({tuned.profile.get('lr_rule', 'linear')} rule); "
+        f"profile says parity {tuned.profile.get('parity', {})}"
+    )
     verdict = parity.check(Runner(workload, device), baseline, base_lr, tuned.config, tuned.lr)
     print(f"parity check of that profile: {verdict.summary()}")
     return 0 if verdict.passed else 1

@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 from autotune.config import Config
-from autotune.measure import Windows
+from autotune.trial.measure import Windows
 
 WINDOWS = Windows(window_s=0.2)
 
@@ -31,8 +31,8 @@ WINDOWS = Windows(window_s=0.2)
 def _one_process(recipe: str, device: str, configs: list[Config], lr: float) -> list[float]:
     import torch
 
-    from autotune.runner import Runner
-    from autotune.workload import load, resolve
+    from autotune.trial.runner import Runner
+    from autotune.workloads import load, resolve
 
     runner = Runner(load(resolve(recipe)), torch.device(device))
     return [runner.run(config, lr, WINDOWS)["samples_per_s"] for config in configs]
@@ -60,8 +60,8 @@ def main() -> None:
             rates = workers.submit(_one_process, args.recipe, args.device, order, args.lr).result()
         show(label, [(c, r, "") for c, r in zip(order, rates)])
 
-    from autotune.trial import TrialPool
-    from autotune.workload import resolve
+    from autotune.procs.pool import TrialPool
+    from autotune.workloads import resolve
 
     path = resolve(args.recipe).workload_path
     with tempfile.TemporaryDirectory() as logs:
@@ -82,7 +82,7 @@ def main() -> None:
                 draws.append((on, outcome.result["samples_per_s"], ""))
             show(f"4. {args.fresh} fresh processes, on alone", draws)
         finally:
-            pool.close()
+            pool.stop()
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -29,10 +28,10 @@ from torch.utils.data import DataLoader
 
 from autotune import load_tuned, tuned_loader, tuned_step
 from autotune.config import Config
-from autotune.datasets import data_root
+from autotune.workloads.locate import data_root
 from autotune.loop import Step, build_loader
-from autotune.measure import Windows, measure
-from autotune.workload import load, resolve
+from autotune.trial.measure import Windows, measure
+from autotune.workloads import load, resolve
 
 DEVICE = torch.device(os.environ.get("BENCH_DEVICE", "cuda"))
 WINDOWS = Windows(warmup_steps=10, window_s=0.3, min_windows=5, max_windows=12)
@@ -53,11 +52,29 @@ def run_search(name: str, recipe: str, extra: list[str], out: Path, trials: int,
     """A fresh search in its own folder; returns its wall time and when its final best was found."""
     folder = out / name.replace("@", "_")
     folder.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "autotune", "search", "--recipe", recipe, "--trials", str(trials), "--time-budget", str(budget), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "autotune",
+        "search",
+        "--recipe",
+        recipe,
+        "--trials",
+        str(trials),
+        "--time-budget",
+        str(budget),
+        *extra,
+    ]
     start = time.monotonic()
     log = folder / "search.log"
     with open(log, "w") as f:
-        proc = subprocess.run(cmd, cwd=folder, stdout=f, stderr=subprocess.STDOUT, env={**os.environ, "AUTOTUNE_DATA": str(data_root().resolve())})
+        proc = subprocess.run(
+            cmd,
+            cwd=folder,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "AUTOTUNE_DATA": str(data_root().resolve())},
+        )
     wall = time.monotonic() - start
     text = log.read_text()
     print(text, flush=True)
@@ -71,7 +88,12 @@ def run_search(name: str, recipe: str, extra: list[str], out: Path, trials: int,
     trials_done = [t for t in study.trials if t.state.is_finished()]
     first = min(t.datetime_start for t in trials_done)
     best = max((t for t in trials_done if t.value is not None), key=lambda t: t.value)
-    return {"folder": folder, "wall_s": wall, "best_after_s": (best.datetime_complete - first).total_seconds(), "trials": len(trials_done)}
+    return {
+        "folder": folder,
+        "wall_s": wall,
+        "best_after_s": (best.datetime_complete - first).total_seconds(),
+        "trials": len(trials_done),
+    }
 
 
 def rate_of(step: Callable, loader: Any) -> float:
@@ -80,7 +102,7 @@ def rate_of(step: Callable, loader: Any) -> float:
 
 def seed_loop_as_written(dataset: Any) -> tuple[Callable, DataLoader]:
     """The first seed's loop body, verbatim in effect: .item() twice per step, accuracy on the host."""
-    from autotune.recipes.mnist_cnn import Cnn  # noqa: PLC0415  (the built-in is a plain module too)
+    from autotune.workloads.builtins.mnist_cnn import Cnn  # noqa: PLC0415  (the built-in is a plain module too)
 
     torch.manual_seed(1)
     model = Cnn(1, 10).to(DEVICE)
@@ -150,12 +172,21 @@ def main() -> None:
     parser.add_argument("--skip-search", action="store_true", help="reuse the searches already in --out")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    print(f"device: {torch.cuda.get_device_name(0) if DEVICE.type == 'cuda' else 'cpu'}, torch {torch.__version__}, CPU cores {len(os.sched_getaffinity(0))}", flush=True)
+    print(
+        f"device: {torch.cuda.get_device_name(0) if DEVICE.type == 'cuda' else 'cpu'}, torch {torch.__version__}, "
+        f"CPU cores {len(os.sched_getaffinity(0))}",
+        flush=True,
+    )
 
     searches: dict[str, dict[str, Any]] = {}
     for name, (recipe, extra) in SEARCHES.items():
         if args.skip_search:
-            searches[name] = {"folder": args.out / name.replace("@", "_"), "wall_s": float("nan"), "best_after_s": float("nan"), "trials": 0}
+            searches[name] = {
+                "folder": args.out / name.replace("@", "_"),
+                "wall_s": float("nan"),
+                "best_after_s": float("nan"),
+                "trials": 0,
+            }
         else:
             searches[name] = run_search(name, recipe, extra, args.out, args.trials, args.budget)
 
@@ -163,9 +194,23 @@ def main() -> None:
     mnist = load(resolve("mnist_cnn")).build_dataset(data_root())
     seed = rate_of(*seed_loop_as_written(mnist))
     rows.append(("mnist_cnn", "the seed's loop as written (bs 128, 0 workers, .item() per step)", seed, "1.0x"))
-    advice = Config(batch_size=1024, num_workers=8, pin_memory=True, persistent_workers=True, prefetch_factor=2, cudnn_benchmark=True)
+    advice = Config(
+        batch_size=1024,
+        num_workers=8,
+        pin_memory=True,
+        persistent_workers=True,
+        prefetch_factor=2,
+        cudnn_benchmark=True,
+    )
     r = rate_of(*plain_loop("mnist_cnn", advice))
-    rows.append(("mnist_cnn", "the second seed's advice (bs 1024, 8 workers, pinned, persistent, cudnn)", r, f"{r / seed:.1f}x seed"))
+    rows.append(
+        (
+            "mnist_cnn",
+            "the second seed's advice (bs 1024, 8 workers, pinned, persistent, cudnn)",
+            r,
+            f"{r / seed:.1f}x seed",
+        )
+    )
     r = rate_of(*plain_loop("mnist_cnn", Config(batch_size=128, pin_memory=True)))
     rows.append(("mnist_cnn", "untuned defaults through our loop (no per-step sync)", r, f"{r / seed:.1f}x seed"))
     for name in ("mnist_cnn@bs128", "mnist_cnn"):
@@ -178,12 +223,28 @@ def main() -> None:
     workers = {}
     for n in (8, 16):
         n_eff = min(n, len(os.sched_getaffinity(0)))
-        workers[n] = rate_of(*plain_loop("cifar10_resnet18", Config(batch_size=128, num_workers=n_eff, prefetch_factor=2)))
-        rows.append(("cifar10_resnet18", f"{n_eff} workers, all else default", workers[n], f"{workers[n] / untuned:.1f}x untuned"))
+        workers[n] = rate_of(
+            *plain_loop("cifar10_resnet18", Config(batch_size=128, num_workers=n_eff, prefetch_factor=2))
+        )
+        rows.append(
+            (
+                "cifar10_resnet18",
+                f"{n_eff} workers, all else default",
+                workers[n],
+                f"{workers[n] / untuned:.1f}x untuned",
+            )
+        )
     step, loader, what = tuned_loop("cifar10_resnet18", searches["cifar10_resnet18@bs128"]["folder"])
     r = rate_of(step, loader)
     best_workers = max(workers.values())
-    rows.append(("cifar10_resnet18", f"tuned [bs128]: {what}", r, f"{r / untuned:.1f}x untuned, {r / best_workers:.1f}x best workers"))
+    rows.append(
+        (
+            "cifar10_resnet18",
+            f"tuned [bs128]: {what}",
+            r,
+            f"{r / untuned:.1f}x untuned, {r / best_workers:.1f}x best workers",
+        )
+    )
 
     # The seed's whole declared run (10 epochs) end to end, one-time costs included.
     epochs = load(resolve("mnist_cnn")).defaults["epochs"]
@@ -197,13 +258,28 @@ def main() -> None:
     for workload, loop, rate, ratio in rows:
         print(f"{workload:<18} {loop:<92} {rate:>12,.0f}  {ratio}")
     print()
-    print(f"mnist_cnn, the seed's {epochs}-epoch run end to end: as written {t_seed:.1f} s; tuned at bs 128 {t_tuned:.1f} s "
-          f"(loader, materialisation, capture included): {t_seed / t_tuned:.1f}x faster")
+    print(
+        f"mnist_cnn, the seed's {epochs}-epoch run end to end: as written {t_seed:.1f} s; tuned at bs 128 "
+        f"{t_tuned:.1f} s "
+        f"(loader, materialisation, capture included): {t_seed / t_tuned:.1f}x faster"
+    )
     print()
     for name, s in searches.items():
-        print(f"search {name:<24} wall {s['wall_s']:.0f} s, {s['trials']} trials, final best found {s['best_after_s']:.0f} s after the first trial started")
-    (args.out / "bench.json").write_text(json.dumps({"rows": rows, "seed_run_s": t_seed, "tuned_run_s": t_tuned,
-                                                     "searches": {k: {**v, "folder": str(v["folder"])} for k, v in searches.items()}}, indent=1))
+        print(
+            f"search {name:<24} wall {s['wall_s']:.0f} s, {s['trials']} trials, final best found "
+            f"{s['best_after_s']:.0f} s after the first trial started"
+        )
+    (args.out / "bench.json").write_text(
+        json.dumps(
+            {
+                "rows": rows,
+                "seed_run_s": t_seed,
+                "tuned_run_s": t_tuned,
+                "searches": {k: {**v, "folder": str(v["folder"])} for k, v in searches.items()},
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -19,8 +19,8 @@ import subprocess
 import sys
 import time
 
-# What `python -m autotune._child` imports before it reads its first request.
-CHILD_IMPORTS = "import torch; from autotune import parity; from autotune.runner import Runner, classify_failure"
+# What the fork server imports once before it forks trial processes (autotune.procs.lifecycle.FORK_SERVER_PRELOAD).
+CHILD_IMPORTS = "import torch, torchvision; from autotune.trial import parity_run, runner, serve"
 
 PROBE = """
 import json, resource, time
@@ -49,18 +49,22 @@ def line(label: str, reports: list[dict[str, float]]) -> str:
     walls = [r["wall"] for r in reports]
     cpus = [r["cpu"] for r in reports]
     faults = [r["majflt"] for r in reports]
-    return (f"{label:<44} wall median {statistics.median(walls):5.2f} s, max {max(walls):5.2f} s; "
-            f"CPU median {statistics.median(cpus):5.2f} s; disk page faults median {statistics.median(faults):,.0f}")
+    return (
+        f"{label:<44} wall median {statistics.median(walls):5.2f} s, max {max(walls):5.2f} s; "
+        f"CPU median {statistics.median(cpus):5.2f} s; disk page faults median {statistics.median(faults):,.0f}"
+    )
 
 
 def slowest_modules(imports: str, top: int) -> list[str]:
     """The modules with the largest own import time (microseconds), from `-X importtime`."""
-    run = subprocess.run([sys.executable, "-X", "importtime", "-c", imports], capture_output=True, text=True, check=True)
+    run = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", imports], capture_output=True, text=True, check=True
+    )
     rows = []
     for text in run.stderr.splitlines():
         if not text.startswith("import time:") or "self [us]" in text:
             continue
-        self_us, cumulative_us, name = (part.strip() for part in text[len("import time:"):].split("|"))
+        self_us, cumulative_us, name = (part.strip() for part in text[len("import time:") :].split("|"))
         rows.append((int(self_us), int(cumulative_us), name.strip()))
     rows.sort(reverse=True)
     return [f"  {s / 1e6:6.3f} s own, {c / 1e6:6.3f} s with its imports  {name}" for s, c, name in rows[:top]]
@@ -77,7 +81,7 @@ def main() -> None:
     print(line("import torch, torchvision, alone", probe("import torch, torchvision", 1)))
     for n in (int(x) for x in args.concurrency.split(",")):
         print(line(f"a trial process's imports, {n} at once", probe(CHILD_IMPORTS, n)))
-    print(f"slowest modules of a trial process's imports (-X importtime, one process):")
+    print("slowest modules of a trial process's imports (-X importtime, one process):")
     print("\n".join(slowest_modules(CHILD_IMPORTS, args.top)))
     print(f"took {time.perf_counter() - started:.0f} s")
 

@@ -10,7 +10,7 @@ REPO = Path(__file__).parents[1]
 
 
 def child_env(**extra: str) -> dict[str, str]:
-    """This environment with the checkout first on PYTHONPATH, keeping what was there (where the dependencies may live)."""
+    """This environment with the checkout first on PYTHONPATH, keeping what was there (the dependencies may be)."""
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
     return {**os.environ, "PYTHONPATH": path, **extra}
 
@@ -58,7 +58,7 @@ def wait_gone(pids: set[int], timeout_s: float) -> set[int]:
 
 
 def running_with(text: str) -> set[int]:
-    """Live processes whose command line mentions `text` (a trial child names its workload's path; its DataLoader workers too)."""
+    """Live processes whose command line mentions `text`."""
     found = set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-TINY = Path(__file__).parent / "workloads" / "tiny.py"
+TINY = Path(__file__).parent / "fixtures" / "tiny.py"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -29,6 +29,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("AUTOTUNE_DATA", str(tmp_path / "data"))
     monkeypatch.delenv("TINY_FAIL", raising=False)
+    monkeypatch.setattr("autotune.tuned.api._told", set())  # each test's first use of a profile is told afresh
     return tmp_path
 
 

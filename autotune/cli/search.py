@@ -1,0 +1,158 @@
+"""`autotune search`: tune a workload's loader and loop knobs and write its tuned file."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from typing import Any
+
+import click
+
+from autotune.config import LR_RULES
+
+EPILOG = """\b
+Examples:
+  autotune search --recipe mnist_cnn
+  autotune search --recipe mnist_cnn --trials 8 --time-budget 300
+  autotune search --recipe mnist_cnn --fix batch_size=128 --fix num_workers=0..4
+  autotune search --recipe mnist_cnn --gpus 0,1
+  autotune search --recipe mnist_cnn --lr-scaling sqrt --no-parity-check
+  autotune search --recipe ./my_workload.py --storage postgresql://user@db/autotune --study mine
+"""
+
+
+@click.command(epilog=EPILOG)
+@click.option("--recipe", required=True, help="A name in ./recipes, a path to a workload .py file, or a built-in name.")
+@click.option(
+    "--trials",
+    default=40,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Finished trials the study should hold (earlier runs count).",
+)
+@click.option("--time-budget", type=click.FloatRange(min=1), help="Seconds after which no new trial starts.")
+@click.option(
+    "--fix",
+    "fixes",
+    multiple=True,
+    metavar="KNOB=VALUE",
+    help="Pin a knob (batch_size=128) or narrow it (num_workers=0..4, amp=off,bf16). Repeatable.",
+)
+@click.option("--storage", help="Optuna storage URL; default: an SQLite file in ./.autotune.")
+@click.option("--study", "study_name", help="Study name; default: RECIPE@HARDWARE.")
+@click.option(
+    "--trial-timeout",
+    default=90.0,
+    show_default=True,
+    type=click.FloatRange(min=1),
+    help="Seconds one trial may take before it fails as a timeout.",
+)
+@click.option(
+    "--lr-scaling",
+    default="linear",
+    show_default=True,
+    type=click.Choice(LR_RULES),
+    help="How the learning rate follows a new batch size.",
+)
+@click.option(
+    "--no-parity-check",
+    "no_parity_check",
+    is_flag=True,
+    help="Let a config win without checking that it trains like the baseline.",
+)
+@click.option(
+    "--device", "device_index", default=0, show_default=True, type=click.IntRange(min=0), help="CUDA device index."
+)
+@click.option(
+    "--gpus",
+    help="One worker per GPU on this host, one study: `all` or indices such as 0,1. Each worker gets "
+    "cores/workers CPU cores. Workers on several hosts: run the same command on each with a PostgreSQL --storage.",
+)
+@click.option(
+    "--finalists",
+    default=3,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Best configs measured again against the baseline.",
+)
+@click.option(
+    "--rounds",
+    default=2,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Fresh processes each finalist is measured in.",
+)
+def search(
+    recipe: str,
+    trials: int,
+    time_budget: float | None,
+    fixes: tuple[str, ...],
+    storage: str | None,
+    study_name: str | None,
+    trial_timeout: float,
+    lr_scaling: str,
+    no_parity_check: bool,
+    device_index: int,
+    gpus: str | None,
+    finalists: int,
+    rounds: int,
+) -> None:
+    """Tune a workload's loader and loop knobs; write recipes/NAME.tuned.toml."""
+    from autotune.procs.early import StartedEarly, start_early
+    from autotune.procs.workers import GpusError, parse_gpus
+    from autotune.study.options import SearchOptions
+    from autotune.study.sharing import SharingError
+    from autotune.study.space import SpaceError, parse_fix
+    from autotune.tuned.file import TunedFileError
+    from autotune.workloads import WorkloadError
+
+    parsed: dict[str, Any] = {}
+    try:
+        for text in fixes:
+            knob, values = parse_fix(text)
+            parsed[knob] = values
+    except SpaceError as exc:
+        raise click.UsageError(str(exc)) from None
+    options = SearchOptions(
+        trials=trials,
+        time_budget_s=time_budget,
+        fixes=parsed,
+        storage=storage,
+        study=study_name,
+        trial_timeout_s=trial_timeout,
+        lr_rule=lr_scaling,
+        parity_check=not no_parity_check,
+        device_index=device_index,
+        finalists=finalists,
+        rounds=rounds,
+        command=shlex.join(["autotune", *sys.argv[1:]]),
+    )
+    early = start_early(recipe, options, gpus, echo=click.echo)  # before torch is imported: see autotune.procs.early
+    try:
+        import torch
+
+        from autotune.study.parallel import search_parallel
+        from autotune.study.run import search as run_search
+        from autotune.study.setup import SearchError
+
+        if gpus is not None:
+            devices = parse_gpus(gpus, torch.cuda.device_count())
+            if devices != early.devices:  # the guess without torch was wrong: start them again, for these
+                early.stop()
+                early = StartedEarly(early.options)
+            search_parallel(
+                recipe, early.options, devices, echo=click.echo, early=early.pool, workers=early.workers or None
+            )
+        else:
+            run_search(recipe, options, echo=click.echo, early=early.pool)
+    except (WorkloadError, SpaceError, SearchError, SharingError, GpusError, TunedFileError) as exc:
+        raise click.UsageError(str(exc)) from None
+    except KeyboardInterrupt:
+        click.echo(
+            "interrupted: finished trials are kept in the study; run the same command to resume. No tuned file was "
+            "written.",
+            err=True,
+        )
+        sys.exit(130)
+    finally:
+        early.stop()

@@ -1,0 +1,26 @@
+"""`autotune show`: a tuned file's profiles as a table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command(
+    epilog="\b\nExamples:\n  autotune show --recipe mnist_cnn\n  autotune show --recipe ./recipes/mine.tuned.toml"
+)
+@click.option("--recipe", required=True, help="A recipe name or path, or a .tuned.toml file.")
+def show(recipe: str) -> None:
+    """Print a tuned file's profiles as a table."""
+    from autotune.tuned.file import TunedFileError, read
+    from autotune.tuned.show import render
+    from autotune.workloads import WorkloadError, resolve
+
+    try:
+        path = Path(recipe) if recipe.endswith(".toml") else resolve(recipe).tuned_path
+        if not path.exists():
+            raise click.UsageError(f"no tuned file at {path}: run `autotune search --recipe {recipe}` first.")
+        click.echo(render(read(path), path))
+    except (WorkloadError, TunedFileError) as exc:
+        raise click.UsageError(str(exc)) from None

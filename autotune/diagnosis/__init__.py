@@ -1,0 +1,22 @@
+"""`autotune diagnose`: why the GPU waits, from the loop fed three ways (the second seed's stages 1 and 2).
+
+- ``run``: measure the feeds of one loop in this process (``diagnose``);
+- ``bottleneck``: the verdict, a pure function of the measured ceilings;
+- ``tables``: the tables the command prints;
+- ``cputime``: the CPU time of this process and its DataLoader workers.
+"""
+
+from autotune.exports import lazy_exports
+
+__all__, __getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "DiagnoseError": "run",
+        "Diagnosis": "run",
+        "diagnose": "run",
+        "Bottleneck": "bottleneck",
+        "Measured": "bottleneck",
+        "decide": "bottleneck",
+        "render": "tables",
+    },
+)

@@ -1,0 +1,152 @@
+"""The training step a config describes: eager, or captured whole in a CUDA graph.
+
+Moves the batch to the device, applies channels_last and autocast, and steps
+the optimizer (through a GradScaler under fp16). The same object serves the
+trials and the user's training code (``autotune.tuned.api.tuned_step``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from autotune.config import Config
+
+AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+GRAPH_WARMUP_STEPS = 3  # eager steps on a side stream before capture, as torch.cuda.graphs asks
+
+
+class Step:
+    """``loss = step(x, y)``: one training step under a config's loop knobs.
+
+    Moves the batch to the device (non-blocking when pinned), applies channels_last
+    and autocast, and steps the optimizer (through a GradScaler under fp16). With
+    ``cuda_graph`` the whole step is captured once, after a side-stream warm-up, and
+    replayed with the batch copied into static buffers; a batch of another shape (an
+    epoch's last, short batch) runs eagerly on the same parameters and optimizer. It
+    returns the loss as a fresh tensor (a graph's own output is overwritten by the
+    next replay) without synchronising the host.
+
+    For example::
+
+        step = Step(model, nn.CrossEntropyLoss(), optimizer, config, device)
+        for x, y in loader:
+            loss = step(x, y)
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        loss_fn: Callable,
+        optimizer: torch.optim.Optimizer,
+        config: Config,
+        device: torch.device,
+    ) -> None:
+        self.model, self.loss_fn, self.optimizer, self.config = model, loss_fn, optimizer, config
+        self.device = device
+        self.non_blocking = config.pin_memory or config.placement == "device"
+        self.memory_format = torch.channels_last if config.channels_last else torch.contiguous_format
+        self.amp_dtype = AMP_DTYPES.get(config.amp)
+        self.scaler = torch.amp.GradScaler(device.type) if config.amp == "fp16" else None
+        if device.type == "cuda":
+            torch.backends.cudnn.benchmark = config.cudnn_benchmark
+        model.to(device=device, memory_format=self.memory_format)
+        model.train()
+        self.use_graph = config.cuda_graph and device.type == "cuda"
+        if self.use_graph:
+            for group in optimizer.param_groups:
+                if "capturable" in group:  # Adam-style optimizers keep their step count on the device
+                    group["capturable"] = True
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.static: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.static_loss: torch.Tensor | None = None
+        self.calls = 0
+        self.capture_s = 0.0  # one-time cost of the capture, reported with the trial
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+
+    def _forward_backward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        with self._autocast():
+            loss = self.loss_fn(self.model(x), y)
+        (self.scaler.scale(loss) if self.scaler else loss).backward()
+        return loss
+
+    def _optimizer_step(self) -> None:
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+
+    def _eager(self, x: torch.Tensor, y: torch.Tensor, set_to_none: bool = True) -> torch.Tensor:
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+        loss = self._forward_backward(x, y)
+        self._optimizer_step()
+        return loss.detach()
+
+    def to_device(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch on the step's device, in its memory format (non-blocking when pinned)."""
+        x = x.to(self.device, non_blocking=self.non_blocking)
+        y = y.to(self.device, non_blocking=self.non_blocking)
+        if self.memory_format is torch.channels_last and x.dim() == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return x, y
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if not self.use_graph:
+            return self._eager(*self.to_device(x, y))
+        if self.static is not None and (x.shape != self.static[0].shape or y.shape != self.static[1].shape):
+            # Zero the captured gradient buffers in place: the graph and the scaler keep using them.
+            return self._eager(*self.to_device(x, y), set_to_none=self.graph is None)
+        if self.static is None:
+            self.static = (
+                torch.empty(
+                    x.shape,
+                    dtype=x.dtype,
+                    device=self.device,
+                    memory_format=self.memory_format if x.dim() == 4 else torch.contiguous_format,
+                ),
+                torch.empty(y.shape, dtype=y.dtype, device=self.device),
+            )
+        self.static[0].copy_(x, non_blocking=self.non_blocking)
+        self.static[1].copy_(y, non_blocking=self.non_blocking)
+        if self.calls < GRAPH_WARMUP_STEPS:
+            self.calls += 1
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                loss = self._eager(*self.static)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            return loss
+        if self.graph is None:
+            self._capture()
+        assert self.graph is not None and self.static_loss is not None
+        self.graph.replay()
+        if self.scaler is not None:
+            # The scaler's inf check reads a flag on the host; it stays outside the graph.
+            self._optimizer_step()
+        # A copy: the static loss is overwritten by the next replay, and callers may keep losses.
+        return self.static_loss.clone()
+
+    def _capture(self) -> None:
+        start = time.perf_counter()
+        self.graph = torch.cuda.CUDAGraph()
+        self.optimizer.zero_grad(set_to_none=True)  # gradients are then allocated from the graph's pool
+        assert self.static is not None
+        # thread_local: DataLoader's pin-memory thread keeps calling CUDA while we capture; under the
+        # default ("global") mode its calls invalidate the capture ("operation failed due to a previous
+        # error during capture", seen on an H200 with pinned, multi-worker loaders).
+        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
+            loss = self._forward_backward(*self.static)
+            if self.scaler is None:
+                self.optimizer.step()
+            self.static_loss = loss.detach()
+        torch.cuda.synchronize(self.device)
+        self.capture_s = time.perf_counter() - start

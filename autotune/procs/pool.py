@@ -1,0 +1,168 @@
+"""A pool of trial processes on one device: which process serves which request, and replacing failed ones.
+
+An OOM, a CUDA error, a hang, a dead DataLoader worker or any exception ends
+that trial as ``failed`` with a one-line reason; the search goes on. A healthy
+trial process serves the next trial (CUDA start-up and the data set are paid
+once); a failed or timed-out one is killed with its whole process group and
+replaced.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from autotune.config import Config
+from autotune.procs import lifecycle
+from autotune.procs.trial_process import INTERRUPTED, Outcome, TrialProcess, remove_if_only_notes
+from autotune.trial.timing import Windows
+
+_PROCESS_NUMBERS = itertools.count(1)
+
+
+def cudnn_plan_key(config: Config, device: str) -> bool | None:
+    """Which of a pool's trial processes may measure `config`: one per `cudnn.benchmark` value on a GPU.
+
+    cuDNN keeps, per process, the convolution plan it chose for each shape and dtype,
+    and reuses it for every later convolution of that shape whatever `cudnn.benchmark`
+    then says. So in one process the first config of a batch size decides the plans of
+    all that follow. Seen on an H200 with mnist_cnn at batch 1024: the heuristic plans
+    take 630 us a step, autotuned ones 585-613 us, and a benchmark-off config measured
+    as fast as the benchmark-on one that ran before it in its process (and the reverse).
+    """
+    return config.cudnn_benchmark if device.startswith("cuda") else None
+
+
+class TrialPool:
+    """Runs trials one at a time, reusing a healthy child and replacing a failed one.
+
+    A child serves only configs of one `cudnn_plan_key`, so no config measures plans
+    another chose; on a GPU a pool can hold two, one for each `cudnn.benchmark` value.
+    Starting a child (Python, torch, a CUDA context, the data set) takes seconds
+    while the GPU idles, so children can be started ahead: `prestart(n)` keeps n
+    unused ones in standby, and with `spare` every start the pool must wait for
+    starts a spare beside it, ready to replace the next failed child at once.
+    The spare never starts while this pool measures; `prestart` callers choose their moment.
+    """
+
+    def __init__(
+        self,
+        workload_path: Path,
+        device: str,
+        cpu_share: int,
+        log_dir: Path,
+        timeout_s: float,
+        env: dict[str, str] | None = None,
+        spare: bool = False,
+    ) -> None:
+        self.workload_path, self.device, self.cpu_share = workload_path, device, cpu_share
+        self.log_dir, self.timeout_s, self.env, self.spare = log_dir, timeout_s, env, spare
+        self.live: dict[bool | None, TrialProcess] = {}  # by plan class: healthy children that ran something
+        self.standby: list[TrialProcess] = []  # started, never used: fresh, of no class yet
+        self.children_started = 0
+        self._current: bool | None = None  # the plan class of the latest request
+        self.killed = False  # killed (the search was interrupted): every later request fails at once
+        self._made_dirs: list[Path] | None = None  # folders the first child's log created, deepest first
+
+    @property
+    def child(self) -> TrialProcess | None:
+        """The child that took the latest request, while it is alive and trusted."""
+        return self.live.get(self._current)
+
+    def _start_child(self) -> TrialProcess:
+        if self._made_dirs is None:
+            self._made_dirs = [d for d in (self.log_dir, *self.log_dir.parents) if not d.exists()]
+        self.children_started += 1
+        log = (
+            self.log_dir / f"trial-process-{os.getpid()}-{next(_PROCESS_NUMBERS)}.log"
+        )  # unique across this process's pools
+        return TrialProcess(self.workload_path, self.device, self.cpu_share, log, self.env)
+
+    def prestart(self, n: int) -> None:
+        """Start children now, up to `n` in standby, for trials that want a fresh one (finalist rounds)."""
+        while len(self.standby) < n:
+            self.standby.append(self._start_child())
+
+    def _child(self, fresh: bool, config: Config) -> TrialProcess:
+        if fresh:  # fresh processes for every class; none still tearing down while the next one measures
+            lifecycle.stop_all(list(self.live.values()))
+            self.live.clear()
+        self._current = cudnn_plan_key(config, self.device)
+        for key, other in list(self.live.items()):
+            # One process at a time holds device memory beyond its context: what a single process would have.
+            if key != self._current and other.holding and not other.release():
+                self.live.pop(key).kill()
+        if self._current not in self.live:
+            if self.standby:
+                self.live[self._current] = self.standby.pop(0)
+            else:
+                self.live[self._current] = self._start_child()
+                if self.spare:
+                    self.prestart(1)  # starts beside the one we wait for: no extra wait, no measurement disturbed
+        return self.live[self._current]
+
+    def _drop_if_failed(self, outcome: Outcome) -> Outcome:
+        if outcome.state == "failed" and self._current in self.live:
+            self.live.pop(self._current).kill()
+        return outcome
+
+    def run(
+        self,
+        config: Config,
+        lr: float,
+        windows: Windows = Windows(),
+        on_window: Callable[[int, float], bool] | None = None,
+        fresh: bool = False,
+    ) -> Outcome:
+        if self.killed:
+            return Outcome("failed", reason=INTERRUPTED)
+        return self._drop_if_failed(self._child(fresh, config).run(config, lr, windows, self.timeout_s, on_window))
+
+    def parity_run(self, config: Config, lr: float, samples: int, probe_batch: int, timeout_s: float) -> Outcome:
+        """A parity run in a trial process: a crash, an OOM or a hang fails it, as it fails a trial."""
+        if self.killed:
+            return Outcome("failed", reason=INTERRUPTED)
+        return self._drop_if_failed(self._child(False, config).parity_run(config, lr, samples, probe_batch, timeout_s))
+
+    def stop(self, discard: bool = False) -> None:
+        """Stop every process. One that never ran anything leaves no log, and no folder is left that only its log made.
+
+        So a search that stops before its first trial (bad input found after the
+        processes were started ahead) leaves the disk as it found it. `discard`: the
+        search these children served is abandoned before it began (a --gpus worker
+        dismissed after making the parity baseline run): their logs go too, unless a
+        failure wrote more than our own lines.
+        """
+        children = [*self.live.values(), *self.standby]
+        self.live, self.standby = {}, []
+        stopping = [c for c in children if c.used and not discard]
+        lifecycle.stop_all(stopping)
+        for child in children:
+            if child not in stopping:
+                child.kill()  # nothing to finish; it may still be importing torch
+                remove_if_only_notes(child.log_path)
+        for folder in self._made_dirs or []:
+            try:
+                folder.rmdir()  # only if empty: logs of trials stay, with their folder
+            except OSError:
+                pass
+
+    def ask_to_exit(self) -> None:
+        """Ask the healthy processes that ran something to exit, without waiting: `stop` then waits."""
+        for child in self.live.values():
+            child.ask_to_exit()
+
+    def kill(self) -> None:
+        """Kill the live children at once, with their DataLoader workers: an interrupted measurement is worthless.
+
+        Called from another thread while a round measures; later requests fail at once.
+        """
+        self.killed = True
+        children, self.live = (
+            list(self.live.values()),
+            {},
+        )  # the measuring thread's _drop_if_failed may pop from the dict
+        for child in children:
+            child.kill()

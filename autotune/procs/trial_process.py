@@ -1,0 +1,221 @@
+"""One trial process, seen from the process that started it: requests out, events back.
+
+The process (forked from the fork server: ``autotune.procs.trial_main``;
+``autotune.trial.serve`` runs inside it) reads JSON requests from one pipe
+(measure a config, make a parity run, release memory, quit) and answers with
+JSON events on another, so the workload's prints stay in its log. After a failure it exits:
+a CUDA context that saw an error or an OOM is not trusted with the next
+request. Starting and stopping go through ``autotune.procs.lifecycle`` (its
+NOTE says who starts whom and how each stops).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from autotune.config import Config
+from autotune.procs import lifecycle, trial_main
+from autotune.trial.serve import NOTE
+from autotune.trial.timing import Windows
+
+STARTUP_TIMEOUT_S = 180.0  # importing torch, initialising CUDA and loading the data set
+RELEASE_TIMEOUT_S = 30.0  # an idle trial process dropping its device-resident data set
+QUIT_WAIT_S = 10.0  # a trial process asked to quit gets this long before it is killed
+INTERRUPTED = "stopped: the search was interrupted"
+_FORK_CONTEXT = multiprocessing.get_context("forkserver")  # its Pipe ends can be handed to a forked process
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """How a trial ended: complete (with a result), pruned (with a partial result) or failed (with a reason)."""
+
+    state: str
+    result: dict[str, Any] | None = None
+    reason: str | None = None
+    windows: tuple[float, ...] = ()
+
+
+class TrialProcess:
+    """One trial process for one workload on one device."""
+
+    def __init__(
+        self, workload_path: Path, device: str, cpu_share: int, log_path: Path, env: dict[str, str] | None = None
+    ) -> None:
+        child_env = dict(os.environ if env is None else env)
+        child_env["AUTOTUNE_QUIET"] = "1"  # the search says what a data set did; its trial processes do not repeat it
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path = log_path
+        requests_out, self.requests = _FORK_CONTEXT.Pipe(duplex=False)
+        self.events, events_in = _FORK_CONTEXT.Pipe(duplex=False)
+        args = (str(workload_path), device, cpu_share, requests_out, events_in, str(log_path), child_env,
+                os.getcwd(), time.time())
+        self.proc = lifecycle.fork(trial_main.run, args)
+        requests_out.close()  # the process holds its own ends: when it dies, reading events ends
+        events_in.close()
+        self.ready = False
+        self.used = False  # asked to run something: its log may tell why that failed
+        self.holding = False  # may hold device memory beyond its context: ran something since it last let go
+
+    def _send(self, message: dict[str, Any]) -> None:
+        self.requests.send_bytes(json.dumps(message).encode())
+
+    def _death_reason(self) -> str:
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            code = None
+        tail = last_line(self.log_path)
+        if code is not None and code < 0:
+            what = f"killed by signal {signal.Signals(-code).name}"
+        else:
+            what = f"exited with code {code}"
+        return f"crashed: trial process {what}" + (f" ({tail})" if tail else "")
+
+    def _start(self) -> Outcome | None:
+        """Wait for a new process's start-up; a failed outcome if it did not come up."""
+        if self.ready:
+            return None
+        event = self._read(time.monotonic() + STARTUP_TIMEOUT_S)
+        if event is None:
+            return Outcome("failed", reason=self._death_reason())
+        if event["event"] == "failed":
+            return Outcome("failed", reason=event["reason"])
+        self.ready = True
+        return None
+
+    def run(
+        self,
+        config: Config,
+        lr: float,
+        windows: Windows,
+        timeout_s: float,
+        on_window: Callable[[int, float], bool] | None = None,
+    ) -> Outcome:
+        """Measure one config in this child; the process is unusable after a failed outcome."""
+        self.used = self.holding = True
+        rates: list[float] = []
+        try:
+            failed = self._start()
+            if failed is not None:
+                return failed
+            deadline = time.monotonic() + timeout_s
+            self._send({"cmd": "trial", "config": config.as_dict(), "lr": lr, "windows": dataclasses.asdict(windows)})
+            while True:
+                event = self._read(deadline)
+                if event is None:
+                    return Outcome("failed", reason=self._death_reason(), windows=tuple(rates))
+                kind = event["event"]
+                if kind == "window":
+                    rates.append(event["rate"])
+                    stop = bool(on_window and on_window(event["index"], event["rate"]))
+                    self._send({"cmd": "stop" if stop else "continue"})
+                elif kind == "result":
+                    result = event["result"]
+                    return Outcome(
+                        "pruned" if result["stopped_early"] else "complete", result=result, windows=tuple(rates)
+                    )
+                else:
+                    return Outcome("failed", reason=event["reason"], windows=tuple(rates))
+        except TimeoutError:
+            self.kill()
+            limit = STARTUP_TIMEOUT_S if not self.ready else timeout_s
+            return Outcome("failed", reason=f"timeout: no result within {limit:.0f} s", windows=tuple(rates))
+        except (BrokenPipeError, ConnectionResetError, EOFError):
+            return Outcome("failed", reason=self._death_reason(), windows=tuple(rates))
+
+    def parity_run(self, config: Config, lr: float, samples: int, probe_batch: int, timeout_s: float) -> Outcome:
+        """One parity run (autotune.trial.parity_run.train) in this process; the run is the outcome's result."""
+        self.used = self.holding = True
+        try:
+            failed = self._start()
+            if failed is not None:
+                return failed
+            self._send(
+                {"cmd": "parity", "config": config.as_dict(), "lr": lr, "samples": samples, "probe_batch": probe_batch}
+            )
+            event = self._read(time.monotonic() + timeout_s)
+            if event is None:
+                return Outcome("failed", reason=self._death_reason())
+            if event["event"] == "parity_run":
+                return Outcome("complete", result=event["run"])
+            return Outcome("failed", reason=event.get("reason", f"unexpected event {event['event']!r}"))
+        except TimeoutError:
+            self.kill()
+            limit = STARTUP_TIMEOUT_S if not self.ready else timeout_s
+            return Outcome("failed", reason=f"timeout: no parity run within {limit:.0f} s")
+        except (BrokenPipeError, ConnectionResetError, EOFError):
+            return Outcome("failed", reason=self._death_reason())
+
+    def release(self, timeout_s: float = RELEASE_TIMEOUT_S) -> bool:
+        """Ask this idle process to let go of its device-resident data sets and cached memory; False if it did not."""
+        try:
+            self._send({"cmd": "release"})
+            event = self._read(time.monotonic() + timeout_s)
+        except (TimeoutError, OSError, ValueError):
+            return False
+        self.holding = not (event is not None and event["event"] == "released")
+        return not self.holding
+
+    def _read(self, deadline: float) -> dict[str, Any] | None:
+        """The next event, None when the process has died; TimeoutError past the deadline."""
+        if not self.events.poll(max(0.0, deadline - time.monotonic())):
+            raise TimeoutError
+        try:
+            return json.loads(self.events.recv_bytes())
+        except (EOFError, OSError):  # the process closed its end: it died
+            return None
+
+    def kill(self) -> None:
+        """Kill it now, with its DataLoader workers."""
+        lifecycle.kill(self.proc, group=True)
+        self._close_pipes()
+
+    def _close_pipes(self) -> None:
+        for end in (self.requests, self.events):
+            with contextlib.suppress(OSError):
+                end.close()
+
+    def ask_to_exit(self) -> None:
+        """Ask it to exit, without waiting: `stop` then waits."""
+        if self.proc.poll() is None:
+            try:
+                self._send({"cmd": "quit"})
+            except (OSError, ValueError):  # its request pipe is gone: it is going anyway
+                pass
+
+    def stop(self) -> None:
+        """Ask it to exit; kill it if it has not within QUIT_WAIT_S."""
+        self.ask_to_exit()
+        lifecycle.wait_or_kill(self.proc, QUIT_WAIT_S, group=True)
+        self._close_pipes()
+
+
+def remove_if_only_notes(path: Path) -> None:
+    try:
+        if all(line.startswith(NOTE) for line in path.read_text(errors="replace").splitlines() if line.strip()):
+            path.unlink()
+    except OSError:
+        pass
+
+
+def last_line(path: Path) -> str:
+    """The last line the workload or Python wrote to a child's log: what a crash's reason quotes."""
+    try:
+        lines = [
+            line.strip()
+            for line in path.read_text(errors="replace").splitlines()
+            if line.strip() and not line.startswith(NOTE)
+        ]
+    except OSError:
+        return ""
+    return lines[-1][:200] if lines else ""

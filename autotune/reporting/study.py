@@ -1,0 +1,392 @@
+"""`autotune report`: the second seed's stage 3 from the study in storage, as tables, figures and one file.
+
+Reads a study `autotune search` wrote (trials carry their full config, learning
+rate, role and failure reason as user attributes) and writes, next to the recipe
+or under ``out``: a heat map of samples/s over batch_size x num_workers (the
+seed's sensitivity map), the optimisation history, the parameter importances,
+and a Markdown report that links them beside an HTML report that embeds them.
+
+    autotune report --recipe mnist_cnn
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.config import Config
+from autotune.reporting.files import best_table, failure_table, summary, write_html, write_markdown
+from autotune.study.pruner import ClearlyWorsePruner
+from autotune.study.sharing import SharingError
+from autotune.study.storage import open_storage, redact
+from autotune.text import bar, percent, table
+from autotune.workloads import resolve
+
+MIN_IMPORTANCE_TRIALS = 5  # fewer complete trials than this say nothing about importances
+EXAMPLES = 3  # configs quoted per failure group
+
+
+class ReportError(RuntimeError):
+    """A report that cannot be made; the message says why and what to do."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One complete trial in the best-configs table."""
+
+    trial: int
+    role: str  # "baseline", "seed" (queued first by the search), or "" (sampled)
+    samples_per_s: float
+    spread: float | None
+    vs_baseline: float | None
+    config: dict[str, Any]
+    lr: float | None
+    parity: str | None = None  # "pass" or "REJECT" from the search's parity check; None: not checked
+    rank: int = 0  # among the study's distinct configs by samples/s, the baseline left out; 0 for the baseline
+
+    @property
+    def describe(self) -> str:
+        return Config.from_dict(self.config).describe()
+
+
+@dataclasses.dataclass(frozen=True)
+class FailureGroup:
+    state: str  # "failed" or "pruned"
+    reason: str  # what the group shares
+    example: str  # one full recorded reason
+    trials: tuple[int, ...]
+    configs: tuple[str, ...]  # up to EXAMPLES of their configs, described
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyReport:
+    recipe: str
+    study: str
+    storage: str  # credentials redacted
+    hardware: str
+    counts: dict[str, int]  # complete, pruned, failed, unfinished
+    baseline: Row | None
+    best: tuple[Row, ...]
+    importances: dict[str, float] | None
+    notes: tuple[str, ...]  # what could not be shown, and why
+    failures: tuple[FailureGroup, ...]
+    figures: dict[str, Path]  # heatmap, history, importance: the ones written
+    markdown: Path
+    html: Path
+
+
+# -- finding and reading the study -------------------------------------------------------------
+
+
+def _pick_study(storage: optuna.storages.BaseStorage, recipe: str, wanted: str | None, where: str) -> str:
+    studies = storage.get_all_studies()
+    names = [s.study_name for s in studies]
+    listed = ", ".join(repr(n) for n in names) or "none"
+    if wanted is not None:
+        if wanted not in names:
+            raise ReportError(f"there is no study {wanted!r} in {where}; studies there: {listed}.")
+        return wanted
+    mine = [
+        s.study_name for s in studies if s.user_attrs.get("recipe") == recipe or s.study_name.startswith(f"{recipe}@")
+    ]
+    if not mine:
+        raise ReportError(
+            f"there is no study for recipe {recipe!r} in {where}; studies there: {listed}. Pass --study NAME."
+        )
+    if len(mine) > 1:
+        raise ReportError(
+            f"{len(mine)} studies for recipe {recipe!r} in {where}: {', '.join(repr(n) for n in mine)}; pick one "
+            f"with --study NAME."
+        )
+    return mine[0]
+
+
+def _row(t: FrozenTrial, baseline: float | None, verdicts: dict[str, bool] | None = None) -> Row:
+    result = t.user_attrs.get("result") or {}
+    value = float(t.value or 0.0)
+    config = t.user_attrs["config"]
+    passed = (verdicts or {}).get(Config.from_dict(config).describe())
+    return Row(
+        t.number,
+        t.user_attrs.get("role", ""),
+        value,
+        result.get("spread"),
+        value / baseline if baseline else None,
+        config,
+        t.user_attrs.get("lr"),
+        None if passed is None else "pass" if passed else "REJECT",
+    )
+
+
+def _verdicts(study: optuna.Study) -> dict[str, bool]:
+    """The parity check's verdicts, by config: the search keeps them on the study (finished trials are read-only)."""
+    return {
+        v["config"]: bool(v["passed"])
+        for k, v in study.user_attrs.items()
+        if k.startswith("parity:trial-") and isinstance(v, dict) and "config" in v and "passed" in v
+    }
+
+
+def _group_key(reason: str) -> str:
+    """Failures that share a cause share a key: the kind, and for an exception its type."""
+    head, _, rest = reason.partition(": ")
+    if head == "error":
+        return f"error: {rest.partition(':')[0]}"
+    if head in ("timeout", "crashed", "worker died", "cuda error"):
+        return head
+    return reason
+
+
+def _failures(trials: list[FrozenTrial]) -> tuple[FailureGroup, ...]:
+    pruner = ClearlyWorsePruner()
+    groups: dict[tuple[str, str], list[FrozenTrial]] = {}
+    for t in trials:
+        if t.state == TrialState.FAIL:
+            reason = t.user_attrs.get("reason", "no reason recorded (its search process stopped while it ran)")
+            groups.setdefault(("failed", _group_key(reason)), []).append(t)
+        elif t.state == TrialState.PRUNED:
+            groups.setdefault(
+                ("pruned", f"windows ran below {pruner.ratio:.0%} of the best trial's samples/s"), []
+            ).append(t)
+    out = []
+    for (state, key), members in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        example = members[0].user_attrs.get("reason", key)
+        configs = tuple(Config.from_dict(t.user_attrs["config"]).describe() for t in members[:EXAMPLES])
+        out.append(FailureGroup(state, key, example, tuple(t.number for t in members), configs))
+    return tuple(out)
+
+
+def _importances(study: optuna.Study, complete: int) -> tuple[dict[str, float] | None, str | None]:
+    if complete < MIN_IMPORTANCE_TRIALS:
+        return (
+            None,
+            f"parameter importances need at least {MIN_IMPORTANCE_TRIALS} complete trials; the study has {complete}.",
+        )
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # PED-ANOVA warns about thin regimes; the note below says it plainly
+            values = optuna.importance.get_param_importances(
+                study, evaluator=optuna.importance.PedAnovaImportanceEvaluator()
+            )
+    except (ValueError, RuntimeError) as exc:
+        return None, f"parameter importances could not be computed: {exc}"
+    if not values:
+        return None, "parameter importances: no knob took more than one value in the complete trials."
+    return dict(sorted(values.items(), key=lambda kv: -kv[1])), None
+
+
+# -- the figures' data -------------------------------------------------------------------------
+
+
+def _column(config: dict[str, Any]) -> str:
+    return "on device" if config.get("placement") == "device" else str(config.get("num_workers", 0))
+
+
+def _heatmap_data(
+    trials: list[FrozenTrial],
+) -> tuple[dict[tuple[int, str], float], dict[tuple[int, str], str], list[str]]:
+    cells: dict[tuple[int, str], float] = {}
+    failed: dict[tuple[int, str], str] = {}
+    for t in trials:
+        key = (int(t.user_attrs["config"]["batch_size"]), _column(t.user_attrs["config"]))
+        if t.state == TrialState.COMPLETE and t.value is not None:
+            cells[key] = max(cells.get(key, 0.0), float(t.value))
+        elif t.state == TrialState.FAIL:
+            failed[key] = "oom" if t.user_attrs.get("reason") == "oom" else "failed"
+    workers = sorted({int(c) for _, c in [*cells, *failed] if c != "on device"})
+    columns = [str(w) for w in workers] + (["on device"] if any(c == "on device" for _, c in [*cells, *failed]) else [])
+    return cells, {k: v for k, v in failed.items() if k not in cells}, columns
+
+
+def _stem(study: str) -> str:
+    """A file name stem per study: mnist_cnn@nvidia-h200 -> mnist_cnn.nvidia-h200."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", study.replace("@", ".", 1)).strip("-")
+
+
+def _open_study(
+    recipe: str, name: str, storage: str | None, study: str | None, state_dir: Path
+) -> tuple[optuna.Study, str]:
+    if storage is None:
+        db = state_dir / f"{name}.db"
+        if not db.is_file():
+            raise ReportError(
+                f"there is no study storage at {db}: run `autotune search --recipe {recipe}` here first, or pass "
+                f"--storage URL."
+            )
+        storage = f"sqlite:///{db.resolve()}"
+    where = redact(storage)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter(
+                "ignore", optuna.exceptions.ExperimentalWarning
+            )  # heartbeats: what the search relies on
+            store = open_storage(storage)
+    except SharingError as exc:
+        raise ReportError(str(exc)) from exc
+    chosen = _pick_study(store, name, study, where)
+    return optuna.load_study(study_name=chosen, storage=store), where
+
+
+def _draw(
+    trials: list[FrozenTrial],
+    complete: list[FrozenTrial],
+    baseline: float | None,
+    importances: dict[str, float] | None,
+    title: str,
+    out: Path,
+    stem: str,
+) -> tuple[dict[str, Path], list[str]]:
+    from autotune.reporting import figures  # matplotlib loads only when a report is drawn, not with every trial process
+
+    written: dict[str, Path] = {}
+    notes: list[str] = []
+    cells, failed_cells, columns = _heatmap_data(trials)
+    if cells:
+        written["heatmap"] = figures.heatmap(
+            cells, failed_cells, columns, f"{title}: samples/s by batch_size x num_workers", out / f"{stem}.heatmap.png"
+        )
+        pruned = [
+            (t.number, list(t.intermediate_values.values())[-1])
+            for t in trials
+            if t.state == TrialState.PRUNED and t.intermediate_values
+        ]
+        failed = [t.number for t in trials if t.state == TrialState.FAIL]
+        written["history"] = figures.history(
+            [(t.number, float(t.value or 0)) for t in complete],
+            pruned,
+            failed,
+            baseline,
+            f"{title}: optimisation history",
+            out / f"{stem}.history.png",
+        )
+    else:
+        notes.append("no trial completed, so there is no heat map and no history to draw.")
+    if importances:
+        written["importance"] = figures.importances(
+            importances, f"{title}: which knobs decide samples/s", out / f"{stem}.importance.png"
+        )
+    return written, notes
+
+
+def report(
+    recipe: str,
+    storage: str | None = None,
+    study: str | None = None,
+    out: Path | None = None,
+    top: int = 5,
+    state_dir: Path = Path(".autotune"),
+    command: str | None = None,
+    echo: Callable[[str], None] = print,
+) -> StudyReport:
+    """Tables, figures and one report file from a study `autotune search` wrote.
+
+    With no `storage`, reads ``./.autotune/RECIPE.db`` as the search does; with no
+    `study`, takes the one study for this recipe there. Files go to `out`, by
+    default next to the recipe (``./recipes``). `command` is recorded in the report.
+
+    For example::
+
+        rep = report("mnist_cnn")
+        rep.figures["heatmap"]
+        # PosixPath('recipes/mnist_cnn.nvidia-h200.heatmap.png')
+    """
+    if top < 1:
+        raise ReportError(f"`top >= 1` must hold, but got {top=}.")
+    ref = resolve(recipe)
+    loaded, where = _open_study(recipe, ref.name, storage, study, state_dir)
+    echo(f"autotune report: reading study {loaded.study_name!r} in {where}")
+    trials = [t for t in loaded.get_trials(deepcopy=False) if "config" in t.user_attrs]
+    if not trials:
+        raise ReportError(
+            f"study {loaded.study_name!r} holds no trial with a recorded config; was it written by `autotune search`?"
+        )
+    complete = sorted(
+        (t for t in trials if t.state == TrialState.COMPLETE and t.value is not None),
+        key=lambda t: -float(t.value or 0),
+    )
+    counts = {
+        "complete": len(complete),
+        "pruned": sum(t.state == TrialState.PRUNED for t in trials),
+        "failed": sum(t.state == TrialState.FAIL for t in trials),
+        "unfinished": sum(not t.state.is_finished() for t in trials),
+    }
+    base_trial = next(
+        (t for t in sorted(complete, key=lambda t: t.number) if t.user_attrs.get("role") == "baseline"), None
+    )
+    base_value = float(base_trial.value) if base_trial is not None and base_trial.value else None
+    verdicts = _verdicts(loaded)
+    ranked: list[Row] = []
+    for t in complete:
+        row = _row(t, base_value, verdicts)
+        if t is not base_trial and row.describe not in {r.describe for r in ranked}:
+            ranked.append(dataclasses.replace(row, rank=len(ranked) + 1))
+    best = ranked[:top]
+    if any(r.parity == "REJECT" for r in best) and not any(r.parity == "pass" for r in best):
+        # The fastest were rejected: show the fastest that may win too, at its own rank.
+        best += [r for r in ranked[top:] if r.parity == "pass"][:1]
+    notes: list[str] = []
+    if any(r.parity == "REJECT" for r in best):
+        notes.append(
+            "parity REJECT: the search's parity check found the config trains differently from the baseline; it "
+            "cannot win."
+        )
+    if base_trial is None:
+        notes.append(
+            "the baseline (the workload's own settings) has no complete trial in this study; speed-ups cannot be "
+            "stated."
+        )
+    importances, why = _importances(loaded, len(complete))
+    notes += [why] if why else []
+
+    hardware = str(loaded.user_attrs.get("hardware", "?"))
+    out = Path(out) if out is not None else ref.tuned_path.parent
+    stem = _stem(loaded.study_name)
+    echo(f"  drawing figures into {out}/ ...")
+    written, more = _draw(trials, complete, base_value, importances, f"{ref.name} on {hardware}", out, stem)
+    rep = StudyReport(
+        ref.name,
+        loaded.study_name,
+        where,
+        hardware,
+        counts,
+        _row(base_trial, base_value) if base_trial else None,
+        tuple(best),
+        importances,
+        tuple(notes + more),
+        _failures(trials),
+        written,
+        out / f"{stem}.report.md",
+        out / f"{stem}.report.html",
+    )
+    command = command or f"autotune report --recipe {recipe}"
+    write_markdown(rep, command)
+    write_html(rep, command)
+    return rep
+
+
+# -- what the command prints -------------------------------------------------------------------
+
+
+def render(rep: StudyReport) -> str:
+    """The report as text tables, and the files written."""
+    lines = [f"{rep.recipe} on {rep.hardware}", summary(rep), "", "best configs beside the baseline"]
+    headers, rows = best_table(rep)
+    lines += table(headers, rows, right=[1, 2, 3, 4]) if rows else ["  no complete trial"]
+    if rep.importances:
+        lines += ["", "parameter importances (PED-ANOVA: what the fastest trials have in common)"]
+        lines += table(["knob", "share", ""], [[k, percent(v), bar(v)] for k, v in rep.importances.items()], right=[1])
+    if rep.failures:
+        lines += ["", "failed and pruned trials, by reason"]
+        headers, rows = failure_table(rep)
+        lines += table(headers, rows, right=[2])
+    lines += [f"note: {n}" for n in rep.notes]
+    lines += ["", "written:"] + [f"  {path}" for path in [*rep.figures.values(), rep.markdown, rep.html]]
+    return "\n".join(lines)

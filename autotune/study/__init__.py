@@ -1,0 +1,29 @@
+"""The search: an Optuna study over the knobs, measured in trial processes. Only this package knows Optuna.
+
+``search()`` (``run``) is four steps, each in a module of its own:
+
+- ``setup``: the workload, the machine, the ``space`` of knobs, the study and its ``seeds``;
+- ``trials``: take tickets (``sharing``), measure each config, learn hopeless values (``failures``),
+  stop clearly worse trials early (``pruner``);
+- ``finalists``: the ``parity_check`` (verdicts by ``parity``) and the rounds measured again;
+- ``profile``: the winner and its profile, written to the tuned file.
+
+Around them: ``options`` (what a search is asked to do), ``storage`` (SQLite or
+PostgreSQL), ``claim`` (which worker writes), ``pools`` (the search's trial
+processes), ``baseline_run`` and ``parallel``/``worker`` (``--gpus``).
+"""
+
+from autotune.exports import lazy_exports
+
+__all__, __getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "SearchOptions": "options",
+        "SearchError": "setup",
+        "SearchResult": "profile",
+        "search": "run",
+        "search_parallel": "parallel",
+        "SpaceError": "space",
+        "parse_fix": "space",
+    },
+)

@@ -1,0 +1,69 @@
+"""The writer's claim: which worker of a study measures the finalists and writes the tuned file.
+
+When no ticket is left and no trial runs, one worker claims the role under the
+study's lock; the others end. The claim is kept in the study's user attribute
+``writer`` with a heartbeat, so a writer that dies is replaced once its
+heartbeat stops.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import optuna
+
+from autotune.study.sharing import Heartbeat, owner, study_lock
+
+
+class Claim:
+    """This worker's claim to measure the finalists and write the tuned file.
+
+    Kept in the study's user attribute ``writer``: who holds it, its state
+    (``running``, ``done``, ``failed``) and a heartbeat.
+    """
+
+    def __init__(self, study: optuna.Study, interval_s: int) -> None:
+        self.study, self.interval_s = study, interval_s
+        self.record: dict[str, Any] = {"owner": owner(), "state": "running", "since": time.time(), "beat": time.time()}
+
+    def save(self) -> None:
+        self.study.set_user_attr("writer", self.record)
+
+    def beat(self) -> None:
+        current = self.study.user_attrs.get("writer", {})
+        if current.get("owner") == self.record["owner"] and current.get("since") == self.record["since"]:
+            self.record["beat"] = time.time()
+            self.save()
+
+    def heartbeat(self) -> Heartbeat:
+        return Heartbeat(self.beat, self.interval_s)
+
+    def done(self, path: str) -> None:
+        self.record.update(state="done", done_at=time.time(), path=path, beat=time.time())
+        self.save()
+
+    def failed(self, reason: str) -> None:
+        self.record.update(state="failed", reason=reason, beat=time.time())
+        self.save()
+
+
+def claim_writer(
+    study: optuna.Study, storage: optuna.storages.RDBStorage, started_at: float, interval_s: int, grace_s: int
+) -> tuple[Claim | None, dict[str, Any] | None]:
+    """Claim the writer's role, or return who holds it (or already wrote this round's recipe).
+
+    `started_at` is when this worker started (time.time()): a recipe written after that
+    came from this round, by a peer; one written before, from an earlier command, which
+    this one redoes.
+    """
+    with study_lock(storage, study.study_name):
+        current = study.user_attrs.get("writer")
+        if current:
+            live = current.get("state") == "running" and time.time() - current.get("beat", 0) <= grace_s
+            this_round = current.get("state") == "done" and current.get("done_at", 0) >= started_at
+            if live or this_round:
+                return None, current
+        claim = Claim(study, interval_s)
+        claim.save()
+        return claim, None

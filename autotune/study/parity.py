@@ -1,0 +1,211 @@
+"""The parity check's verdict: a faster config may win only if it trains like the workload's own.
+
+AMP, CUDA graphs, channels_last, cudnn.benchmark, device placement and a new
+batch size each make training faster, and each can silently change what is
+trained. Before a config may win, it and the baseline (the workload's own batch
+size and loader, fp32, eager) each make a parity run (``autotune.trial.parity_run``)
+from the same initial weights over the same data order, and ``compare`` judges
+them at equal samples seen, by two numbers, each within the tolerance of the
+knob family that differs:
+
+- ``deviation``: the loss over the last quarter of the run's samples, each step
+  weighted by the samples it overlaps;
+- ``probe_deviation``: the loss of a fixed probe set after the run.
+
+Both are in units of what the baseline learned (``deviation()``). A candidate
+also fails when any loss or parameter is NaN or inf. docs/parity.md gives the
+measurements the tolerances were chosen from. ``ParityCheck``
+(``autotune.study.parity_check``) runs the check over a search's fastest configs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from autotune.config import Config
+from autotune.trial.parity_run import ParityRun
+
+LOADER_KNOBS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
+NUMERICS_KNOBS = ("amp", "cuda_graph", "channels_last", "cudnn_benchmark", "placement")
+# |deviation| and |probe_deviation| allowed (units: see deviation()); docs/parity.md has the measurements.
+TOLERANCES = {"loader": 0.05, "numerics": 0.05, "batch_size": 0.25}
+FAMILIES = tuple(TOLERANCES)
+BASELINE_STEPS = 512  # the baseline trains at least this many steps: 65,536 samples, 1.1 epochs, for mnist_cnn
+CANDIDATE_STEPS = 8  # and a candidate at least this many, however large its batch
+WINDOW_PARTS = 4  # the compared window is the last quarter of the run
+PROGRESS_FLOOR = 0.01  # a baseline that learned less than 1% of its initial loss is measured against 1%
+INITIAL_RTOL = 1e-3  # two runs from the same weights and data agree on the initial loss this closely
+
+
+class ParityError(RuntimeError):
+    """The check cannot judge anything: the baseline itself failed or diverged."""
+
+
+class ParityRunFailed(RuntimeError):
+    """A parity run that crashed, ran out of memory or timed out; the message is the reason."""
+
+
+def run_length(baseline_batch: int, batch: int) -> tuple[int, int]:
+    """Samples to train and the window compared at their end, for two batch sizes.
+
+    >>> run_length(128, 8192)
+    (65536, 16384)
+    """
+    samples = max(BASELINE_STEPS * baseline_batch, CANDIDATE_STEPS * batch)
+    return samples, samples // WINDOW_PARTS
+
+
+def family(baseline: Config, candidate: Config) -> str:
+    """Which tolerance applies: the loosest family among the knobs that differ."""
+    if candidate.batch_size != baseline.batch_size:
+        return "batch_size"
+    if any(getattr(candidate, k) != getattr(baseline, k) for k in NUMERICS_KNOBS):
+        return "numerics"
+    return "loader"
+
+
+@dataclasses.dataclass(frozen=True)
+class ParityVerdict:
+    """The outcome of one check, with the numbers that decided it."""
+
+    passed: bool
+    family: str
+    tolerance: float  # for both deviations
+    samples: int  # each run trained this many
+    window: int  # the last `window` of them are compared
+    lr: float
+    baseline_lr: float
+    initial_loss: float | None = None  # the untrained model on the probe set (both runs agree on it)
+    loss: float | None = None  # training loss over the window, as the step reported it
+    baseline_loss: float | None = None
+    deviation: float | None = None  # (loss - baseline_loss) / scale; None when not reached
+    probe_loss: float | None = None  # the trained model on the probe set, evaluated by the check
+    baseline_probe_loss: float | None = None
+    probe_deviation: float | None = None
+    run_s: float = 0.0  # the candidate's parity run
+    reason: str | None = None  # why it failed
+
+    @property
+    def word(self) -> str:
+        return "pass" if self.passed else "REJECT"
+
+    def summary(self) -> str:
+        """One line: the decision and its numbers."""
+        if self.deviation is None or self.probe_deviation is None:
+            return f"{self.word:<6}  {self.reason}"
+        return (
+            f"{self.word:<6}  deviation {self.deviation:+.1%}, probe {self.probe_deviation:+.1%} "
+            f"(tolerance ±{self.tolerance:.0%}, {self.family}): loss {self.loss:.4g} vs {self.baseline_loss:.4g}, "
+            f"probe {self.probe_loss:.4g} vs {self.baseline_probe_loss:.4g} at {self.samples:,} samples "
+            f"from {self.initial_loss:.4g}; lr {self.lr:g}"
+        )
+
+    def as_record(self) -> dict[str, Any]:
+        """Plain data for the study and the tuned file: finite numbers only, nothing absent as None."""
+        record: dict[str, Any] = {}
+        for key, value in dataclasses.asdict(self).items():
+            if value is None or (isinstance(value, float) and not math.isfinite(value)):
+                continue
+            record[key] = round(value, 6) if isinstance(value, float) else value
+        return record
+
+
+def deviation(initial: float, baseline: float, candidate: float) -> float:
+    """How far `candidate`'s loss is from `baseline`'s, in units of what the baseline learned or has left.
+
+    A candidate above the baseline (it learned less) is measured against the
+    smaller of the baseline's progress (``initial - baseline``) and its remaining
+    loss (``baseline``): on a plateau a small shortfall is a large share of the
+    progress, and near convergence a loss 40 times the baseline's is a large
+    share of what is left. A candidate below the baseline (it learned more) is
+    measured against the progress alone: learning much faster than the baseline
+    is a different run (a memorised batch), converging a little further is not.
+    The unit is at least 1% of ``initial``.
+
+    >>> round(deviation(2.30, 2.26, 2.30), 2)  # no progress where the baseline made 0.04
+    1.0
+    """
+    progress = initial - baseline
+    unit = min(progress, baseline) if candidate > baseline else progress
+    return (candidate - baseline) / max(unit, PROGRESS_FLOOR * abs(initial))
+
+
+def compare(baseline: ParityRun, candidate: ParityRun, family_name: str, samples: int, window: int) -> ParityVerdict:
+    """Judge `candidate` against `baseline` at `samples` seen, over the last `window` of them."""
+    tolerance = TOLERANCES[family_name]
+    numbers: dict[str, Any] = dict(
+        family=family_name,
+        tolerance=tolerance,
+        samples=samples,
+        window=window,
+        lr=candidate.lr,
+        baseline_lr=baseline.lr,
+        run_s=round(candidate.seconds, 3),
+    )
+    if baseline.first_nonfinite() or not baseline.finite_params or not math.isfinite(baseline.initial_loss):
+        raise ParityError(
+            f"the baseline's own parity run is not finite (batch {baseline.batch_size}, "
+            f"lr {baseline.lr:g}); nothing can be compared to it."
+        )
+    if baseline.samples < samples or candidate.samples < samples:
+        raise ValueError(
+            f"both runs must reach {samples:,} samples, but got baseline {baseline.samples:,}, "
+            f"candidate {candidate.samples:,}."
+        )
+    bad = candidate.first_nonfinite()
+    if bad is not None:
+        return ParityVerdict(False, **numbers, reason=f"loss is {bad[1]} after {bad[0]:,} samples")
+    if not candidate.finite_params:
+        return ParityVerdict(False, **numbers, reason="parameters are NaN or inf after the run")
+    l0 = baseline.initial_loss
+    numbers["initial_loss"] = l0
+    if not math.isclose(candidate.initial_loss, l0, rel_tol=INITIAL_RTOL):
+        return ParityVerdict(
+            False,
+            **numbers,
+            reason=(
+                f"not the same start: the untrained model's probe loss is {candidate.initial_loss:.6f}, "
+                f"the baseline's {l0:.6f} (same weights and data agree within {INITIAL_RTOL:.0e})"
+            ),
+        )
+    lo = samples - window
+    numbers.update(
+        loss=candidate.window_loss(lo, samples),
+        baseline_loss=baseline.window_loss(lo, samples),
+        probe_loss=candidate.final_loss,
+        baseline_probe_loss=baseline.final_loss,
+    )
+    numbers["deviation"] = deviation(l0, numbers["baseline_loss"], numbers["loss"])
+    numbers["probe_deviation"] = deviation(l0, baseline.final_loss, candidate.final_loss)
+    passed = abs(numbers["deviation"]) <= tolerance and abs(numbers["probe_deviation"]) <= tolerance
+    return ParityVerdict(passed, **numbers)
+
+
+def check(runner: Any, baseline: Config, baseline_lr: float, candidate: Config, lr: float) -> ParityVerdict:
+    """Train both configs in this process and compare them: the one-call form of the check.
+
+    `runner` is a ``Runner`` (or anything with its ``build`` and ``dataset``).
+
+    For example, ``check(runner, Config(batch_size=128), 0.01, Config(batch_size=8192), 0.01).passed``
+    is False for mnist_cnn: the unscaled learning rate learns too little.
+    """
+    from autotune.trial.parity_run import probe, train
+
+    samples, window = run_length(baseline.batch_size, candidate.batch_size)
+    probe_set = probe(runner.dataset)
+    base = train(runner.build, baseline, baseline_lr, samples, probe_set, baseline.batch_size)
+    run = train(runner.build, candidate, lr, samples, probe_set, baseline.batch_size)
+    return compare(base, run, family(baseline, candidate), samples, window)
+
+
+def numerics(config: Config) -> tuple[Any, ...]:
+    # Loader knobs change speed, not the samples or their order: configs equal here train alike.
+    return tuple(v for k, v in config.as_dict().items() if k not in LOADER_KNOBS)
+
+
+def clearly_too_far(verdict: ParityVerdict) -> bool:
+    """A batch-size rejection that no numerics knob can undo: beyond its tolerance by more than numerics may move it."""
+    worst = max(abs(verdict.deviation or 0.0), abs(verdict.probe_deviation or 0.0))
+    return verdict.family == "batch_size" and worst > TOLERANCES["batch_size"] + TOLERANCES["numerics"]

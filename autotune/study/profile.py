@@ -1,0 +1,189 @@
+"""A search's last step: the winner of the rounds, and its profile for the tuned file.
+
+Every number a profile states comes from the rounds, where the winner and the
+baseline were measured interleaved in the same run; the noise stated is the
+larger of the windows' spread and the spread across processes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import statistics
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.config import Config
+from autotune.study import sharing
+from autotune.study.finalists import Results
+from autotune.study.parity_check import ParityCheck
+from autotune.study.setup import SearchError, Setup
+from autotune.text import rate
+from autotune.tuned import file as tuned_file
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchResult:
+    tuned_path: Path
+    hardware: str
+    profile: dict[str, Any]
+
+
+def winner(setup: Setup, finalists: list[Config], results: Results) -> Config:
+    """The fastest finalist in the rounds, or the baseline when none beat it there."""
+    if not results[setup.baseline]:
+        raise SearchError(
+            "the baseline (the workload's own settings) failed in every round; no speed-up can be stated."
+        )
+    measured = [c for c in finalists if results[c]]
+    if finalists and not measured:
+        raise SearchError("every finalist failed when measured again; see the reasons above.")
+
+    def median(config: Config) -> float:
+        return statistics.median(r["samples_per_s"] for r in results[config])
+
+    best = max(measured, key=median, default=setup.baseline)
+    if best != setup.baseline and median(best) <= median(setup.baseline):
+        setup.echo(
+            f"finalists: none beat the baseline when measured again ({rate(median(best))}/s against "
+            f"{rate(median(setup.baseline))}/s); the profile keeps the workload's own settings"
+        )
+        return setup.baseline
+    return best
+
+
+def write(setup: Setup, best: Config, results: Results, check: ParityCheck | None) -> SearchResult:
+    """Write the winner's profile into the tuned file, and say what it states."""
+    record = check.record(best) if check is not None and best != setup.baseline else None
+    made = profile(setup, best, results, record)
+    tuned_file.write_profile(setup.ref.tuned_path, setup.ref.name, setup.machine.hardware, made)
+    setup.echo(
+        f"wrote {setup.ref.tuned_path}: {best.describe()}: {rate(made['samples_per_s'])}/s, "
+        f"{made['speedup']}x the baseline's {rate(made['baseline_samples_per_s'])}/s "
+        f"(noise ±{made['spread']:.1%}), search {made['search_s']:.0f} s"
+    )
+    parity = made["parity"]
+    if parity.get("checked"):
+        setup.echo(
+            f"parity: the winner trains like the baseline (deviation {parity['deviation']:+.1%}, probe "
+            f"{parity['probe_deviation']:+.1%}, tolerance ±{parity['tolerance']:.0%}) at lr {parity['lr']:g}; "
+            f"the check took {parity['check_s']:.0f} s"
+        )
+    elif best == setup.baseline:
+        setup.echo("parity: the winner is the workload's own settings; there is nothing to check")
+    else:
+        setup.echo("parity: not checked (--no-parity-check): the winner may train differently from the baseline")
+    return SearchResult(setup.ref.tuned_path, setup.machine.hardware, made)
+
+
+def profile(
+    setup: Setup, best: Config, results: Results, parity_record: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The profile's every key (``autotune.tuned.schema``), from the rounds' measurements."""
+
+    def med(config: Config, key: str) -> float:
+        return statistics.median(r[key] for r in results[config])
+
+    def noise(config: Config) -> float:
+        return spread_of(results[config], autotuned_draws(setup, config))
+
+    def run_s(config: Config) -> float:
+        epochs = setup.workload.defaults["epochs"]
+        return med(config, "setup_s") + med(config, "materialize_s") + epochs * med(config, "epoch_s")
+
+    counts = _count(setup.study.trials)
+    value, base = med(best, "samples_per_s"), med(setup.baseline, "samples_per_s")
+    return {
+        "command": setup.options.command,
+        "created": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
+        "samples_per_s": round(value, 1),
+        "steady_samples_per_s": round(med(best, "steady_samples_per_s"), 1),
+        "baseline_samples_per_s": round(base, 1),
+        "speedup": round(value / base, 2),
+        "spread": round(noise(best), 4),
+        "baseline_spread": round(noise(setup.baseline), 4),
+        "step_s": med(best, "step_s"),
+        "epoch_s": round(med(best, "epoch_s"), 4),
+        "setup_s": round(med(best, "setup_s") + med(best, "materialize_s"), 3),
+        "run_s": round(run_s(best), 2),
+        "baseline_run_s": round(run_s(setup.baseline), 2),
+        "search_s": round(setup.elapsed(), 1),
+        "trials_complete": counts["complete"],
+        "trials_failed": counts["failed"],
+        "trials_pruned": counts["pruned"],
+        "cpu_share": setup.machine.cpu_share,
+        "lr": setup.lr(best),
+        "lr_rule": setup.options.lr_rule,
+        "study": setup.study_name,
+        "knobs": tuned_file.config_to_knobs(best),
+        "excluded": dict(setup.space.excluded),
+        "versions": versions(),
+        "parity": parity_record or {"checked": False},
+    }
+
+
+def autotuned_draws(setup: Setup, config: Config) -> list[float]:
+    """The trials' measurements of `config`, if cuDNN autotunes it on a GPU; else none.
+
+    Autotuning chooses its plans afresh in each process (on an H200, mnist_cnn's fast
+    loop drew 1.60-1.76M samples/s), so every trial process that measured the config
+    is one more draw of what a training run gets, beside the rounds' fresh processes.
+    They count in its noise only: the fastest trial is what made the config a finalist,
+    so as a measurement of its speed it is biased upwards.
+    """
+    if not (config.cudnn_benchmark and setup.machine.cuda):
+        return []
+    return measured_values(
+        setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), config, setup.space.normalise
+    )
+
+
+def _count(trials: list[FrozenTrial]) -> dict[str, int]:
+    states = {"complete": TrialState.COMPLETE, "failed": TrialState.FAIL, "pruned": TrialState.PRUNED}
+    mine = sharing.counted(trials)  # an interrupted trial's retry stands for it
+    return {name: sum(t.state == s for t in mine) for name, s in states.items()}
+
+
+def measured_values(
+    trials: Sequence[FrozenTrial], config: Config, normalise: Callable[[Config], Config]
+) -> list[float]:
+    """The values of the complete trials that measured `config` themselves (not a duplicate reusing another's)."""
+    return [
+        float(t.value)
+        for t in trials
+        if t.state == TrialState.COMPLETE
+        and t.value is not None
+        and "duplicate_of" not in t.user_attrs
+        and "config" in t.user_attrs
+        and normalise(Config.from_dict(t.user_attrs["config"])) == config
+    ]
+
+
+def spread_of(rounds: list[dict[str, Any]], draws: Sequence[float] = ()) -> float:
+    """A config's noise: the larger of its rounds' median within-run spread and the spread of every
+    measurement across processes (its rounds' fresh ones, and `draws`: its trial processes' own)."""
+    rates = [r["samples_per_s"] for r in rounds] + list(draws)
+    within = statistics.median(r["spread"] for r in rounds)
+    across = (max(rates) - min(rates)) / statistics.median(rates) if len(rates) > 1 else 0.0
+    return max(within, across)
+
+
+def versions() -> dict[str, str]:
+    import torch
+
+    found = {"torch": torch.__version__, "python": sys.version.split()[0]}
+    if torch.version.cuda:
+        found["cuda"] = torch.version.cuda
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        found["driver"] = driver.decode() if isinstance(driver, bytes) else driver
+    except Exception:  # no NVIDIA driver here: a CPU profile has none to record
+        pass
+    return found

@@ -1,0 +1,156 @@
+"""`autotune search` as four plain steps: setup, trials, finalists, write.
+
+    result = search("mnist_cnn", SearchOptions(trials=8))   # writes recipes/mnist_cnn.tuned.toml
+
+Each step is a function of a few lines over a frozen ``Setup``; the state lives
+in the Optuna study. The study survives a killed search: the same command
+resumes it. Several workers may share one study (``autotune.study.sharing``);
+one of them measures the finalists and writes the tuned file
+(``autotune.study.claim``). ``autotune.study.parallel`` runs the same steps
+under ``--gpus``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import warnings
+from collections.abc import Callable, Iterator
+
+import optuna
+
+from autotune.config import Config
+from autotune.procs.pool import TrialPool
+from autotune.study import finalists, profile, sharing
+from autotune.study.claim import claim_writer
+from autotune.study.finalists import Results
+from autotune.study.options import SearchOptions
+from autotune.study.parity_check import ParityCheck
+from autotune.study.pools import SOLO, SearchPools, Team
+from autotune.study.profile import SearchResult
+from autotune.study.setup import Setup, announce, open_study, prepare
+from autotune.study.trials import run_trials, wait_for_other_workers
+
+
+def search(
+    recipe: str,
+    options: SearchOptions = SearchOptions(),
+    echo: Callable[[str], None] = print,
+    early: TrialPool | None = None,
+) -> SearchResult | None:
+    """Run or resume the study for `recipe` and write its tuned file.
+
+    Returns None when another worker of the same study writes the tuned file.
+    `early`: trial processes the command line started before importing torch;
+    adopted if they suit this search, stopped either way.
+    """
+    quiet_optuna()
+    try:
+        setup = _setup(recipe, options, echo)
+    except BaseException:
+        if early is not None:
+            early.stop()  # its unused processes go, leaving no file
+        raise
+    return run_steps(setup, SearchPools(setup, early))
+
+
+def run_steps(setup: Setup, pools: SearchPools, team: Team = SOLO) -> SearchResult | None:
+    """The trials, then, for the one worker that writes, the finalists and the tuned file. Stops `pools` at the end."""
+    try:
+        check = _trials(setup, pools, team)
+        if not setup.options.write_tuned_file:
+            return None
+        with _writer_claim(setup) as claimed:
+            if not claimed:
+                return None
+            chosen, results, check = _finalists(setup, pools, team, check)
+            return _write(setup, chosen, results, check)
+    except KeyboardInterrupt:
+        pools.kill()
+        raise
+    finally:
+        pools.stop()
+
+
+def _setup(recipe: str, options: SearchOptions, echo: Callable[[str], None]) -> Setup:
+    prepared = prepare(recipe, options, echo)
+    announce(prepared)
+    setup = open_study(prepared)
+    trials = setup.study.get_trials(deepcopy=False)
+    done, total = len(sharing.finished(trials)), len(sharing.counted(trials))
+    if done:
+        echo(f"resuming study {setup.study_name!r}: {done} trial(s) already finished, {total - done} to go")
+    return setup
+
+
+def _trials(setup: Setup, pools: SearchPools, team: Team) -> ParityCheck | None:
+    """Take tickets until none is left; the writer then waits for the other workers' last trials.
+
+    Returns the parity check the writer began while it waited (under --gpus), if any.
+    """
+    writes = setup.options.write_tuned_file
+    if team.round_devices and writes:
+        pools.prestart_rounds()  # under --gpus, the other devices' round processes start beside the first trials
+    learned = run_trials(setup, pools.trials)
+    if not writes:
+        return None
+    pools.prestart_rounds()
+    began: list[ParityCheck | None] = []
+
+    def check_while_waiting() -> None:
+        if team.round_devices and setup.options.parity_check:
+            began.append(finalists.check_early(setup, pools, team))
+
+    wait_for_other_workers(setup, pools.trials, learned, check_while_waiting)
+    return began[0] if began else None
+
+
+@contextlib.contextmanager
+def _writer_claim(setup: Setup) -> Iterator[bool]:
+    """Hold the writer's role while the block runs; False when another worker holds it or already wrote."""
+    interval, grace = sharing.heartbeat_settings()
+    claim, holder = claim_writer(setup.study, setup.storage, setup.started_at, interval, grace)
+    if claim is None:
+        assert holder is not None
+        doing = (
+            f"wrote {holder.get('path')}"
+            if holder.get("state") == "done"
+            else "measures the finalists and writes the tuned file"
+        )
+        setup.echo(f"study {setup.study_name!r} is done; worker {holder['owner']} {doing}")
+        yield False
+        return
+    try:
+        with claim.heartbeat():
+            yield True
+    except BaseException as exc:
+        with contextlib.suppress(Exception):
+            claim.failed(f"{type(exc).__name__}: {exc}")
+        raise
+    claim.done(str(setup.ref.tuned_path))
+
+
+def _finalists(
+    setup: Setup, pools: SearchPools, team: Team, check: ParityCheck | None
+) -> tuple[list[Config], Results, ParityCheck | None]:
+    chosen, check = finalists.choose(setup, pools, team, check)
+    rounds = setup.options.rounds
+    if chosen:
+        setup.echo(
+            f"finalists: measuring {len(chosen)} config(s) against the baseline, {rounds} round(s), fresh processes"
+        )
+    else:
+        # Nothing beat the workload's own settings: they are the result, at a speed-up of 1.
+        setup.echo(f"no config ran faster than the baseline; measuring it, {rounds} round(s), fresh processes")
+    team.before_rounds()
+    return chosen, finalists.measure_rounds(setup, pools, chosen), check
+
+
+def _write(setup: Setup, chosen: list[Config], results: Results, check: ParityCheck | None) -> SearchResult:
+    return profile.write(setup, profile.winner(setup, chosen, results), results, check)
+
+
+def quiet_optuna() -> None:
+    logging.getLogger("optuna").setLevel(logging.ERROR)
+    # Heartbeats and grouped TPE are marked experimental; they are what we rely on, on purpose.
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)

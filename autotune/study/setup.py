@@ -1,0 +1,226 @@
+"""A search's first step: the workload, the machine, the space, and the study they are measured in.
+
+``prepare`` needs no study: it loads the workload, reads what its data set
+allows, and builds the space. A ``--gpus`` worker prepares while the search
+that started it sets the study up. ``open_study`` then opens or creates the
+study, and under its lock checks that it measures this hardware and queues
+its tickets (the seeds first). The result is a frozen ``Setup``: state lives in
+the study, not on an object others patch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from autotune.config import Config, baseline_config, scaled_lr
+from autotune.study import sharing
+from autotune.study.options import SearchOptions
+from autotune.study.pruner import ClearlyWorsePruner
+from autotune.study.seeds import seed_configs
+from autotune.study.space import DataFacts, Machine, Space, SpaceError, build_space, detect_machine
+from autotune.study.storage import open_storage, redact
+from autotune.trial.timing import Windows
+from autotune.tuned import file as tuned_file
+from autotune.workloads import RecipeRef, Workload, WorkloadError, load, resolve
+
+
+class SearchError(RuntimeError):
+    """A search that cannot start or finish; the message says why and what to do."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """What a search knows before it opens its study."""
+
+    options: SearchOptions
+    ref: RecipeRef
+    workload: Workload
+    machine: Machine
+    facts: DataFacts
+    space: Space
+    baseline: Config  # the workload's own settings, in this space's terms
+    device: str  # "cuda:N" or "cpu"
+    study_name: str
+    storage_url: str
+    windows: Windows  # how each trial is timed
+    echo: Callable[[str], None]
+    started: float  # time.monotonic() when the search began
+    started_at: float  # time.time(), compared with other workers' records
+
+    def lr(self, config: Config) -> float:
+        """The learning rate `config` trains at: the workload's, scaled to its batch size by the rule."""
+        d = self.workload.defaults
+        return scaled_lr(float(d["lr"]), d["batch_size"], config.batch_size, self.options.lr_rule, self.workload.lr_max)
+
+    def config_of(self, trial: optuna.trial.FrozenTrial) -> Config:
+        """The config a trial measured, in this space's terms."""
+        return self.space.normalise(Config.from_dict(trial.user_attrs["config"]))
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup(Prepared):
+    """A prepared search with its study open."""
+
+    study: optuna.Study
+    storage: optuna.storages.RDBStorage
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def default_study_name(recipe: str, hardware: str, fixes: dict[str, tuple[Any, ...]]) -> str:
+    # The fixes are part of the name: a study searches one space, and a narrowed space is another search.
+    fixed = "".join(f"+{k}={','.join(str(v) for v in vs)}" for k, vs in sorted(fixes.items()))
+    return f"{recipe}@{slug(hardware)}{fixed}"
+
+
+def prepare(recipe: str, options: SearchOptions, echo: Callable[[str], None] = print) -> Prepared:
+    """Load the workload, read its data set's facts here (building it once), and build the space."""
+    started, started_at = time.monotonic(), time.time()
+    ref = resolve(recipe)
+    workload = load(ref)
+    machine = detect_machine(options.device_index, options.cpu_share)
+    import torch
+
+    from autotune.trial.runner import Runner
+
+    try:
+        facts = Runner(workload, torch.device("cpu")).facts()
+    except Exception as exc:  # user code: say where it failed, in one line
+        raise WorkloadError(
+            f"workload {ref.workload_path}: building or reading its data set failed: "
+            f"{where_raised(exc, ref.workload_path)}"
+        ) from exc
+    space = build_space(workload.defaults["batch_size"], machine, facts, options.fixes)
+    return Prepared(
+        options=options,
+        ref=ref,
+        workload=workload,
+        machine=machine,
+        facts=facts,
+        space=space,
+        baseline=space.normalise(baseline_config(workload, machine.cuda)),
+        device=f"cuda:{options.device_index}" if machine.cuda else "cpu",
+        study_name=options.study or default_study_name(ref.name, machine.hardware, options.fixes),
+        storage_url=options.storage or f"sqlite:///{(options.state_dir / f'{ref.name}.db').resolve()}",
+        windows=Windows(window_s=0.2 if machine.cuda else 0.4),
+        echo=echo,
+        started=started,
+        started_at=started_at,
+    )
+
+
+def announce(p: Prepared) -> None:
+    """Say what is tuned where, and fail now on a tuned file that could not be updated later."""
+    p.echo(
+        f"autotune: tuning {p.ref.name!r} on {p.machine.hardware} ({p.machine.cpu_share} CPU cores), "
+        f"study {p.study_name!r} in {redact(p.storage_url)}"
+    )
+    for line in p.space.describe():
+        p.echo(f"  {line}")
+    for knob, why in p.space.excluded.items():
+        p.echo(f"  {knob}: left out ({why})")
+    if p.ref.tuned_path.exists():
+        tuned_file.read(p.ref.tuned_path)  # a broken file fails now, not after the search
+    if p.options.write_tuned_file:
+        tuned_file.check_writable(p.ref.tuned_path)
+
+
+def open_study(p: Prepared, storage_url: str | None = None, study_name: str | None = None) -> Setup:
+    """Open or create the study (another process's, when named); under its lock, bind it and queue its tickets."""
+    if storage_url is not None and study_name is not None:  # a --gpus worker joins the study its search set up
+        p = dataclasses.replace(
+            p,
+            options=dataclasses.replace(p.options, storage=storage_url, study=study_name),
+            storage_url=storage_url,
+            study_name=study_name,
+        )
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # we print our own progress lines
+    if p.options.storage is None:
+        p.options.state_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        storage = open_storage(p.storage_url)
+    except sharing.SharingError as exc:
+        raise SearchError(str(exc)) from exc
+    seed = p.options.seed
+    if p.options.storage is not None:
+        # A storage others may share: workers of one study must not draw the same random configs.
+        seed = (seed * 1_000_003 + os.getpid()) % 2**31
+    sampler = optuna.samplers.TPESampler(
+        seed=seed, n_startup_trials=10, multivariate=True, group=True, constant_liar=True
+    )
+    try:
+        study = optuna.create_study(
+            storage=storage,
+            study_name=p.study_name,
+            direction="maximize",
+            sampler=sampler,
+            pruner=ClearlyWorsePruner(),
+            load_if_exists=True,
+        )
+        with sharing.study_lock(storage, p.study_name):
+            p = _bind(p, study)
+            seeds = [
+                {"params": p.space.params(c) or {}, "user_attrs": {"role": "baseline" if c == p.baseline else "seed"}}
+                for c in seed_configs(p.workload, p.machine, p.space)
+            ]
+            sharing.queue_tickets(study, p.options.trials, seeds)
+    except (SearchError, SpaceError):
+        raise
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SearchError(f"cannot open study {p.study_name!r} in {redact(p.storage_url)}: {first}") from exc
+    return Setup(**{f.name: getattr(p, f.name) for f in dataclasses.fields(Prepared)}, study=study, storage=storage)
+
+
+def _bind(p: Prepared, study: optuna.Study) -> Prepared:
+    """Record what the study measures, or refuse a worker that would measure something else."""
+    attrs = study.user_attrs
+    recorded = attrs.get("hardware")
+    if recorded is None:
+        study.set_user_attr("hardware", p.machine.hardware)
+        study.set_user_attr("recipe", p.ref.name)
+        study.set_user_attr("cpu_share", p.machine.cpu_share)
+        return p
+    if recorded != p.machine.hardware:
+        raise SearchError(
+            f"study {p.study_name!r} measures {recorded!r}, but this worker runs on {p.machine.hardware!r}; "
+            f"a study is bound to one hardware model: use another --study for this machine."
+        )
+    share = attrs.get("cpu_share", p.machine.cpu_share)
+    if share > p.machine.cpu_share:
+        raise SearchError(
+            f"study {p.study_name!r} gives each worker {share} CPU cores, but this worker has "
+            f"{p.machine.cpu_share}; every worker must measure with the share the profile will state: "
+            f"run fewer workers on this host, or use another --study."
+        )
+    if share == p.machine.cpu_share:
+        return p
+    # More cores than the study's share: measure with the share, as every other worker does.
+    p.echo(
+        f"  cpu share: {share} cores, as study {p.study_name!r} records (this host could give {p.machine.cpu_share})"
+    )
+    machine = dataclasses.replace(p.machine, cpu_share=share)
+    space = build_space(p.workload.defaults["batch_size"], machine, p.facts, p.options.fixes)
+    return dataclasses.replace(p, machine=machine, space=space)
+
+
+def where_raised(exc: BaseException, path: Path) -> str:
+    """`Type: message (file, line N)`, at the innermost line of the workload file that raised."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename) == Path(path)]
+    first = (str(exc).strip().splitlines() or [""])[0]
+    at = f" ({path}, line {frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {first}{at}"

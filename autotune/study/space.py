@@ -1,0 +1,265 @@
+"""The knobs, their domains and conditions: the only place that calls ``suggest_*``.
+
+A knob that cannot apply here (CUDA-only knobs on a CPU, channels_last on
+non-image input, device placement of a data set that does not fit or has a
+random transform) is left out of the space with a reason the recipe records.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import TYPE_CHECKING, Any
+
+from autotune.config import AMP_CHOICES, PLACEMENT_CHOICES, Config
+
+if TYPE_CHECKING:
+    import optuna
+
+KNOBS = (
+    "placement",
+    "batch_size",
+    "num_workers",
+    "pin_memory",
+    "persistent_workers",
+    "prefetch_factor",
+    "cudnn_benchmark",
+    "channels_last",
+    "amp",
+    "cuda_graph",
+)
+BOOL_KNOBS = ("pin_memory", "persistent_workers", "cudnn_benchmark", "channels_last", "cuda_graph")
+PREFETCH_RANGE = (1, 8)  # batches each worker keeps in flight
+BATCH_EXPONENTS = range(-2, 7)  # batch sizes from 1/4x to 64x the workload's own
+DEVICE_MEMORY_SHARE = 0.25  # a device-resident data set may take this much of the device's memory
+
+
+class SpaceError(ValueError):
+    """A --fix that names an unknown knob or a value outside its domain."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Machine:
+    """What the search may use here."""
+
+    hardware: str  # profile key: the GPU model, or "cpu"
+    cuda: bool
+    cpu_share: int  # CPU cores this worker may give DataLoader workers
+    amp_dtypes: tuple[str, ...]  # autocast dtypes the device supports
+    memory_bytes: int  # device memory (CUDA) or host memory (CPU)
+
+
+@dataclasses.dataclass(frozen=True)
+class DataFacts:
+    """What the data set allows; measured once in the parent before the study."""
+
+    size: int  # samples
+    sample_bytes: int  # bytes of one transformed (input, target) pair
+    image_4d: bool  # batches are N x C x H x W
+    static_shapes: bool  # every sample has one shape
+    deterministic: bool  # the transform gives the same tensor twice
+    device_dataset: bool  # the workload gives a deterministic data set + device_augment
+
+
+def detect_machine(device_index: int = 0, cpu_share: int | None = None) -> Machine:
+    import torch
+
+    cores = cpu_share or len(os.sched_getaffinity(0))
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(device_index)
+        dtypes = ("bf16", "fp16") if torch.cuda.is_bf16_supported() else ("fp16",)
+        return Machine(props.name, True, cores, dtypes, props.total_memory)
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    # CPU autocast runs bf16; fp16 autocast on a CPU is slower than fp32 nearly everywhere.
+    return Machine("cpu", False, cores, ("bf16",), memory)
+
+
+@dataclasses.dataclass(frozen=True)
+class Space:
+    """Each knob's allowed values, in order, and the knobs left out with their reasons."""
+
+    domains: dict[str, tuple[Any, ...]]
+    excluded: dict[str, str]
+
+    def suggest(self, trial: "optuna.Trial") -> Config:
+        """Sample a config; conditional knobs are asked for only when they apply."""
+        values: dict[str, Any] = {}
+        values["placement"] = self._pick(trial, "placement")
+        values["batch_size"] = self._pick(trial, "batch_size")
+        if values["placement"] == "stream":
+            values["num_workers"] = self._pick(trial, "num_workers")
+            values["pin_memory"] = self._pick(trial, "pin_memory")
+            if values["num_workers"] > 0:
+                values["persistent_workers"] = self._pick(trial, "persistent_workers")
+                values["prefetch_factor"] = self._pick(trial, "prefetch_factor")
+        for knob in ("cudnn_benchmark", "channels_last", "amp", "cuda_graph"):
+            values[knob] = self._pick(trial, knob)
+        return Config(**values)
+
+    def _pick(self, trial: "optuna.Trial", knob: str) -> Any:
+        domain = self.domains[knob]
+        if len(domain) == 1:
+            return domain[0]
+        if knob in ("num_workers", "prefetch_factor"):
+            return trial.suggest_int(knob, domain[0], domain[-1])
+        return trial.suggest_categorical(knob, domain)
+
+    def params(self, config: Config) -> dict[str, Any] | None:
+        """The study parameters that make `suggest` return `config`; None if outside the space."""
+        params: dict[str, Any] = {}
+        for knob, value in self.normalise(config).as_dict().items():
+            if knob == "prefetch_factor" and value is None:
+                continue
+            if (
+                knob in ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
+                and config.placement == "device"
+            ):
+                continue
+            if knob in ("persistent_workers", "prefetch_factor") and config.num_workers == 0:
+                continue
+            if value not in self.domains[knob]:
+                return None
+            if len(self.domains[knob]) > 1:
+                params[knob] = value
+        return params
+
+    def normalise(self, config: Config) -> Config:
+        """Knobs that do not apply take their neutral value, so equal loops compare equal."""
+        changes: dict[str, Any] = {}
+        if config.placement == "device":
+            changes.update(num_workers=0, pin_memory=False, persistent_workers=False, prefetch_factor=None)
+        elif config.num_workers == 0:
+            changes.update(persistent_workers=False, prefetch_factor=None)
+        for knob in self.excluded:
+            changes[knob] = self.domains[knob][0]
+        return dataclasses.replace(config, **changes)
+
+    def clip(self, config: Config) -> Config:
+        """The nearest config inside the space: each value outside its domain replaced."""
+        changes: dict[str, Any] = {}
+        for knob, value in config.as_dict().items():
+            domain = self.domains[knob]
+            if value is None or value in domain:
+                continue
+            if knob in ("batch_size", "num_workers", "prefetch_factor"):
+                changes[knob] = min(domain, key=lambda v: abs(v - value))
+            else:
+                changes[knob] = domain[0]
+        clipped = self.normalise(dataclasses.replace(config, **changes))
+        if clipped.num_workers > 0 and clipped.placement == "stream" and clipped.prefetch_factor is None:
+            clipped = dataclasses.replace(clipped, prefetch_factor=min(2, self.domains["prefetch_factor"][-1]))
+        return clipped
+
+    def describe(self) -> list[str]:
+        lines = []
+        for knob in KNOBS:
+            if knob in self.excluded:
+                continue
+            domain = self.domains[knob]
+            if knob in ("num_workers", "prefetch_factor") and len(domain) > 2:
+                shown = f"{domain[0]}..{domain[-1]}"
+            elif knob == "batch_size" and len(domain) > 2:
+                shown = f"{domain[0]}..{domain[-1]} (powers of two)"
+            else:
+                shown = "/".join(_show(v) for v in domain)
+            lines.append(f"{knob}: {shown}")
+        return lines
+
+
+def _show(value: Any) -> str:
+    return {True: "on", False: "off"}.get(value, str(value)) if isinstance(value, bool) else str(value)
+
+
+def build_space(
+    batch_size: int, machine: Machine, facts: DataFacts, fixes: dict[str, tuple[Any, ...]] | None = None
+) -> Space:
+    """The space for one workload on one machine, narrowed by the user's fixes."""
+    domains: dict[str, tuple[Any, ...]] = {}
+    excluded: dict[str, str] = {}
+    scaled = (int(batch_size * 2.0**k) for k in BATCH_EXPONENTS)
+    sizes = tuple(b for b in scaled if b >= 1 and b * 4 <= facts.size)
+    domains["batch_size"] = sizes or (batch_size,)
+    domains["num_workers"] = tuple(range(0, machine.cpu_share + 1))
+    domains["prefetch_factor"] = tuple(range(PREFETCH_RANGE[0], PREFETCH_RANGE[1] + 1))
+    domains["persistent_workers"] = (False, True)
+    domains["amp"] = ("off",) + tuple(d for d in AMP_CHOICES[1:] if d in machine.amp_dtypes)
+    for knob in ("pin_memory", "cudnn_benchmark", "cuda_graph"):
+        domains[knob] = (False, True)
+        if not machine.cuda:
+            excluded[knob] = "needs CUDA"
+    domains["channels_last"] = (False, True)
+    if not facts.image_4d:
+        excluded["channels_last"] = "input is not a 4-D image batch"
+    if machine.cuda and not facts.static_shapes:
+        excluded["cuda_graph"] = "samples differ in shape; a graph replays static shapes"
+    domains["placement"] = PLACEMENT_CHOICES
+    fits = facts.size * facts.sample_bytes <= DEVICE_MEMORY_SHARE * machine.memory_bytes
+    if not fits:
+        excluded["placement"] = (
+            f"the data set ({facts.size * facts.sample_bytes / 2**30:.1f} GiB) exceeds "
+            f"{DEVICE_MEMORY_SHARE:.0%} of {'device' if machine.cuda else 'host'} memory"
+        )
+    elif not (facts.deterministic or facts.device_dataset):
+        excluded["placement"] = "the transform is random and the workload gives no device_augment"
+    for knob in excluded:
+        domains[knob] = (domains[knob][0],)
+    for knob, allowed in (fixes or {}).items():
+        domains[knob] = _narrow(knob, domains[knob], allowed, excluded)
+    return Space(domains, excluded)
+
+
+def _narrow(knob: str, domain: tuple[Any, ...], allowed: tuple[Any, ...], excluded: dict[str, str]) -> tuple[Any, ...]:
+    outside = [v for v in allowed if v not in domain]
+    if outside:
+        why = f" ({knob} is left out here: {excluded[knob]})" if knob in excluded else ""
+        raise SpaceError(
+            f"--fix {knob}: {', '.join(_show(v) for v in outside)} is outside its domain "
+            f"{{{', '.join(_show(v) for v in domain)}}}{why}."
+        )
+    return tuple(v for v in domain if v in allowed)
+
+
+def parse_fix(text: str) -> tuple[str, tuple[Any, ...]]:
+    """Parse one --fix: ``knob=value``, ``knob=a,b`` (a subset) or ``knob=lo..hi`` (an int range).
+
+    >>> parse_fix("batch_size=128")
+    ('batch_size', (128,))
+    >>> parse_fix("num_workers=2..4")
+    ('num_workers', (2, 3, 4))
+    """
+    knob, sep, raw = text.partition("=")
+    knob = knob.strip()
+    if not sep or not raw.strip():
+        raise SpaceError(f"--fix must look like knob=value, knob=a,b or knob=lo..hi, but got {text!r}.")
+    if knob not in KNOBS:
+        raise SpaceError(f"--fix names unknown knob {knob!r}; the knobs are: {', '.join(KNOBS)}.")
+    raw = raw.strip()
+    if ".." in raw:
+        if knob not in ("batch_size", "num_workers", "prefetch_factor"):
+            raise SpaceError(f"--fix {knob}: a range lo..hi needs an integer knob, but got {raw!r}.")
+        lo, _, hi = raw.partition("..")
+        low, high = _parse_value(knob, lo), _parse_value(knob, hi)
+        if low > high:
+            raise SpaceError(f"--fix {knob}: `lo <= hi` must hold, but got ({low=}, {high=}).")
+        values: tuple[Any, ...] = tuple(range(low, high + 1))
+        if knob == "batch_size":
+            values = tuple(v for v in values if v & (v - 1) == 0) or (low,)
+        return knob, values
+    return knob, tuple(_parse_value(knob, part.strip()) for part in raw.split(","))
+
+
+def _parse_value(knob: str, raw: str) -> Any:
+    if knob in BOOL_KNOBS:
+        table = {"on": True, "true": True, "1": True, "off": False, "false": False, "0": False}
+        if raw.lower() not in table:
+            raise SpaceError(f"--fix {knob}: expected on/off, but got {raw!r}.")
+        return table[raw.lower()]
+    if knob in ("batch_size", "num_workers", "prefetch_factor"):
+        try:
+            return int(raw)
+        except ValueError:
+            raise SpaceError(f"--fix {knob}: expected an integer, but got {raw!r}.") from None
+    choices = {"amp": AMP_CHOICES, "placement": PLACEMENT_CHOICES}[knob]
+    if raw not in choices:
+        raise SpaceError(f"--fix {knob}: expected one of {', '.join(choices)}, but got {raw!r}.")
+    return raw

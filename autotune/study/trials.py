@@ -1,0 +1,246 @@
+"""A search's second step: take the study's tickets one by one and measure each config in a trial process.
+
+The loop follows ``optuna/study/_optimize.py``: ``run_trials`` -> ``_optimize``
+-> ``_run_trial``, small functions with the state in the study. Each trial's
+config is suggested by the space, measured by a trial pool, and told to the
+study with its result or its failure reason. Every worker's failures teach every
+worker: a knob value that fails every time it is tried is not tried again
+(``autotune.study.failures``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import statistics
+import time
+from collections.abc import Callable
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.config import Config
+from autotune.procs import lifecycle
+from autotune.procs.pool import TrialPool
+from autotune.procs.trial_process import Outcome
+from autotune.study import sharing
+from autotune.study.failures import Finished, Hopeless, blocks, hopeless_values
+from autotune.study.setup import SearchError, Setup
+from autotune.text import elapsed, rate
+
+KEPT_RESULT = (
+    "samples_per_s",
+    "steady_samples_per_s",
+    "spread",
+    "step_s",
+    "epoch_s",
+    "epoch_overhead_s",
+    "setup_s",
+    "materialize_s",
+    "capture_s",
+    "gpu_util",
+    "peak_memory_bytes",
+    "backlog_steps",
+    "reliable",
+)
+
+
+@dataclasses.dataclass
+class Learned:
+    """The knob values found hopeless so far in this process, and the sampler to narrow when one is."""
+
+    hopeless: list[Hopeless] = dataclasses.field(default_factory=list)
+    sampler: optuna.samplers.BaseSampler | None = None  # the study's own, before any value was fixed
+
+
+def run_trials(setup: Setup, pool: TrialPool, learned: Learned | None = None) -> Learned:
+    """Take tickets until none is left or the time budget is spent; returns what was learned on the way."""
+    learned = learned or Learned(sampler=setup.study.sampler)
+    budget = setup.options.time_budget_s
+    while budget is None or setup.elapsed() < budget:
+        check_baseline(setup)
+        learn_failures(setup, learned)
+        ticket = sharing.take_ticket(setup.study, setup.storage)
+        if ticket is None:
+            break
+        _run_trial(setup, ticket, pool, learned.hopeless)
+    check_baseline(setup)
+    return learned
+
+
+def wait_for_other_workers(setup: Setup, pool: TrialPool, learned: Learned, while_waiting: Callable[[], None]) -> None:
+    """Wait until no trial runs anywhere, taking tickets that appear late (a dead worker's, queued again).
+
+    `while_waiting` runs once, when this worker first finds itself waiting: time it would spend idle.
+    """
+    told = False
+    while True:
+        run_trials(setup, pool, learned)
+        sharing.fail_stale(setup.study)
+        others = sharing.running(setup.study)
+        if not others:
+            return
+        if not told:
+            who = sorted({str(t.user_attrs.get("worker", "?")) for t in others})
+            setup.echo(f"waiting for {len(others)} trial(s) still running on other workers ({', '.join(who)})")
+            told = True
+            while_waiting()
+            continue
+        time.sleep(0.25)
+
+
+def _run_trial(setup: Setup, ticket: sharing.Ticket, pool: TrialPool, hopeless: list[Hopeless]) -> None:
+    """Measure the config a ticket holds (or the sampler fills in) and tell the study how it went."""
+    study, storage, trial = setup.study, setup.storage, ticket.trial
+    interval, _ = sharing.heartbeat_settings()
+    with sharing.Heartbeat(lambda: storage.record_heartbeat(ticket.trial_id), interval):
+        try:
+            # Stays the reason if this worker dies mid-trial; the heartbeat then fails it.
+            trial.set_user_attr(
+                "reason",
+                f"{sharing.INTERRUPTED}: its worker {sharing.owner()} stopped during the trial; "
+                f"the config was queued again",
+            )
+            trial.set_user_attr("worker", sharing.owner())
+            config = setup.space.suggest(trial)
+            lr = setup.lr(config)
+            trial.set_user_attr("config", config.as_dict())
+            trial.set_user_attr("lr", lr)
+            same = earlier_trial_of(setup, trial.number, config)
+            blocked = blocks(config.as_dict(), hopeless)
+            if same is not None:  # the sampler proposed a config already measured: reuse its outcome
+                outcome = _outcome_of(same)
+                trial.set_user_attr("duplicate_of", same.number)
+            elif blocked is not None:  # known not to work: record it, spend no time on it
+                outcome = Outcome("failed", reason=f"skipped: {blocked.short()}")
+            else:
+
+                def on_window(i: int, samples_per_s: float) -> bool:
+                    trial.report(samples_per_s, i)
+                    return trial.should_prune()
+
+                outcome = pool.run(config, lr, setup.windows, on_window)
+        except KeyboardInterrupt:
+            with lifecycle.signals_ignored():  # a second Ctrl-C must not cut the hand-back short
+                pool.kill()
+                sharing.requeue(
+                    study,
+                    storage,
+                    trial,
+                    f"{sharing.INTERRUPTED}: the search was stopped (SIGINT, SIGTERM "
+                    f"or SIGHUP); the config was queued again",
+                )
+            raise
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                trial.set_user_attr("reason", f"error in the search process: {type(exc).__name__}: {exc}")
+                study.tell(trial, state=TrialState.FAIL)
+            raise
+    if outcome.result:
+        trial.set_user_attr("result", {k: outcome.result.get(k) for k in KEPT_RESULT})
+    trial.set_user_attr("reason", outcome.reason)  # None: nothing went wrong
+    _progress(setup, trial.number, config, outcome, same)
+    if outcome.state == "complete":
+        assert outcome.result is not None
+        study.tell(trial, float(outcome.result["samples_per_s"]))
+    else:
+        study.tell(trial, state=TrialState.PRUNED if outcome.state == "pruned" else TrialState.FAIL)
+
+
+def earlier_trial_of(setup: Setup, number: int, config: Config) -> FrozenTrial | None:
+    """An earlier trial of the same config: its outcome stands for this one, so no config is measured twice.
+
+    One still running (on another worker) is waited for; if its worker dies, this one measures.
+    """
+    target = setup.space.normalise(config)
+    interval, grace = sharing.heartbeat_settings()
+    deadline = time.monotonic() + setup.options.trial_timeout_s + 2 * grace
+    while True:
+        same = [
+            t
+            for t in sharing.counted(setup.study.get_trials(deepcopy=False))
+            if t.number < number and "config" in t.user_attrs and setup.config_of(t) == target
+        ]
+        done = [t for t in same if t.state.is_finished()]
+        if done:
+            return done[0]
+        if not any(t.state == TrialState.RUNNING for t in same) or time.monotonic() > deadline:
+            return None
+        time.sleep(min(1.0, interval))
+        sharing.fail_stale(setup.study)
+
+
+def _outcome_of(trial: FrozenTrial) -> Outcome:
+    """A finished trial's outcome, as if measured now."""
+    state = {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned"}.get(trial.state, "failed")
+    return Outcome(
+        state,
+        result=trial.user_attrs.get("result"),
+        reason=trial.user_attrs.get("reason"),
+        windows=tuple(trial.intermediate_values.values()),
+    )
+
+
+def _progress(setup: Setup, number: int, config: Config, outcome: Outcome, same: FrozenTrial | None) -> None:
+    trials = setup.study.get_trials(deepcopy=False)
+    done, total = len(sharing.finished(trials)) + 1, len(sharing.counted(trials))
+    head = f"[{done:>3}/{total}] {elapsed(setup.elapsed())}"
+    if outcome.state == "complete":
+        assert outcome.result is not None
+        value = outcome.result["samples_per_s"]
+        best = max([value] + [t.value for t in trials if t.state == TrialState.COMPLETE and t.value])
+        if same is not None:
+            what = f"{rate(value):>12}/s = trial {same.number}"
+        else:
+            flag = "" if outcome.result.get("reliable", True) else " unreliable"
+            what = f"{rate(value):>12}/s ±{outcome.result['spread']:.1%}{flag}"
+        tail = f"best {rate(best)}/s"
+    elif outcome.state == "pruned":
+        windows = outcome.windows
+        what = f"pruned at window {len(windows)}: {rate(statistics.median(windows)) + '/s' if windows else '-'}"
+        tail = "clearly worse than the best"
+    else:
+        reason = outcome.reason or "unknown"
+        what, tail = f"failed: {reason if len(reason) <= 110 else reason[:107] + '...'}", ""
+    if same is not None and outcome.state != "complete":
+        tail = f"(as trial {same.number}, the same config; not measured again)"
+    setup.echo(f"{head}  trial {number:<3} {what:<28} {config.describe():<58} {tail}".rstrip())
+
+
+def learn_failures(setup: Setup, learned: Learned) -> None:
+    """Before each trial: find values that cannot work, say so once, and stop sampling them."""
+    finished = [
+        Finished(
+            t.number,
+            t.user_attrs.get("config", {}),
+            t.state in (TrialState.COMPLETE, TrialState.PRUNED),
+            t.user_attrs.get("reason"),
+        )
+        for t in setup.study.get_trials(deepcopy=False)
+        if t.state.is_finished() and "duplicate_of" not in t.user_attrs  # a duplicate's failure is its original's
+    ]
+    found = hopeless_values(finished)
+    known = {(h.knob, repr(h.value)) for h in learned.hopeless}
+    for h in found:
+        if (h.knob, repr(h.value)) not in known:
+            setup.echo(f"  not trying again: {h.describe()}")
+    learned.hopeless = found
+    fixed = {}
+    for knob in {h.knob for h in found}:
+        domain = setup.space.domains[knob]
+        left = [v for v in domain if blocks({knob: v}, found) is None]
+        if len(domain) > 1 and len(left) == 1:
+            fixed[knob] = left[0]  # the sampler stops proposing the value at all
+    if fixed and learned.sampler is not None:
+        setup.study.sampler = optuna.samplers.PartialFixedSampler(fixed, learned.sampler)
+
+
+def check_baseline(setup: Setup) -> None:
+    """Stop every worker once the baseline failed: nothing can be compared against a loop that does not run."""
+    for t in sharing.counted(setup.study.get_trials(deepcopy=False)):  # an interrupted baseline's retry stands for it
+        if t.state == TrialState.FAIL and t.user_attrs.get("role") == "baseline":
+            config = Config.from_dict(t.user_attrs["config"]) if "config" in t.user_attrs else setup.baseline
+            raise SearchError(
+                f"the workload's own settings ({config.describe()}) fail: {t.user_attrs.get('reason')}. "
+                f"Fix the workload first; trial process logs are in {setup.options.state_dir / 'logs'}."
+            )

@@ -1,0 +1,156 @@
+"""A parity run, inside a trial process: train a config briefly and record every step's loss.
+
+The parity check (``autotune.study.parity``) compares two such runs, the
+baseline's and a candidate's, made from the same initial weights over the same
+data order. This module makes one: it seeds the build, fixes each epoch's order
+with a generator of its own, evaluates a fixed probe set before and after
+training, and returns the losses as plain data (``ParityRun``) that crosses the
+process boundary as JSON. docs/parity.md gives the measurements behind the design.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils.data import RandomSampler
+
+from autotune.config import Config
+from autotune.loop import Step
+
+ORDER_SEED = 0  # seeds the generator that orders the data of every parity run
+PROBE_SAMPLES = 4096  # the fixed samples both runs are evaluated on, before and after training
+
+Builder = Callable[[Config, float], tuple[Any, Step, float]]
+
+
+@dataclasses.dataclass(frozen=True)
+class ParityRun:
+    """The losses of one short training run, by samples seen."""
+
+    batch_size: int
+    lr: float
+    initial_loss: float  # the untrained model on the probe set
+    final_loss: float  # the trained model on the probe set
+    ends: tuple[int, ...]  # samples seen after each step
+    losses: tuple[float, ...]  # each step's loss, on the batch it trained on
+    finite_params: bool  # every parameter finite after the run
+    seconds: float
+
+    @property
+    def samples(self) -> int:
+        return self.ends[-1] if self.ends else 0
+
+    def window_loss(self, lo: int, hi: int) -> float:
+        """The mean loss over samples (lo, hi], each step weighted by the samples it overlaps."""
+        total = weight = 0.0
+        start = 0
+        for end, loss in zip(self.ends, self.losses):
+            overlap = min(end, hi) - max(start, lo)
+            if overlap > 0:
+                total += loss * overlap
+                weight += overlap
+            start = end
+        if weight == 0:
+            raise ValueError(f"`0 <= lo < hi <= samples` must hold, but got ({lo=}, {hi=}, samples={self.samples}).")
+        return total / weight
+
+    def first_nonfinite(self) -> tuple[int, float] | None:
+        for end, loss in zip(self.ends, self.losses):
+            if not math.isfinite(loss):
+                return end, loss
+        return None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "ParityRun":
+        values = dict(values)
+        values["ends"], values["losses"] = tuple(values["ends"]), tuple(values["losses"])
+        return cls(**values)
+
+
+def _own_order(loader: Any, seed: int) -> None:
+    """Seed the order of a shuffling loader's next epoch, whatever the loader.
+
+    A DataLoader draws one global seed per epoch with persistent workers and two
+    without, and RandomSampler draws from its generator more than the one
+    permutation it uses; a fresh generator per epoch makes the epoch's order
+    the first permutation of `seed` in every loader (DeviceLoader draws as
+    RandomSampler does).
+    """
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    sampler = getattr(loader, "sampler", None)
+    if isinstance(sampler, RandomSampler):
+        sampler.generator = generator
+    elif hasattr(loader, "generator") and getattr(loader, "shuffle", False):
+        loader.generator = generator
+
+
+def probe(dataset: Any, samples: int = PROBE_SAMPLES) -> tuple[Any, Any]:
+    """The first `samples` of the data set, transformed under a fixed seed: the same tensors in every run."""
+    n = min(samples, len(dataset))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(ORDER_SEED)  # a random transform draws the same augmentation every time
+        pairs = [dataset[i] for i in range(n)]
+    return torch.stack([torch.as_tensor(x) for x, _ in pairs]), torch.stack([torch.as_tensor(y) for _, y in pairs])
+
+
+def probe_loss(step: Step, probe_set: tuple[Any, Any], batch: int) -> float:
+    """The model's mean loss on the probe set, fp32, no autocast, no update; computed by us, not by the step.
+
+    Evaluated in batches of the baseline's size in every run: it fits wherever the
+    baseline trains, and batch-norm statistics see the same batches in both runs.
+    """
+    model = step.model
+    saved = [b.detach().clone() for b in model.buffers()]  # batch-norm statistics move even under no_grad
+    inputs, targets = probe_set
+    total = 0.0
+    with torch.no_grad():
+        for lo in range(0, len(inputs), batch):
+            x, y = step.to_device(inputs[lo : lo + batch], targets[lo : lo + batch])
+            total += float(step.loss_fn(model(x), y)) * len(x)
+    for buffer, value in zip(model.buffers(), saved):
+        buffer.copy_(value)
+    return total / len(inputs)
+
+
+def train(
+    build: Builder, config: Config, lr: float, samples: int, probe_set: tuple[Any, Any], probe_batch: int
+) -> ParityRun:
+    """Build `config` from the seed and train it for `samples`, recording every step's loss.
+
+    `build` is ``Runner.build``: it seeds, then builds the loader and step. The
+    probe set is evaluated, in batches of `probe_batch`, before and after the run.
+    """
+    loader, step, _ = build(config, lr)
+    start = time.perf_counter()
+    initial = probe_loss(step, probe_set, probe_batch)
+    ends: list[int] = []
+    losses: list[Any] = []
+    seen = epoch = 0
+    while seen < samples:
+        before = seen
+        _own_order(loader, ORDER_SEED + epoch)
+        epoch += 1
+        for x, y in loader:
+            loss = step(x, y)
+            seen += len(x)
+            ends.append(seen)
+            # A graph step returns the same tensor every replay: keep a copy, and sync only once, at the end.
+            losses.append(loss.detach().float().clone())
+            if seen >= samples:
+                break
+        if seen == before:
+            raise ValueError(f"the loader of {config.describe()} yielded no batch")
+    values = torch.stack(losses).cpu().tolist()
+    finite = all(bool(torch.isfinite(p).all()) for p in step.model.parameters())
+    final = probe_loss(step, probe_set, probe_batch) if finite else math.nan
+    seconds = time.perf_counter() - start
+    return ParityRun(config.batch_size, lr, initial, final, tuple(ends), tuple(values), finite, seconds)

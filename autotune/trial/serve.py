@@ -1,0 +1,105 @@
+"""What a trial process does: build the workload once, then answer requests one at a time.
+
+Requests arrive as plain dicts (``autotune.procs.trial_process`` sends them):
+``trial`` measures a config (``Runner.run``), ``parity`` makes a parity run
+(``autotune.trial.parity_run.train``), ``release`` lets go of device memory,
+``quit`` ends. Events go back through `send`. A request that fails ends the
+process: a CUDA context that saw an error or an OOM is not trusted again.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+NOTE = "[autotune] "  # starts the lines a trial process writes to its log itself; a crash's reason never quotes them
+
+
+def serve(workload_path: str, device_name: str, cpu_share: int, send: Callable[..., None],
+          receive: Callable[[], dict[str, Any] | None], launched: float) -> int:
+    """Start up, then serve the requests `receive` returns until `quit` or their end (None); the exit status."""
+    entered = time.time()
+    import torch
+
+    if cpu_share < torch.get_num_threads():
+        # Under --gpus the workers share the host: each measures within its share of the cores, as the
+        # profile states. torch's intra-op pool would size itself to the whole host and contend with
+        # the other workers' (a baseline measured beside another round ran at a third of its speed).
+        torch.set_num_threads(cpu_share)
+
+    from autotune.config import Config
+    from autotune.trial import parity_run
+    from autotune.trial.runner import Runner, classify_failure
+    from autotune.trial.timing import Windows
+    from autotune.workloads import RecipeRef, load
+
+    imported = time.time()
+    try:
+        path = Path(workload_path)
+        workload = load(RecipeRef(path.stem, path, path.with_suffix(".tuned.toml"), False))
+        device = torch.device(device_name)
+        if device.type == "cuda":
+            # Streams and graph capture follow the current device; with --device 1 it must be that one.
+            torch.cuda.set_device(device)
+        runner = Runner(workload, device, cpu_share=cpu_share)
+        if device.type == "cuda":
+            torch.zeros(1, device=device)  # the CUDA context: created now, timed below, not in the first trial
+        context = time.time()
+        runner.dataset  # noqa: B018  (build it now, outside any trial's clock)
+    except BaseException as exc:  # noqa: BLE001  (anything that stops start-up is the reason)
+        traceback.print_exc()
+        send(event="failed", reason=classify_failure(exc))
+        return 1
+    ready = time.time()
+    # What a start-up costs, for whoever reads this log: the search waits this long for a new trial process.
+    print(
+        f"{NOTE}trial process {os.getpid()} on {device_name}: ready {ready - launched:.1f} s after launch (forked "
+        f"{entered - launched:.1f} s, imports {imported - entered:.1f} s, workload and {device.type} start-up "
+        f"{context - imported:.1f} s, data set {ready - context:.1f} s)",
+        flush=True,
+    )
+    send(event="ready")
+    probe_set: Any = None
+
+    def failed(exc: BaseException) -> int:
+        traceback.print_exc()  # the whole story goes to this process's log file
+        send(event="failed", reason=classify_failure(exc))
+        return 1
+
+    while (request := receive()) is not None:
+        if request.get("cmd") == "quit":
+            return 0
+        if request.get("cmd") == "release":
+            # The pool's other process (autotune.procs.pool.cudnn_plan_key) is about to measure on this GPU: its
+            # trial must have the memory a single process would, or a batch size that fits would fail as OOM.
+            send(event="released", datasets=runner.release())
+            continue
+        if request.get("cmd") == "parity":
+            try:
+                if probe_set is None:
+                    probe_set = parity_run.probe(runner.dataset)
+                config = Config.from_dict(request["config"])
+                run = parity_run.train(
+                    runner.build, config, request["lr"], request["samples"], probe_set, request["probe_batch"]
+                )
+            except BaseException as exc:  # noqa: BLE001
+                return failed(exc)
+            send(event="parity_run", run=run.as_dict())
+            continue
+
+        def on_window(i: int, rate: float) -> bool:
+            send(event="window", index=i, rate=rate)
+            answer = receive()
+            return answer is None or answer.get("cmd") in ("stop", "quit")
+
+        try:
+            config = Config.from_dict(request["config"])
+            result = runner.run(config, request["lr"], Windows(**request.get("windows", {})), on_window)
+        except BaseException as exc:  # noqa: BLE001
+            return failed(exc)
+        send(event="result", result=result)
+    return 0  # the search closed our stdin

@@ -1,0 +1,26 @@
+"""The tuned file (``recipes/<name>.tuned.toml``) and what training code reads from it.
+
+- ``schema``: every key a profile may hold, validated without torch;
+- ``file``: read, write (atomically), match a profile to this machine;
+- ``api``: ``load_tuned``, ``tuned_loader``, ``tuned_step`` for the user's own training code;
+- ``show``: a tuned file as a table.
+"""
+
+from autotune.exports import lazy_exports
+
+__all__, __getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "TunedFileError": "file",
+        "TunedFileWriteError": "file",
+        "read": "file",
+        "write_profile": "file",
+        "match": "file",
+        "NoProfileWarning": "api",
+        "Tuned": "api",
+        "load_tuned": "api",
+        "tuned_loader": "api",
+        "tuned_step": "api",
+        "render": "show",
+    },
+)

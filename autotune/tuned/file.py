@@ -1,0 +1,120 @@
+"""The tuned file, ``recipes/<name>.tuned.toml``: read, write, match.
+
+Data, never code (its schema: ``autotune.tuned.schema``). One profile per hardware (GPU model, or ``cpu``); tuning on
+other hardware adds a profile and keeps the others. Written atomically: a
+reader sees the old file or the new one, never half of one. Reading validates
+everything and lists every problem at once.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+from autotune.config import Config
+from autotune.tuned.schema import SCHEMA_VERSION, validate
+
+
+class TunedFileError(ValueError):
+    """A tuned file that cannot be used; the message lists every problem."""
+
+
+class TunedFileWriteError(TunedFileError, OSError):
+    """The tuned file could not be written (a folder we may not write, a full disk); the old file stands."""
+
+
+def read(path: Path) -> dict[str, Any]:
+    """Parse and validate a tuned file; raises TunedFileError listing every problem."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise TunedFileError(f"cannot read tuned file {path}: {exc.strerror}") from exc
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise TunedFileError(f"tuned file {path} is not valid TOML: {exc}") from exc
+    problems = validate(data, str(path))
+    if problems:
+        raise TunedFileError(f"tuned file {path} has {len(problems)} problem(s):\n  - " + "\n  - ".join(problems))
+    return data
+
+
+def knobs_to_config(knobs: dict[str, Any]) -> Config:
+    return Config.from_dict({k: v for k, v in knobs.items()})
+
+
+def config_to_knobs(config: Config) -> dict[str, Any]:
+    # TOML has no null: an unset prefetch_factor is simply absent.
+    return {k: v for k, v in config.as_dict().items() if v is not None}
+
+
+def write_profile(path: Path, recipe: str, hardware: str, profile: dict[str, Any]) -> dict[str, Any]:
+    """Add or replace one hardware's profile, keeping the others; atomic."""
+    path = Path(path)
+    data: dict[str, Any] = {"schema": SCHEMA_VERSION, "recipe": recipe, "profiles": {}}
+    if path.exists():
+        data = read(path)
+    data["profiles"][hardware] = profile
+    problems = validate(data)
+    if problems:  # our own bug if it happens; never write a file we could not read back
+        raise TunedFileError("refusing to write an invalid tuned file:\n  - " + "\n  - ".join(problems))
+    header = (
+        f"# autotune tuned file for {recipe!r}: data, not code. Commit it.\n"
+        f"# Each profile says which command made it; `autotune show --recipe {recipe}` prints it.\n"
+    )
+    text = header + tomli_w.dumps(data)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise TunedFileWriteError(_unwritable(path, exc)) from exc
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(exc, OSError):
+            raise TunedFileWriteError(_unwritable(path, exc)) from exc
+        raise
+    return data
+
+
+def check_writable(path: Path) -> None:
+    """Fail before a search, not after it, when the tuned file's folder cannot take the file."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".check", dir=path.parent)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise TunedFileWriteError(_unwritable(path, exc)) from exc
+
+
+def _unwritable(path: Path, exc: OSError) -> str:
+    fix = f"make {path.parent} writable" if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) else "fix that"
+    return (
+        f"cannot write tuned file {path}: {exc.strerror or exc} ({exc.filename or path.parent}); "
+        f"the study keeps its trials: {fix} and run the same command again."
+    )
+
+
+def match(data: dict[str, Any], hardware: str) -> dict[str, Any] | None:
+    """The profile for this hardware, if the file has one."""
+    return data.get("profiles", {}).get(hardware)

@@ -1,0 +1,206 @@
+"""The tuned file's schema: every key a profile may hold, its type and its range.
+
+``validate`` lists every problem at once, as messages that name the key and the
+rule; reading and writing a tuned file both go through it. No torch here:
+checking a file is cheap.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotune.config import AMP_CHOICES, LR_RULES, PLACEMENT_CHOICES
+
+PARITY_FAMILIES = ("loader", "numerics", "batch_size")  # autotune.study.parity.TOLERANCES' keys
+SCHEMA_VERSION = 1
+
+_NUMBER = (int, float)
+# Every key a profile may hold, with its type; `None` in a tuple means the key may be absent.
+PROFILE_KEYS: dict[str, tuple[type, ...]] = {
+    "command": (str,),
+    "created": (str,),
+    "samples_per_s": _NUMBER,
+    "steady_samples_per_s": _NUMBER,  # epoch boundaries excluded; samples_per_s includes them
+    "baseline_samples_per_s": _NUMBER,
+    "speedup": _NUMBER,
+    "spread": _NUMBER,
+    "baseline_spread": _NUMBER,
+    "step_s": _NUMBER,
+    "epoch_s": _NUMBER,
+    "setup_s": _NUMBER,
+    "run_s": _NUMBER,
+    "baseline_run_s": _NUMBER,
+    "search_s": _NUMBER,
+    "trials_complete": (int,),
+    "trials_failed": (int,),
+    "trials_pruned": (int,),
+    "cpu_share": (int,),
+    "lr": _NUMBER,
+    "lr_rule": (str,),
+    "study": (str,),
+    "knobs": (dict,),
+    "excluded": (dict,),
+    "versions": (dict,),
+    "parity": (dict,),
+}
+REQUIRED_PROFILE_KEYS = ("samples_per_s", "baseline_samples_per_s", "speedup", "knobs", "versions")
+KNOB_TYPES: dict[str, tuple[type, ...]] = {
+    "batch_size": (int,),
+    "num_workers": (int,),
+    "pin_memory": (bool,),
+    "persistent_workers": (bool,),
+    "prefetch_factor": (int,),  # absent: DataLoader's own
+    "cudnn_benchmark": (bool,),
+    "channels_last": (bool,),
+    "amp": (str,),
+    "cuda_graph": (bool,),
+    "placement": (str,),
+}
+
+
+def _check_type(where: str, value: Any, types: tuple[type, ...], problems: list[str]) -> bool:
+    if isinstance(value, bool) and bool not in types:
+        ok = False
+    else:
+        ok = isinstance(value, types)
+    if not ok:
+        names = "number" if set(types) == set(_NUMBER) else " or ".join(t.__name__ for t in types)
+        problems.append(f"{where} must be {names}, but got {value!r}")
+    return ok
+
+
+def validate(data: dict[str, Any], source: str = "recipe") -> list[str]:
+    """Every problem in a parsed tuned file, as messages that name the key and the rule."""
+    problems: list[str] = []
+    schema = data.get("schema")
+    if schema != SCHEMA_VERSION:
+        problems.append(f"schema must be {SCHEMA_VERSION}, but got {schema!r} (a file from another autotune version?)")
+    for key in data:
+        if key not in ("schema", "recipe", "profiles"):
+            problems.append(f"unknown top-level key {key!r}; known: schema, recipe, profiles")
+    profiles = data.get("profiles", {})
+    if not isinstance(profiles, dict):
+        return problems + [f"profiles must be a table, but got {profiles!r}"]
+    for hardware, profile in profiles.items():
+        at = f"profiles.{hardware!r}"
+        if not isinstance(profile, dict):
+            problems.append(f"{at} must be a table, but got {profile!r}")
+            continue
+        for key in REQUIRED_PROFILE_KEYS:
+            if key not in profile:
+                problems.append(f"{at} lacks {key!r}")
+        for key, value in profile.items():
+            if key not in PROFILE_KEYS:
+                problems.append(f"{at} has unknown key {key!r}")
+                continue
+            if _check_type(f"{at}.{key}", value, PROFILE_KEYS[key], problems) and key in (
+                "samples_per_s",
+                "baseline_samples_per_s",
+                "speedup",
+            ):
+                if value <= 0:
+                    problems.append(f"{at}.{key} must be > 0, but got {value!r}")
+        if profile.get("lr_rule") is not None and profile["lr_rule"] not in LR_RULES:
+            problems.append(f"{at}.lr_rule must be one of {', '.join(LR_RULES)}, but got {profile['lr_rule']!r}")
+        knobs = profile.get("knobs")
+        if isinstance(knobs, dict):
+            problems += _validate_knobs(f"{at}.knobs", knobs)
+        if isinstance(profile.get("parity"), dict):
+            problems += validate_parity(f"{at}.parity", profile["parity"])
+    return problems
+
+
+def _validate_knobs(at: str, knobs: dict[str, Any]) -> list[str]:
+    problems: list[str] = []
+    for key, value in knobs.items():
+        if key not in KNOB_TYPES:
+            problems.append(f"{at} has unknown knob {key!r}")
+            continue
+        if not _check_type(f"{at}.{key}", value, KNOB_TYPES[key], problems):
+            continue
+        if key == "batch_size" and value < 1:
+            problems.append(f"{at}.batch_size must be >= 1, but got {value}")
+        if key == "num_workers" and value < 0:
+            problems.append(f"{at}.num_workers must be >= 0, but got {value}")
+        if key == "prefetch_factor" and not 1 <= value <= 64:
+            problems.append(f"{at}.prefetch_factor must be in 1..64, but got {value}")
+        if key == "amp" and value not in AMP_CHOICES:
+            problems.append(f"{at}.amp must be one of {', '.join(AMP_CHOICES)}, but got {value!r}")
+        if key == "placement" and value not in PLACEMENT_CHOICES:
+            problems.append(f"{at}.placement must be one of {', '.join(PLACEMENT_CHOICES)}, but got {value!r}")
+    for key in KNOB_TYPES:
+        if key not in knobs and key != "prefetch_factor":
+            problems.append(f"{at} lacks knob {key!r}")
+    return problems
+
+
+# The `parity` table of a tuned profile: key -> (types, required when checked).
+RECORD_KEYS: dict[str, tuple[tuple[type, ...], bool]] = {
+    "checked": ((bool,), True),
+    "passed": ((bool,), True),
+    "family": ((str,), True),
+    "tolerance": (_NUMBER, True),
+    "samples": ((int,), True),
+    "window": ((int,), True),
+    "lr": (_NUMBER, True),
+    "baseline_lr": (_NUMBER, True),
+    "initial_loss": (_NUMBER, False),
+    "loss": (_NUMBER, False),
+    "baseline_loss": (_NUMBER, False),
+    "deviation": (_NUMBER, False),
+    "probe_loss": (_NUMBER, False),
+    "baseline_probe_loss": (_NUMBER, False),
+    "probe_deviation": (_NUMBER, False),
+    "run_s": (_NUMBER, False),
+    "reason": ((str,), False),
+    "configs_checked": ((int,), True),
+    "configs_rejected": ((int,), True),
+    "check_s": (_NUMBER, True),
+}
+
+
+def validate_parity(at: str, record: dict[str, Any]) -> list[str]:
+    """Every problem in a profile's `parity` table, as messages that name the key and the rule."""
+    problems: list[str] = []
+    checked = record.get("checked")
+    if not isinstance(checked, bool):
+        return [f"{at}.checked must be true or false, but got {checked!r}"]
+    if not checked:
+        extra = sorted(set(record) - {"checked"})
+        return [f"{at} says checked = false, so it must hold nothing else, but has {extra}"] if extra else []
+    for key, value in record.items():
+        if key not in RECORD_KEYS:
+            problems.append(f"{at} has unknown key {key!r}; known: {', '.join(RECORD_KEYS)}")
+            continue
+        types = RECORD_KEYS[key][0]
+        if isinstance(value, bool) != (bool in types) or not isinstance(value, types):
+            kind = "a number" if types == _NUMBER else " or ".join(t.__name__ for t in types)
+            problems.append(f"{at}.{key} must be {kind}, but got {value!r}")
+    problems += [f"{at} lacks {key!r}" for key, (_, required) in RECORD_KEYS.items() if required and key not in record]
+    if problems:
+        return problems
+    if record["family"] not in PARITY_FAMILIES:
+        problems.append(f"{at}.family must be one of {', '.join(PARITY_FAMILIES)}, but got {record['family']!r}")
+    for key in ("tolerance", "lr", "baseline_lr", "samples", "window"):
+        if record[key] <= 0:
+            problems.append(f"{at}.{key} must be > 0, but got {record[key]!r}")
+    if record["window"] > record["samples"]:
+        problems.append(
+            f"`window <= samples` must hold in {at}, but got (window={record['window']}, samples={record['samples']})"
+        )
+    for key in ("check_s", "run_s", "configs_checked", "configs_rejected"):
+        if record.get(key, 0) < 0:
+            problems.append(f"{at}.{key} must be >= 0, but got {record[key]!r}")
+    if record["configs_rejected"] > record["configs_checked"]:
+        problems.append(
+            f"`configs_rejected <= configs_checked` must hold in {at}, but got "
+            f"(configs_rejected={record['configs_rejected']}, configs_checked={record['configs_checked']})"
+        )
+    if record["passed"]:
+        for key in ("deviation", "probe_deviation"):
+            if key in record and abs(record[key]) > record["tolerance"]:
+                problems.append(
+                    f"{at} says passed, but |{key}| = {abs(record[key]):g} exceeds its tolerance "
+                    f"{record['tolerance']:g}"
+                )
+    return problems

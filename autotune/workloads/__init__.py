@@ -1,0 +1,22 @@
+"""Workloads: the user's training loop as one plain file, and how ``--recipe`` finds it.
+
+- ``locate``: a recipe name or path to the workload file and its tuned file;
+- ``contract``: what a workload declares, imported and validated (``load``);
+- ``datasets``: torchvision data sets that fall back to learnable synthetic data offline;
+- ``builtins/``: the workloads shipped with autotune.
+"""
+
+from autotune.exports import lazy_exports
+
+__all__, __getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "RecipeRef": "locate",
+        "WorkloadError": "locate",
+        "builtin_names": "locate",
+        "resolve": "locate",
+        "Workload": "contract",
+        "load": "contract",
+        "data_root": "locate",
+    },
+)

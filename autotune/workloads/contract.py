@@ -1,0 +1,144 @@
+"""The workload contract: what a workload file declares, imported and validated.
+
+A workload is a plain Python file, ``recipes/<name>.py``, that declares::
+
+    DEFAULTS = dict(batch_size=128, lr=1e-2, epochs=10, shuffle=False, pin_memory=True)
+
+    def build_dataset(root): ...          # the training Dataset, as the user builds it
+    def build_model(): ...                # an nn.Module on the CPU
+    def build_loss(): ...                 # an nn.Module or callable (output, target) -> loss
+    def build_optimizer(params, lr): ...  # a torch.optim.Optimizer
+
+and optionally ``DETERMINISTIC_TRANSFORM`` (bool), ``LR_MAX`` (float: the cap of
+the learning-rate rule) and, for a workload with random augmentation, a pair
+``build_device_dataset(root)`` + ``device_augment(x)`` that lets its data live on
+the GPU. It is the only place user code runs; nothing is inherited.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from autotune.workloads.locate import RecipeRef, WorkloadError
+
+# Keys a workload's DEFAULTS may hold, with their types. Anything else is an error:
+# a typo such as `batchsize` must not silently fall back to a default.
+DEFAULT_KEYS: dict[str, type | tuple[type, ...]] = {
+    "batch_size": int,  # samples per step, the untuned value
+    "lr": (int, float),  # learning rate at that batch size
+    "epochs": int,  # the length of the workload's declared training run
+    "shuffle": bool,
+    "num_workers": int,
+    "pin_memory": bool,
+    "drop_last": bool,
+    "persistent_workers": bool,
+    "prefetch_factor": int,
+}
+REQUIRED_DEFAULTS = ("batch_size", "lr", "epochs")
+REQUIRED_FUNCTIONS = ("build_dataset", "build_model", "build_loss", "build_optimizer")
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """A loaded, validated workload."""
+
+    name: str
+    path: Path
+    defaults: dict[str, Any]
+    build_dataset: Callable[[Path], Any]
+    build_model: Callable[[], Any]
+    build_loss: Callable[[], Any]
+    build_optimizer: Callable[[Any, float], Any]
+    deterministic_transform: bool | None
+    lr_max: float | None
+    build_device_dataset: Callable[[Path], Any] | None
+    device_augment: Callable[[Any], Any] | None
+
+    def default(self, key: str) -> Any:
+        """The workload's own value for a DataLoader setting, else DataLoader's default."""
+        loader_defaults = {
+            "shuffle": False,
+            "num_workers": 0,
+            "pin_memory": False,
+            "drop_last": False,
+            "persistent_workers": False,
+            "prefetch_factor": 2,
+        }
+        return self.defaults.get(key, loader_defaults.get(key))
+
+
+def _import_file(path: Path) -> ModuleType:
+    # A private module name per file: workloads never land in each other's globals.
+    module_name = f"autotune_workload_{abs(hash(str(path.resolve())))}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise WorkloadError(f"cannot import workload file {path}.")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == str(path)]
+        where = f"{path}, line {frames[-1].lineno}" if frames else str(path)
+        if isinstance(exc, SyntaxError) and exc.lineno is not None:
+            where = f"{path}, line {exc.lineno}"
+        raise WorkloadError(f"workload {where} failed to import: {type(exc).__name__}: {exc}") from exc
+    sys.modules.setdefault(module_name, module)
+    return module
+
+
+def load(ref: RecipeRef) -> Workload:
+    """Import and validate a workload file; every problem is reported at once."""
+    module = _import_file(ref.workload_path)
+    problems: list[str] = []
+    defaults = getattr(module, "DEFAULTS", None)
+    if not isinstance(defaults, dict):
+        problems.append("DEFAULTS must be a dict, e.g. DEFAULTS = dict(batch_size=128, lr=1e-2, epochs=10)")
+        defaults = {}
+    for key in REQUIRED_DEFAULTS:
+        if key not in defaults:
+            problems.append(f"DEFAULTS lacks {key!r}")
+    for key, value in defaults.items():
+        if key not in DEFAULT_KEYS:
+            problems.append(f"DEFAULTS has unknown key {key!r}; known keys: {', '.join(DEFAULT_KEYS)}")
+        elif isinstance(value, bool) and DEFAULT_KEYS[key] is not bool or not isinstance(value, DEFAULT_KEYS[key]):
+            problems.append(f"DEFAULTS[{key!r}] must be {_type_name(DEFAULT_KEYS[key])}, but got {value!r}")
+    for key in ("batch_size", "epochs"):
+        if isinstance(defaults.get(key), int) and defaults[key] < 1:
+            problems.append(f"DEFAULTS[{key!r}] must be >= 1, but got {defaults[key]!r}")
+    for name in REQUIRED_FUNCTIONS:
+        if not callable(getattr(module, name, None)):
+            problems.append(f"missing function {name}()")
+    has_dev_ds = callable(getattr(module, "build_device_dataset", None))
+    has_aug = callable(getattr(module, "device_augment", None))
+    if has_dev_ds != has_aug:
+        problems.append("build_device_dataset() and device_augment() come as a pair: define both or neither")
+    if problems:
+        raise WorkloadError(
+            f"workload {ref.workload_path} has {len(problems)} problem(s):\n  - " + "\n  - ".join(problems)
+        )
+    return Workload(
+        name=ref.name,
+        path=ref.workload_path,
+        defaults=dict(defaults),
+        build_dataset=module.build_dataset,
+        build_model=module.build_model,
+        build_loss=module.build_loss,
+        build_optimizer=module.build_optimizer,
+        deterministic_transform=getattr(module, "DETERMINISTIC_TRANSFORM", None),
+        lr_max=getattr(module, "LR_MAX", None),
+        build_device_dataset=getattr(module, "build_device_dataset", None),
+        device_augment=getattr(module, "device_augment", None),
+    )
+
+
+def _type_name(t: type | tuple[type, ...]) -> str:
+    if isinstance(t, tuple):
+        return "a number" if float in t else " or ".join(x.__name__ for x in t)
+    return {"int": "an int", "bool": "a bool", "float": "a float"}.get(t.__name__, t.__name__)

@@ -1,0 +1,137 @@
+"""Faults inside a trial end as a failed trial with a reason, leave no process behind, and the next trial runs.
+
+Each fault is real: the tiny workload's TINY_FAIL switch makes its forward pass raise
+CUDA's out-of-memory message or hang, or its data set raise, hang or kill itself in a
+DataLoader worker process.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from _procs import wait_none_with
+from click.testing import CliRunner
+
+from autotune.cli import main
+from autotune.config import Config
+from autotune.procs.pool import TrialPool
+from autotune.trial.timing import Windows
+from autotune.tuned import file as tuned_file
+
+QUICK = Windows(warmup_steps=2, window_s=0.05, min_windows=2, max_windows=3, boundaries=1)
+
+
+@pytest.mark.parametrize(
+    ("fail", "config", "reason"),
+    [
+        ("oom", Config(batch_size=64), r"oom"),
+        (
+            "kill_worker",
+            Config(batch_size=16, num_workers=1),
+            r"worker died: DataLoader worker \(pid\(s\) \d+\) exited unexpectedly",
+        ),
+        ("hang_worker", Config(batch_size=16, num_workers=1), r"timeout: no result within 3 s"),
+        ("hang", Config(batch_size=64), r"timeout: no result within 3 s"),
+        (
+            "getitem_worker",
+            Config(batch_size=16, num_workers=1),
+            r"error: ValueError: Caught ValueError in DataLoader worker process 0\.",
+        ),
+    ],
+    ids=[
+        "oom at a large batch",
+        "DataLoader worker dies",
+        "DataLoader worker hangs",
+        "step hangs",
+        "__getitem__ raises",
+    ],
+)
+def test_a_fault_fails_the_trial_with_its_reason(
+    project: Path, monkeypatch: pytest.MonkeyPatch, fail: str, config: Config, reason: str
+) -> None:
+    monkeypatch.setenv("TINY_FAIL", fail)
+    pool = TrialPool(project / "recipes" / "tiny.py", "cpu", 2, project / "logs", timeout_s=3.0)
+    try:
+        outcome = pool.run(config, 0.05, QUICK)
+        assert outcome.state == "failed"
+        assert outcome.reason is not None and re.fullmatch(reason, outcome.reason), outcome.reason
+        assert pool.child is None, "a failed child is not trusted with the next trial"
+        assert wait_none_with(str(project), 10) == set(), "the child and its DataLoader workers are gone"
+    finally:
+        pool.stop()
+
+
+def test_after_a_failed_trial_the_next_one_runs_in_a_fresh_child(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TINY_FAIL", "oom")
+    pool = TrialPool(project / "recipes" / "tiny.py", "cpu", 2, project / "logs", timeout_s=30.0)
+    try:
+        assert pool.run(Config(batch_size=64), 0.05, QUICK).reason == "oom"
+        # A small batch: the fault does not fire.
+        outcome = pool.run(Config(batch_size=16), 0.05, QUICK)
+        assert outcome.state == "complete" and outcome.result is not None and outcome.result["samples_per_s"] > 0
+        assert pool.children_started == 2
+    finally:
+        pool.stop()
+
+
+def make_unwritable(folder: Path) -> None:
+    """Make `folder` refuse new files, for root too (root ignores mode bits, not the immutable flag)."""
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+    else:
+        done = subprocess.run(["chattr", "+i", str(folder)], capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot make a folder unwritable for root here: chattr: {done.stderr.strip()}")
+
+
+def make_writable(folder: Path) -> None:
+    if os.geteuid() != 0:
+        folder.chmod(0o755)
+    else:
+        subprocess.run(["chattr", "-i", str(folder)], check=True)
+
+
+@pytest.fixture
+def locked_recipes(project: Path):  # type: ignore[no-untyped-def]
+    folder = project / "recipes"
+    make_unwritable(folder)
+    try:
+        yield folder
+    finally:
+        make_writable(folder)
+
+
+def test_unwritable_recipes_folder_stops_the_search_before_any_trial(project: Path, locked_recipes: Path) -> None:
+    result = CliRunner().invoke(main, ["search", "--recipe", "tiny", "--trials", "2"])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    tuned = locked_recipes / "tiny.tuned.toml"
+    assert re.search(
+        rf"Error: cannot write tuned file {re.escape(str(tuned))}: (Operation not permitted|Permission denied) "
+        rf"\(.+\); the study keeps its trials: make {re.escape(str(locked_recipes))} writable and run the same "
+        rf"command again\.",
+        result.output,
+    ), result.output
+    assert not (project / ".autotune").exists(), "no study was started"
+    assert sorted(p.name for p in locked_recipes.iterdir()) == ["tiny.py"]
+
+
+def test_writing_into_an_unwritable_folder_is_one_clear_error(project: Path, locked_recipes: Path) -> None:
+    profile = {
+        "samples_per_s": 2.0,
+        "baseline_samples_per_s": 1.0,
+        "speedup": 2.0,
+        "versions": {"torch": "x"},
+        "knobs": tuned_file.config_to_knobs(Config(batch_size=16)),
+    }
+    with pytest.raises(
+        tuned_file.TunedFileError, match=r"cannot write tuned file .*tiny\.tuned\.toml: .*run the same command again\."
+    ):
+        tuned_file.write_profile(locked_recipes / "tiny.tuned.toml", "tiny", "cpu", profile)
+    assert sorted(p.name for p in locked_recipes.iterdir()) == ["tiny.py"], "no file, no temporary file"

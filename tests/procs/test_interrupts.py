@@ -1,0 +1,140 @@
+"""A search stopped mid-trial, by SIGINT or SIGKILL, loses nothing; the same command again resumes it.
+
+The first trial completes; the second (a seed at batch 128, with DataLoader workers)
+hangs in its forward pass (TINY_FAIL=hang), so the signal always lands mid-trial.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from _procs import child_env, descendants, wait_gone
+from optuna.trial import TrialState
+
+from autotune.study import sharing
+from autotune.tuned import file as tuned_file
+
+COMMAND = ["search", "--recipe", "tiny", "--trials", "4", "--trial-timeout", "60", "--finalists", "1", "--rounds", "1"]
+pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+
+
+class Search:
+    """`autotune search` in a subprocess, its output collected by a thread."""
+
+    def __init__(self, project: Path, env: dict[str, str]) -> None:
+        self.lines: list[str] = []
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "autotune", *COMMAND],
+            cwd=project,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=child_env(**env),
+            # As from a terminal: a runner that starts the tests in the background may pass SIGINT on ignored.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+        self.reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout or []), daemon=True)
+        self.reader.start()
+
+    def output(self) -> str:
+        self.reader.join(timeout=10)
+        return "".join(self.lines)
+
+
+def load(project: Path) -> optuna.Study:
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    return optuna.load_study(study_name="tiny@cpu", storage=f"sqlite:///{project}/.autotune/tiny.db")
+
+
+def wait_mid_trial(project: Path, search: Search, timeout_s: float = 90) -> None:
+    """Until trial 0 is finished and trial 1 runs its config."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert search.proc.poll() is None, search.output()
+        if any("trial 0 " in line for line in search.lines):  # the study exists; reading it now races nothing
+            try:
+                trials = load(project).get_trials()
+            except Exception:  # the study is being created
+                trials = []
+            if (
+                len(trials) > 1
+                and trials[0].state.is_finished()
+                and trials[1].state == TrialState.RUNNING
+                and "config" in trials[1].user_attrs
+            ):
+                time.sleep(1.0)  # well inside the hanging step
+                return
+        time.sleep(0.3)
+    raise AssertionError(f"no trial ran in time:\n{search.output()}")
+
+
+@pytest.fixture
+def quick_heartbeats(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AUTOTUNE_HEARTBEAT_S", "1")
+    monkeypatch.setenv("AUTOTUNE_GRACE_S", "3")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"])
+def test_a_stop_signal_stops_cleanly_and_keeps_finished_trials(project: Path, quick_heartbeats: None, sig: int) -> None:
+    """Schedulers (Slurm, Kubernetes) stop jobs with SIGTERM; a closed terminal sends SIGHUP: each is Ctrl-C."""
+    search = Search(project, {"TINY_FAIL": "hang"})
+    wait_mid_trial(project, search)
+    below = descendants(search.proc.pid)
+    search.proc.send_signal(sig)
+    assert search.proc.wait(timeout=30) == 130
+    out = search.output()
+    assert (
+        "interrupted: finished trials are kept in the study; run the same command to resume. No tuned file was written."
+        in out
+    )
+    assert "Traceback" not in out
+    trials = load(project).get_trials()
+    assert trials[0].state in (TrialState.COMPLETE, TrialState.PRUNED)
+    assert trials[1].state == TrialState.FAIL
+    assert (
+        trials[1].user_attrs["reason"]
+        == "interrupted: the search was stopped (SIGINT, SIGTERM or SIGHUP); the config was queued again"
+    )
+    retry = [t for t in trials if t.system_attrs.get("retry_history") == [1]]
+    assert len(retry) == 1 and retry[0].state == TrialState.WAITING and retry[0].params == trials[1].params
+    assert not [t for t in trials if t.state == TrialState.RUNNING]
+    assert sorted(p.name for p in (project / "recipes").iterdir()) == ["tiny.py"], "no recipe, no half-written file"
+    assert wait_gone(below, 2) == set(), "no process of the search outlives it by more than 2 s"
+
+
+def test_sigkill_mid_trial_then_the_same_command_resumes(project: Path, quick_heartbeats: None) -> None:
+    first = Search(project, {"TINY_FAIL": "hang"})
+    wait_mid_trial(project, first)
+    below = descendants(first.proc.pid)
+    assert len(below) >= 2, "a trial child and its DataLoader workers run"
+    first.proc.kill()
+    first.proc.wait(timeout=10)
+    assert wait_gone(below, 15) == set(), "the trial child and its DataLoader workers end with the search"
+    killed = load(project).get_trials()
+    assert killed[1].state == TrialState.RUNNING, "nothing marked it yet: only its heartbeat stopped"
+
+    # The same command again; large batches now fail as OOM, so the killed config ends with a reason quickly.
+    second = Search(project, {"TINY_FAIL": "oom"})
+    assert second.proc.wait(timeout=240) == 0, second.output()
+    out = second.output()
+    assert "resuming study 'tiny@cpu': 1 trial(s) already finished, 3 to go" in out
+    assert f"wrote {project / 'recipes' / 'tiny.tuned.toml'}" in out
+
+    trials = load(project).get_trials()
+    assert trials[1].state == TrialState.FAIL
+    assert trials[1].user_attrs["reason"].startswith("interrupted: its worker ")
+    retry = [t for t in trials if t.system_attrs.get("retry_history") == [1]]
+    assert len(retry) == 1 and retry[0].params == trials[1].params, "the killed trial's config was queued again"
+    assert (retry[0].state, retry[0].user_attrs["reason"]) == (TrialState.FAIL, "oom"), "and measured"
+    assert not [t for t in trials if not t.state.is_finished()], "no trial left RUNNING or WAITING"
+    counted = sharing.counted(trials)
+    assert len(counted) == 4 and trials[0] in counted and trials[1] not in counted
+    profile = tuned_file.read(project / "recipes" / "tiny.tuned.toml")["profiles"]["cpu"]
+    assert profile["trials_complete"] + profile["trials_failed"] + profile["trials_pruned"] == 4

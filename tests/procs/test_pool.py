@@ -1,0 +1,372 @@
+"""Trials in real child processes: a result, and a one-line reason for each way a trial can fail."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from autotune.config import Config
+from autotune.procs import lifecycle
+from autotune.procs import pool as pool_module
+from autotune.procs.pool import TrialPool, cudnn_plan_key
+from autotune.procs.trial_process import INTERRUPTED, Outcome
+from autotune.trial.timing import Windows
+
+QUICK = Windows(warmup_steps=1, window_s=0.01, min_windows=2, max_windows=3, boundaries=1)
+
+
+def _pool(project: Path, timeout_s: float = 60.0) -> TrialPool:
+    return TrialPool(project / "recipes" / "tiny.py", "cpu", 2, project / ".autotune" / "logs", timeout_s)
+
+
+def test_a_healthy_child_serves_several_trials(project: Path) -> None:
+    pool = _pool(project)
+    try:
+        first = pool.run(Config(batch_size=16), 0.05, QUICK)
+        second = pool.run(Config(batch_size=32, placement="device"), 0.1, QUICK)
+    finally:
+        pool.stop()
+    assert (first.state, second.state) == ("complete", "complete")
+    assert first.result is not None and first.result["samples_per_s"] > 0
+    assert second.result is not None and second.result["materialize_s"] > 0
+    assert pool.children_started == 1
+
+
+def test_pruning_answer_stops_the_trial(project: Path) -> None:
+    pool = _pool(project)
+    try:
+        outcome = pool.run(
+            Config(batch_size=16),
+            0.05,
+            Windows(warmup_steps=1, window_s=0.01, min_windows=5, max_windows=8),
+            on_window=lambda i, r: True,
+        )
+    finally:
+        pool.stop()
+    assert outcome.state == "pruned" and len(outcome.windows) == 1
+
+
+@pytest.mark.parametrize(
+    "fail,config,reason",
+    [
+        ("oom", Config(batch_size=64), "oom"),
+        ("getitem", Config(batch_size=16), "error: ValueError: cannot read sample"),
+        ("kill_worker", Config(batch_size=16, num_workers=1, prefetch_factor=2), "worker died: DataLoader worker (pid"),
+    ],
+)
+def test_failures_end_the_trial_with_a_reason_and_replace_the_child(
+    project: Path, monkeypatch: pytest.MonkeyPatch, fail: str, config: Config, reason: str
+) -> None:
+    monkeypatch.setenv("TINY_FAIL", fail)
+    pool = _pool(project)
+    try:
+        outcome = pool.run(config, 0.05, QUICK)
+        assert pool.child is None  # a failed child is not trusted with the next trial
+    finally:
+        pool.stop()
+    assert outcome.state == "failed"
+    assert outcome.reason is not None and outcome.reason.startswith(reason)
+
+
+def test_a_hanging_step_times_out_and_the_next_trial_still_runs(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TINY_FAIL", "hang")  # forward never returns at batch >= 64
+    pool = _pool(project, timeout_s=4.0)
+    try:
+        hung = pool.run(Config(batch_size=64), 0.05, QUICK)
+        pool.timeout_s = 120.0  # the healthy trial must not race a short limit on a busy machine
+        after = pool.run(Config(batch_size=16), 0.05, QUICK)
+    finally:
+        pool.stop()
+    assert (hung.state, hung.reason) == ("failed", "timeout: no result within 4 s")
+    assert after.state == "complete"
+    assert pool.children_started == 2
+
+
+def test_a_spare_started_beside_the_first_child_replaces_a_failed_one_at_once(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TINY_FAIL", "oom")  # batch >= 64 fails
+    pool = TrialPool(project / "recipes" / "tiny.py", "cpu", 2, project / ".autotune" / "logs", 60.0, spare=True)
+    try:
+        assert pool.run(Config(batch_size=16), 0.05, QUICK).state == "complete"
+        assert (pool.children_started, len(pool.standby)) == (2, 1)  # the first child and its spare, started together
+        spare_pid = pool.standby[0].proc.pid
+        assert pool.run(Config(batch_size=64), 0.05, QUICK).reason == "oom"
+        after = pool.run(Config(batch_size=16), 0.05, QUICK)
+        assert after.state == "complete"
+        assert pool.child is not None and pool.child.proc.pid == spare_pid  # the spare took over
+        # It was waited for by no one, so no new spare started beside it: none starts while a trial measures.
+        assert (pool.children_started, pool.standby) == (2, [])
+        assert pool.run(Config(batch_size=64), 0.05, QUICK).reason == "oom"
+        assert pool.run(Config(batch_size=16), 0.05, QUICK).state == "complete"  # a start waited for, with a new spare
+        assert (pool.children_started, len(pool.standby)) == (4, 1)
+    finally:
+        pool.stop()
+    assert pool.standby == [] and pool.child is None
+
+
+def test_fresh_trials_take_prestarted_children_in_order(project: Path) -> None:
+    pool = _pool(project)
+    try:
+        assert pool.run(Config(batch_size=16), 0.05, QUICK).state == "complete"
+        first = pool.child
+        pool.prestart(2)
+        waiting = [c.proc.pid for c in pool.standby]
+        assert len(waiting) == 2 and pool.children_started == 3
+        for pid in waiting:
+            assert pool.run(Config(batch_size=16), 0.05, QUICK, fresh=True).state == "complete"
+            assert pool.child is not None and pool.child.proc.pid == pid
+        assert first is not None and first.proc.wait(timeout=60) == 0  # the used child was asked to go, and went
+        assert pool.children_started == 3
+    finally:
+        pool.stop()
+
+
+def test_the_log_says_what_start_up_cost_and_a_crash_reason_never_quotes_it(project: Path) -> None:
+    import signal
+
+    pool = _pool(project)
+    try:
+        assert pool.run(Config(batch_size=16), 0.05, QUICK).state == "complete"
+        assert pool.child is not None
+        log = pool.child.log_path
+        os.kill(pool.child.proc.pid, signal.SIGKILL)
+        pool.child.proc.wait()
+        crashed = pool.run(Config(batch_size=16), 0.05, QUICK)
+    finally:
+        pool.stop()
+    assert (crashed.state, crashed.reason) == ("failed", "crashed: trial process killed by signal SIGKILL")
+    lines = log.read_text().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("[autotune] trial process ") and " on cpu: ready " in lines[0], lines
+    took = re.search(
+        r"ready ([\d.]+) s after launch \(forked ([\d.]+) s, imports [\d.]+ s, workload and cpu start-up [\d.]+ s, "
+        r"data set [\d.]+ s\)$",
+        lines[0],
+    )
+    # torch was imported once, by the fork server, before it forked this process
+    assert took is not None and 0 <= float(took[2]) <= float(took[1]), lines[0]
+
+
+def test_stopping_children_that_never_ran_leaves_the_disk_as_it_was(project: Path) -> None:
+    """Processes started ahead of a search that then stops on bad input: no log, no folder left behind."""
+    before = sorted(p.relative_to(project) for p in project.rglob("*"))
+    pool = _pool(project)
+    pool.prestart(2)
+    for child in pool.standby:
+        assert child._start() is None  # ready: each log now holds its start-up line
+        assert child.log_path.read_text().startswith("[autotune] trial process ")
+    assert (project / ".autotune" / "logs").is_dir()
+    pool.stop()
+    assert sorted(p.relative_to(project) for p in project.rglob("*")) == before
+
+
+def test_discarding_a_pool_removes_the_logs_of_children_that_ran_but_wrote_nothing(project: Path) -> None:
+    """A --gpus worker dismissed after it made the parity baseline run: nothing of the abandoned search stays."""
+    before = sorted(p.relative_to(project) for p in project.rglob("*"))
+    pool = _pool(project)
+    assert pool.run(Config(batch_size=16), 0.05, QUICK).state == "complete"
+    pool.stop(discard=True)
+    assert sorted(p.relative_to(project) for p in project.rglob("*")) == before
+
+
+def test_only_a_log_of_our_own_lines_is_removed(tmp_path: Path) -> None:
+    from autotune.procs.trial_process import remove_if_only_notes
+    from autotune.trial.serve import NOTE
+
+    quiet, told = tmp_path / "quiet.log", tmp_path / "told.log"
+    quiet.write_text(f"{NOTE}trial process 1 on cpu: ready\n\n")
+    told.write_text(f"{NOTE}trial process 2 on cpu: ready\nTraceback (most recent call last):\nValueError: bad\n")
+    remove_if_only_notes(quiet)
+    remove_if_only_notes(told)
+    assert (quiet.exists(), told.exists()) == (False, True)
+
+
+def test_stopping_keeps_the_logs_of_children_that_ran_something(project: Path) -> None:
+    pool = _pool(project)
+    try:
+        assert pool.run(Config(batch_size=16), 0.05, QUICK).state == "complete"
+        pool.prestart(1)
+    finally:
+        pool.stop()
+    logs = sorted((project / ".autotune" / "logs").iterdir())
+    assert len(logs) == 1 and logs[0].name.startswith(f"trial-process-{os.getpid()}-")
+
+
+def test_a_search_takes_the_processes_started_early_for_it(project: Path) -> None:
+    from autotune.study import SearchOptions, search
+
+    pool = TrialPool(
+        project / "recipes" / "tiny.py", "cpu", len(os.sched_getaffinity(0)), project / ".autotune" / "logs", 60.0
+    )
+    pool.prestart(1)
+    first = pool.standby[0]
+    options = SearchOptions(trials=3, finalists=1, rounds=1, parity_check=False)
+    assert search("tiny", options, echo=lambda line: None, early=pool) is not None
+    assert first.used and first.proc.poll() is not None, (
+        "the search ran its trials in the child started ahead, then stopped it"
+    )
+    assert first.log_path.exists()
+
+
+def test_a_search_stops_processes_started_on_a_wrong_guess_and_starts_its_own(project: Path) -> None:
+    from autotune.study import SearchOptions, search
+
+    cores = len(os.sched_getaffinity(0))
+    pool = TrialPool(
+        project / "recipes" / "tiny.py", "cpu", cores + 7, project / ".autotune" / "logs", 60.0
+    )  # not this share
+    pool.prestart(1)
+    first = pool.standby[0]
+    options = SearchOptions(trials=3, finalists=1, rounds=1, parity_check=False)
+    assert search("tiny", options, echo=lambda line: None, early=pool) is not None
+    assert not first.used and first.proc.poll() is not None
+    assert not first.log_path.exists(), "a child that never ran leaves no log"
+
+
+class _RecordingChild:
+    """Stands in for a trial process (its start-up is what is expensive); records what it was asked to do."""
+
+    started: list[_RecordingChild] = []
+    events: list[tuple[str, int]] = []  # (what it was asked, which process), in order, across pools
+
+    def __init__(
+        self, workload_path: Path, device: str, cpu_share: int, log_path: Path, env: dict[str, str] | None = None
+    ) -> None:
+        self.log_path, self.seen, self.used, self.holding = log_path, [], False, False
+        self.quitting = self.stopped = self.killed = False
+        self.released, self.lets_go = 0, True
+        _RecordingChild.started.append(self)
+
+    def run(self, config: Config, lr: float, windows: Windows, timeout_s: float, on_window: object = None) -> Outcome:
+        self.used = self.holding = True
+        self.seen.append(config.cudnn_benchmark)
+        return (
+            Outcome("failed", reason="oom")
+            if config.batch_size >= 4096
+            else Outcome("complete", result={"samples_per_s": 1.0})
+        )
+
+    def release(self) -> bool:
+        self.released += 1
+        self.holding = not self.lets_go
+        return self.lets_go
+
+    def ask_to_exit(self) -> None:
+        self.quitting = True
+        _RecordingChild.events.append(("quit", _RecordingChild.started.index(self)))
+
+    def stop(self) -> None:
+        self.stopped = True
+        _RecordingChild.events.append(("stop", _RecordingChild.started.index(self)))
+
+    def kill(self) -> None:
+        self.killed = True
+
+
+def test_on_a_gpu_configs_that_disagree_on_cudnn_benchmark_never_share_a_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # cuDNN reuses the convolution plans a process chose first, whatever cudnn.benchmark says later.
+    monkeypatch.setattr(pool_module, "TrialProcess", _RecordingChild)
+    started = _RecordingChild.started = []
+    on, off = Config(batch_size=1024, cudnn_benchmark=True), Config(batch_size=1024)
+    keys = (cudnn_plan_key(on, "cuda:1"), cudnn_plan_key(off, "cuda:1"), cudnn_plan_key(on, "cpu"))
+    assert keys == (True, False, None)
+    pool = TrialPool(tmp_path / "w.py", "cuda:0", 4, tmp_path / "logs", 60.0)
+    for config in (off, on, off, on):
+        assert pool.run(config, 0.1).state == "complete"
+    assert [c.seen for c in started] == [[False, False], [True, True]]  # each process kept, for its class only
+    # Before one measures, the other lets go of its device memory: the first twice, the second once.
+    assert [c.released for c in started] == [2, 1]
+
+    pool.prestart(2)
+    assert pool.run(on, 0.1, fresh=True).state == "complete"  # a finalist round: fresh processes for both classes
+    assert pool.run(off, 0.1).state == "complete"
+    assert [(c.quitting, c.stopped) for c in started[:2]] == [(True, True)] * 2  # both asked at once, then waited for
+    assert [c.seen for c in started[2:]] == [[True], [False]]
+
+    assert pool.run(Config(batch_size=4096, cudnn_benchmark=True), 0.1).reason == "oom"
+    assert (started[2].killed, started[3].killed, pool.child) == (True, False, None)  # only the failed process goes
+    assert pool.run(off, 0.1).state == "complete" and started[3].seen == [False, False]
+
+    started[3].lets_go = False  # a process that cannot let go of its memory is not kept beside another
+    assert pool.run(on, 0.1).state == "complete"
+    assert started[3].killed and len(started) == 5 and started[4].seen == [True]
+    pool.stop()
+    assert [c.stopped for c in started] == [True, True, False, False, True]  # the failed ones were killed
+
+
+def test_pools_stopped_together_ask_every_process_to_quit_before_waiting_for_any(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The end of a search: the trial pool and the rounds' pools; each exit tears a CUDA context down.
+    monkeypatch.setattr(pool_module, "TrialProcess", _RecordingChild)
+    started = _RecordingChild.started = []
+    events = _RecordingChild.events = []
+    pools = [TrialPool(tmp_path / "w.py", f"cuda:{d}", 4, tmp_path / "logs", 60.0) for d in (0, 1)]
+    for pool in pools:
+        for config in (Config(batch_size=64), Config(batch_size=64, cudnn_benchmark=True)):
+            assert pool.run(config, 0.1).state == "complete"
+    pools[1].prestart(1)  # never used: killed, not asked
+    lifecycle.stop_all(pools)
+    assert [e for e in events if e[0] == "quit"][:4] == [("quit", 0), ("quit", 1), ("quit", 2), ("quit", 3)]
+    assert events.index(("quit", 3)) < min(events.index(("stop", i)) for i in range(4))
+    assert [c.stopped for c in started] == [True, True, True, True, False] and started[4].killed
+    assert all(pool.live == {} and pool.standby == [] for pool in pools)
+
+
+def test_a_killed_pool_kills_its_processes_and_runs_nothing_more(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pool_module, "TrialProcess", _RecordingChild)
+    started = _RecordingChild.started = []
+    pool = TrialPool(tmp_path / "w.py", "cuda:0", 4, tmp_path / "logs", 60.0)
+    for config in (Config(batch_size=64), Config(batch_size=64, cudnn_benchmark=True)):
+        assert pool.run(config, 0.1).state == "complete"
+    pool.kill()  # Ctrl-C while a round measures, from another thread
+    assert [c.killed for c in started] == [True, True] and pool.live == {}
+    assert pool.run(Config(batch_size=64), 0.1).reason == INTERRUPTED
+    assert pool.parity_run(Config(batch_size=64), 0.1, 1024, 16, 60.0).reason == INTERRUPTED
+    assert len(started) == 2, "no process started after the interruption"
+
+
+def test_an_idle_child_lets_go_of_its_device_resident_data_set_on_request(project: Path) -> None:
+    import time
+
+    pool = _pool(project)
+    try:
+        assert pool.run(Config(batch_size=32, placement="device"), 0.1, QUICK).state == "complete"
+        child = pool.child
+        assert child is not None and child.holding
+        child._send({"cmd": "release"})
+        assert child._read(time.monotonic() + 60) == {"event": "released", "datasets": 1}
+        assert child.release() and not child.holding  # nothing left to drop, and it says so
+        again = pool.run(Config(batch_size=32, placement="device"), 0.1, QUICK)  # builds its copy again
+        assert again.state == "complete" and pool.child is child
+    finally:
+        pool.stop()
+
+
+@pytest.mark.parametrize("gpu_gib,dropped", [(2, 1), (8, 0)])
+def test_on_a_gpu_an_idle_child_drops_its_data_set_only_if_it_is_not_small(
+    gpu_gib: int, dropped: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # MNIST on the device (188 MB) is 9% of a 2 GiB GPU, dropped; 2.3% of an 8 GiB one, kept (KEEP_SHARE 5%).
+    import types
+
+    import torch
+
+    from autotune.trial.runner import Runner
+
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(total_memory=gpu_gib * 2**30)
+    )
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)  # no GPU here: the rule is what is tested
+    runner = Runner.__new__(Runner)
+    runner.device = torch.device("cuda", 0)
+    runner._device_tensors = {"plain": ((torch.zeros(60000, 1, 28, 28), torch.zeros(60000, dtype=torch.long)), 0.3)}
+    assert runner.release() == dropped
+    assert len(runner._device_tensors) == 1 - dropped

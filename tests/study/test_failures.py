@@ -1,0 +1,53 @@
+"""Which knob values cannot work: blame the value that explains the most code errors, never a bystander."""
+
+from __future__ import annotations
+
+from autotune.study.failures import Finished, blocks, hopeless_values
+
+VIEW = "error: RuntimeError: view size is not compatible with input tensor's size and stride"
+
+
+def _t(n: int, ran: bool, reason: str | None = None, **config) -> Finished:
+    return Finished(n, config, ran, reason)
+
+
+def test_a_value_that_fails_every_time_is_hopeless() -> None:
+    trials = [
+        _t(0, True, channels_last=False, amp="off"),
+        _t(1, False, VIEW, channels_last=True, amp="bf16"),
+        _t(2, False, VIEW, channels_last=True, amp="fp16"),
+        _t(3, False, VIEW, channels_last=True, amp="fp16"),
+    ]
+    (found,) = hopeless_values(trials)
+    assert (found.knob, found.value, found.trials) == ("channels_last", True, (1, 2, 3))
+    assert found.describe() == f"channels_last=on failed in every trial that used it (1, 2, 3): {VIEW}"
+    # amp=fp16 never ran either, but only ever beside channels_last: not blamed.
+    assert blocks({"channels_last": False, "amp": "fp16"}, [found]) is None
+    assert blocks({"channels_last": True, "amp": "off"}, [found]) is found
+
+
+def test_one_failure_oom_or_timeout_is_not_enough() -> None:
+    trials = [
+        _t(0, True, batch_size=128),
+        _t(1, False, VIEW, batch_size=8192),
+        _t(2, False, "oom", batch_size=4096),
+        _t(3, False, "oom", batch_size=4096),
+        _t(4, False, "timeout: no result within 90 s", batch_size=2048),
+        _t(5, False, "timeout: no result within 90 s", batch_size=2048),
+    ]
+    assert hopeless_values(trials) == []
+
+
+def test_a_value_that_also_ran_is_never_hopeless() -> None:
+    trials = [_t(0, False, VIEW, cuda_graph=True), _t(1, False, VIEW, cuda_graph=True), _t(2, True, cuda_graph=True)]
+    assert hopeless_values(trials) == []
+
+
+def test_true_and_one_are_different_values() -> None:
+    trials = [
+        _t(0, True, num_workers=1, pin_memory=False),
+        _t(1, False, VIEW, num_workers=0, pin_memory=True),
+        _t(2, False, VIEW, num_workers=2, pin_memory=True),
+    ]
+    (found,) = hopeless_values(trials)
+    assert (found.knob, found.value) == ("pin_memory", True)

@@ -1,0 +1,248 @@
+"""The search around the trials: seeds, failures learnt, finalists, the profile; the expensive trial is faked."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotune.config import Config
+from autotune.procs.trial_process import Outcome
+from autotune.study import SearchError, SearchOptions, baseline_run, pools, search
+from autotune.study.profile import measured_values, spread_of
+from autotune.study.pruner import ClearlyWorsePruner
+from autotune.study.seeds import seed_configs
+from autotune.study.setup import open_study, prepare
+from autotune.trial.parity_run import ParityRun
+from autotune.tuned import file as tuned_file
+
+
+class FakePool:
+    """Trials without processes: a config's speed is a known function of its knobs; channels_last breaks the model."""
+
+    runs: list[Config] = []
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    @staticmethod
+    def rate(config: Config) -> float:
+        return config.batch_size * 100.0 + (5000.0 if config.placement == "device" else config.num_workers * 10.0)
+
+    def run(
+        self, config: Config, lr: float, windows: object = None, on_window: object = None, fresh: bool = False
+    ) -> Outcome:
+        FakePool.runs.append(config)
+        if config.channels_last:
+            return Outcome(
+                "failed", reason="error: RuntimeError: view size is not compatible with input tensor's size and stride"
+            )
+        rate = self.rate(config)
+        result = dict(
+            samples_per_s=rate,
+            steady_samples_per_s=rate,
+            spread=0.01,
+            step_s=config.batch_size / rate,
+            epoch_s=512 / rate,
+            setup_s=0.5,
+            materialize_s=0.0,
+            stopped_early=False,
+        )
+        return Outcome("complete", result=result, windows=(rate,))
+
+    def parity_run(self, config: Config, lr: float, samples: int, probe_batch: int, timeout_s: float) -> Outcome:
+        # Every config trains alike here: the parity check passes them all (tests/study/test_parity*.py test the check).
+        run = ParityRun(config.batch_size, lr, 2.0, 1.0, (samples,), (1.0,), True, 0.1)
+        return Outcome("complete", result=run.as_dict())
+
+    def prestart(self, n: int) -> None:
+        pass
+
+    def ask_to_exit(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def kill(self) -> None:
+        pass
+
+
+@pytest.fixture
+def fake_pool(monkeypatch: pytest.MonkeyPatch) -> type[FakePool]:
+    FakePool.runs = []
+    monkeypatch.setattr(pools, "TrialPool", FakePool)
+    return FakePool
+
+
+def test_search_learns_a_broken_value_and_writes_the_fastest_config(project: Path, fake_pool: type[FakePool]) -> None:
+    lines: list[str] = []
+    result = search("tiny", SearchOptions(trials=20, seed=3), echo=lines.append)
+    ran = [c for c in fake_pool.runs]
+    warned = [
+        i
+        for i, line in enumerate(lines)
+        if line.startswith("  not trying again: channels_last=on failed in every trial that used it")
+    ]
+    assert len(warned) == 1
+    trial_lines = [line for line in lines if line.startswith("[")]
+    assert len(trial_lines) == 20
+    # After the warning, no trial measures channels_last again.
+    first_after = sum(1 for line in lines[: warned[0]] if line.startswith("["))
+    assert not any(c.channels_last for c in ran[first_after:20])
+
+    profile = result.profile
+    knobs = profile["knobs"]
+    assert knobs["channels_last"] is False
+    best = max((FakePool.rate(c) for c in ran if not c.channels_last))
+    assert profile["samples_per_s"] == best
+    assert profile["baseline_samples_per_s"] == FakePool.rate(Config(batch_size=16))
+    assert profile["speedup"] == round(best / FakePool.rate(Config(batch_size=16)), 2)
+    assert profile["trials_complete"] + profile["trials_failed"] + profile["trials_pruned"] == 20
+    assert tuned_file.read(project / "recipes" / "tiny.tuned.toml")["profiles"]["cpu"] == profile
+
+
+def test_seeds_come_first_and_the_baseline_is_trial_0(project: Path, fake_pool: type[FakePool]) -> None:
+    search("tiny", SearchOptions(trials=3), echo=lambda line: None)
+    assert fake_pool.runs[0] == Config(batch_size=16)  # the workload's own settings
+    assert fake_pool.runs[1].batch_size == 128 and fake_pool.runs[1].persistent_workers  # the second seed's advice
+
+
+def test_a_failing_baseline_stops_the_search(
+    project: Path, fake_pool: type[FakePool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(FakePool, "rate", staticmethod(lambda config: 1.0))
+    original = FakePool.run
+
+    def run(self: FakePool, config: Config, *args: object, **kwargs: object) -> Outcome:
+        if config == Config(batch_size=16):
+            return Outcome("failed", reason="error: ValueError: bad data")
+        return original(self, config, *args, **kwargs)
+
+    monkeypatch.setattr(FakePool, "run", run)
+    with pytest.raises(
+        SearchError,
+        match=r"the workload's own settings \(bs=16 workers=0\) fail: error: ValueError: bad data\.",
+    ):
+        search("tiny", SearchOptions(trials=5), echo=lambda line: None)
+    assert not (project / "recipes" / "tiny.tuned.toml").exists()
+
+
+def test_seeds_on_a_gpu_try_the_fast_loop_at_a_larger_batch_in_bf16_and_in_fp32() -> None:
+    from autotune.study.space import DataFacts, Machine, build_space
+    from autotune.workloads import load, resolve
+
+    gpu = Machine("NVIDIA H200", cuda=True, cpu_share=16, amp_dtypes=("bf16", "fp16"), memory_bytes=140 * 2**30)
+    mnist = DataFacts(
+        size=60_000,
+        sample_bytes=28 * 28 * 4 + 8,
+        image_4d=True,
+        static_shapes=True,
+        deterministic=True,
+        device_dataset=False,
+    )
+    workload = load(resolve("mnist_cnn"))
+    seeds = seed_configs(workload, gpu, build_space(128, gpu, mnist))
+    assert seeds[0] == Config(batch_size=128, pin_memory=True)  # the baseline
+    fast = [c for c in seeds if c.placement == "device" and c.cuda_graph and c.batch_size == 1024]
+    assert sorted(c.amp for c in fast) == ["bf16", "off"]
+    assert len(set(seeds)) == len(seeds)
+
+
+def test_nothing_faster_than_the_baseline_keeps_the_workloads_own_settings(
+    project: Path, fake_pool: type[FakePool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        FakePool, "rate", staticmethod(lambda config: 1000.0 if config == Config(batch_size=16) else 500.0)
+    )
+    lines: list[str] = []
+    profile = search("tiny", SearchOptions(trials=6), echo=lines.append).profile
+    assert "no config ran faster than the baseline; measuring it, 2 round(s), fresh processes" in lines
+    assert not any(line.startswith("parity: checking") for line in lines)  # nothing to check
+    assert tuned_file.knobs_to_config(profile["knobs"]) == Config(batch_size=16)
+    assert (profile["speedup"], profile["parity"]) == (1.0, {"checked": False})
+
+
+def test_a_finalist_slower_than_the_baseline_when_measured_again_does_not_win(
+    project: Path, fake_pool: type[FakePool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = FakePool.run
+    seen: set[Config] = set()
+
+    def run(self: FakePool, config: Config, *args: object, **kwargs: object) -> Outcome:
+        outcome = original(self, config, *args, **kwargs)
+        if config != Config(batch_size=16) and config in seen and outcome.result is not None:
+            outcome.result.update(samples_per_s=10.0, steady_samples_per_s=10.0)  # fast once, slow ever after
+        seen.add(config)
+        return outcome
+
+    monkeypatch.setattr(FakePool, "run", run)
+    lines: list[str] = []
+    profile = search("tiny", SearchOptions(trials=6), echo=lines.append).profile
+    assert any(
+        line.startswith("finalists: none beat the baseline when measured again (10/s against 1,600/s)")
+        for line in lines
+    ), lines
+    assert tuned_file.knobs_to_config(profile["knobs"]) == Config(batch_size=16) and profile["speedup"] == 1.0
+
+
+def test_the_pruner_never_stops_the_baseline() -> None:
+    study = optuna.create_study(
+        direction="maximize", pruner=ClearlyWorsePruner(ratio=0.5, warmup_windows=2)
+    )
+    study.add_trial(optuna.trial.create_trial(value=1000.0, params={}, distributions={}))
+    for role, pruned in (("baseline", False), ("seed", True)):
+        trial = study.ask()
+        trial.set_user_attr("role", role)
+        trial.report(10.0, 0)
+        trial.report(10.0, 1)
+        assert trial.should_prune() is pruned, role
+
+
+def test_a_configs_noise_counts_every_process_that_measured_it() -> None:
+    # One-GPU study on an H200: its rounds drew 1.603M and 1.616M, its own trial 1.741M (cuDNN autotunes per process).
+    rounds = [{"samples_per_s": 1_603_009.0, "spread": 0.004}, {"samples_per_s": 1_616_256.0, "spread": 0.006}]
+    assert round(spread_of(rounds), 5) == 0.00823  # the rounds alone: 0.8%
+    assert round(spread_of(rounds, [1_741_003.0]), 5) == 0.08538  # with the trial: 8.5%
+    assert spread_of(rounds[:1]) == 0.004  # one round: its within-run spread
+
+    on = Config(batch_size=1024, placement="device", cuda_graph=True, cudnn_benchmark=True)
+
+    def trial(number: int, value: float, config: Config, **attrs: object) -> optuna.trial.FrozenTrial:
+        made = optuna.trial.create_trial(value=value, user_attrs={"config": config.as_dict(), **attrs})
+        made.number = number
+        return made
+
+    trials = [
+        trial(0, 1_741_003.0, on),
+        trial(1, 1_741_003.0, on, duplicate_of=0),
+        trial(2, 1_562_073.0, dataclasses.replace(on, cudnn_benchmark=False)),
+    ]
+    assert measured_values(trials, on, lambda c: c) == [1_741_003.0]  # the duplicate reused trial 0's number
+
+
+def test_the_writer_waits_for_a_workers_baseline_run_only_while_it_may_come(project: Path) -> None:
+    options = SearchOptions(trials=2, run_id="run-1")
+    writer = open_study(prepare("tiny", options, echo=lambda line: None))
+    run = {"run": "run-1", "config": writer.baseline.as_dict(), "lr": writer.lr(writer.baseline), "samples": 8192}
+    looks: list[int] = []
+
+    def pending(alive_for: int) -> bool:
+        looks.append(1)
+        return len(looks) <= alive_for
+
+    # The worker ends after three looks, having stored nothing.
+    assert baseline_run.wait_for(writer, lambda: pending(3)) is None and len(looks) == 4
+    writer.study.set_user_attr(baseline_run.ATTRIBUTE, {"run": "run-1", "failed": "oom", "worker": "w"})
+    looks.clear()
+    # Alive, but it stored why its run failed: no wait.
+    assert baseline_run.wait_for(writer, lambda: pending(50)) is None and looks == []
+    writer.study.set_user_attr(baseline_run.ATTRIBUTE, {**run, "run": "an earlier search"})
+    looks.clear()
+    # Not this search's: waits while the worker lives.
+    assert baseline_run.wait_for(writer, lambda: pending(2)) is None and len(looks) == 3
+    writer.study.set_user_attr(baseline_run.ATTRIBUTE, run)
+    # Ended, but stored its run first: it is used.
+    assert baseline_run.wait_for(writer, lambda: False) == run

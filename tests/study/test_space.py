@@ -1,0 +1,179 @@
+"""The knob space: conditions, domains, fixes, and what suggest() asks the study for."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from autotune.config import Config
+from autotune.study.space import DataFacts, Machine, SpaceError, build_space, parse_fix
+
+GPU = Machine("NVIDIA H200", cuda=True, cpu_share=16, amp_dtypes=("bf16", "fp16"), memory_bytes=140 * 2**30)
+CPU = Machine("cpu", cuda=False, cpu_share=2, amp_dtypes=("bf16",), memory_bytes=24 * 2**30)
+MNIST = DataFacts(
+    size=60_000,
+    sample_bytes=28 * 28 * 4 + 8,
+    image_4d=True,
+    static_shapes=True,
+    deterministic=True,
+    device_dataset=False,
+)
+
+
+def test_gpu_space_has_all_ten_knobs() -> None:
+    space = build_space(128, GPU, MNIST)
+    assert space.excluded == {}
+    assert space.domains["batch_size"] == (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+    assert space.domains["num_workers"] == tuple(range(17))
+    assert space.domains["prefetch_factor"] == tuple(range(1, 9))
+    assert space.domains["amp"] == ("off", "bf16", "fp16")
+    assert space.domains["placement"] == ("stream", "device")
+
+
+def test_cpu_leaves_out_cuda_knobs_with_reasons() -> None:
+    space = build_space(128, CPU, MNIST)
+    assert space.excluded == {"pin_memory": "needs CUDA", "cudnn_benchmark": "needs CUDA", "cuda_graph": "needs CUDA"}
+    assert space.domains["pin_memory"] == (False,)
+    assert space.domains["amp"] == ("off", "bf16")
+    assert space.domains["num_workers"] == (0, 1, 2)
+
+
+@pytest.mark.parametrize(
+    "facts,knob,reason",
+    [
+        (DataFacts(1000, 40, False, True, True, False), "channels_last", "input is not a 4-D image batch"),
+        (
+            DataFacts(1000, 40, True, False, True, False),
+            "cuda_graph",
+            "samples differ in shape; a graph replays static shapes",
+        ),
+        (
+            DataFacts(1000, 40, True, True, False, False),
+            "placement",
+            "the transform is random and the workload gives no device_augment",
+        ),
+        (
+            DataFacts(10**9, 4000, True, True, True, False),
+            "placement",
+            "the data set (3725.3 GiB) exceeds 25% of device memory",
+        ),
+    ],
+)
+def test_knobs_that_cannot_apply_are_left_out(facts: DataFacts, knob: str, reason: str) -> None:
+    space = build_space(16, GPU, facts)
+    assert space.excluded[knob] == reason
+    assert len(space.domains[knob]) == 1
+
+
+def test_random_transform_with_device_augment_keeps_device_placement() -> None:
+    space = build_space(128, GPU, DataFacts(50_000, 3 * 32 * 32 * 4, True, True, False, True))
+    assert "placement" not in space.excluded
+
+
+def test_batch_sizes_stay_below_a_quarter_of_the_data_set() -> None:
+    space = build_space(16, CPU, DataFacts(512, 264, True, True, True, False))
+    assert space.domains["batch_size"] == (4, 8, 16, 32, 64, 128)
+
+
+def _suggested(space, params: dict) -> tuple[Config, set[str]]:
+    trial = optuna.trial.FixedTrial(params)
+    return space.suggest(trial), set(trial.params)
+
+
+def test_loader_knobs_are_asked_for_only_when_they_apply() -> None:
+    space = build_space(128, GPU, MNIST)
+    flags = dict(cudnn_benchmark=False, channels_last=False, amp="off", cuda_graph=True)
+    config, asked = _suggested(space, dict(placement="device", batch_size=512, **flags))
+    assert config == Config(batch_size=512, placement="device", cuda_graph=True)
+    assert asked == {"placement", "batch_size", *flags}
+    config, asked = _suggested(space, dict(placement="stream", batch_size=128, num_workers=0, pin_memory=True, **flags))
+    assert "persistent_workers" not in asked and "prefetch_factor" not in asked
+    config, asked = _suggested(
+        space,
+        dict(
+            placement="stream",
+            batch_size=128,
+            num_workers=4,
+            pin_memory=True,
+            persistent_workers=True,
+            prefetch_factor=3,
+            **flags,
+        ),
+    )
+    assert config.persistent_workers and config.prefetch_factor == 3
+
+
+def test_params_round_trip_through_suggest() -> None:
+    space = build_space(128, GPU, MNIST)
+    config = Config(
+        batch_size=1024,
+        num_workers=8,
+        pin_memory=True,
+        persistent_workers=True,
+        prefetch_factor=2,
+        cudnn_benchmark=True,
+    )
+    params = space.params(config)
+    assert params is not None and _suggested(space, params)[0] == config
+    assert space.params(Config(batch_size=100)) is None  # 100 is not in the domain
+
+
+def test_fixes_narrow_the_space() -> None:
+    space = build_space(128, GPU, MNIST, {"batch_size": (128,), "num_workers": (2, 3, 4)})
+    assert space.domains["batch_size"] == (128,)
+    assert space.domains["num_workers"] == (2, 3, 4)
+    config, asked = _suggested(
+        space,
+        dict(
+            placement="stream",
+            num_workers=3,
+            pin_memory=False,
+            persistent_workers=False,
+            prefetch_factor=2,
+            cudnn_benchmark=False,
+            channels_last=False,
+            amp="off",
+            cuda_graph=False,
+        ),
+    )
+    assert config.batch_size == 128 and "batch_size" not in asked
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("batch_size=128", ("batch_size", (128,))),
+        ("num_workers=2..4", ("num_workers", (2, 3, 4))),
+        ("batch_size=64..256", ("batch_size", (64, 128, 256))),
+        ("amp=off,bf16", ("amp", ("off", "bf16"))),
+        ("cuda_graph=on", ("cuda_graph", (True,))),
+        ("placement=device", ("placement", ("device",))),
+    ],
+)
+def test_parse_fix(text: str, expected: tuple) -> None:
+    assert parse_fix(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("batchsize=128", "--fix names unknown knob 'batchsize'; the knobs are: placement, batch_size"),
+        ("amp=fp32", "--fix amp: expected one of off, bf16, fp16, but got 'fp32'."),
+        ("num_workers=4..2", "--fix num_workers: `lo <= hi` must hold, but got (low=4, high=2)."),
+        ("cuda_graph=maybe", "--fix cuda_graph: expected on/off, but got 'maybe'."),
+        ("batch_size", "--fix must look like knob=value"),
+    ],
+)
+def test_parse_fix_rejects_bad_input(text: str, message: str) -> None:
+    with pytest.raises(SpaceError, match=__import__("re").escape(message)):
+        parse_fix(text)
+
+
+def test_fix_outside_the_domain_names_the_domain_and_why() -> None:
+    with pytest.raises(
+        SpaceError,
+        match=r"--fix cuda_graph: on is outside its domain \{off\} \(cuda_graph is left out here: needs CUDA\)\.",
+    ):
+        build_space(128, CPU, MNIST, {"cuda_graph": (True,)})
+    with pytest.raises(SpaceError, match=r"--fix batch_size: 100 is outside its domain \{32, 64, 128"):
+        build_space(128, GPU, MNIST, {"batch_size": (100,)})

@@ -1,0 +1,153 @@
+"""Measurement windows on a fake clock: exact step time, epoch start-up spread over the epoch, early stop."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autotune.trial.timing import Windows, measure, spread
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeLoader:
+    """`steps` batches of `batch` samples; starting an epoch costs `startup_s` of fake time."""
+
+    def __init__(self, clock: Clock, steps: int, batch: int, startup_s: float) -> None:
+        self.clock, self.steps, self.batch_size, self.startup_s = clock, steps, batch, startup_s
+        self.dataset = range(steps * batch)
+        self.drop_last = False
+        self.epochs = 0
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def __iter__(self):
+        self.clock.now += self.startup_s
+        self.epochs += 1
+        for _ in range(self.steps):
+            yield torch.zeros(self.batch_size, 1), torch.zeros(self.batch_size)
+
+
+def _step(clock: Clock, seconds: float):
+    def step(x: torch.Tensor, y: torch.Tensor) -> None:
+        clock.now += seconds
+
+    return step
+
+
+def test_windows_time_steps_and_spread_epoch_startup_over_the_epoch() -> None:
+    clock = Clock()
+    loader = FakeLoader(clock, steps=100, batch=32, startup_s=0.5)
+    m = measure(
+        _step(clock, 0.01),
+        loader,
+        Windows(warmup_steps=2, window_s=0.05, min_windows=3, max_windows=10, rel_tol=0.0),
+        clock=clock,
+    )
+    assert m.step_s == pytest.approx(0.01)
+    assert m.steady_samples_per_s == pytest.approx(3200.0)
+    assert m.window_rates == pytest.approx((3200.0,) * 3)  # identical windows: stop at min_windows
+    assert m.epoch_overhead_s == pytest.approx(0.5)
+    assert m.epoch_s == pytest.approx(100 * 0.01 + 0.5)
+    assert m.samples_per_s == pytest.approx(3200 / 1.5)
+    assert m.setup_s == pytest.approx(0.5 + 2 * 0.01)  # first iterator and warm-up, outside the windows
+    assert (m.spread, m.stopped_early, m.steps_per_epoch) == (0.0, False, 100)
+
+
+def test_without_startup_cost_end_to_end_equals_steady() -> None:
+    clock = Clock()
+    loader = FakeLoader(clock, steps=20, batch=8, startup_s=0.0)
+    m = measure(_step(clock, 0.002), loader, Windows(warmup_steps=1, window_s=0.01, min_windows=3), clock=clock)
+    assert m.samples_per_s == pytest.approx(m.steady_samples_per_s) == pytest.approx(4000.0)
+    assert loader.epochs >= 2  # an epoch boundary was crossed and timed
+
+
+def test_on_window_can_stop_measuring_early() -> None:
+    clock = Clock()
+    seen: list[tuple[int, float]] = []
+
+    def on_window(i: int, rate: float) -> bool:
+        seen.append((i, rate))
+        return i == 1
+
+    m = measure(
+        _step(clock, 0.01),
+        FakeLoader(clock, 50, 10, 0.1),
+        Windows(warmup_steps=0, window_s=0.03, min_windows=5),
+        clock=clock,
+        on_window=on_window,
+    )
+    assert m.stopped_early is True
+    assert [i for i, _ in seen] == [0, 1]
+    assert len(m.window_rates) == 2
+
+
+def test_sync_is_called_at_window_edges_only() -> None:
+    clock = Clock()
+    calls = {"sync": 0, "step": 0}
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> None:
+        calls["step"] += 1
+        clock.now += 0.01
+
+    def sync() -> None:
+        calls["sync"] += 1
+
+    measure(
+        step,
+        FakeLoader(clock, 40, 4, 0.0),
+        Windows(warmup_steps=3, window_s=0.05, min_windows=3, max_windows=3, boundaries=1),
+        clock=clock,
+        sync=sync,
+    )
+    # warm-up, probe, 3 windows and 1 boundary window: one sync each, never per step.
+    assert calls["sync"] == 6
+    assert calls["step"] > 20
+
+
+def test_spread_is_interquartile_range_over_median() -> None:
+    assert spread([100.0]) == 0.0
+    assert spread([90.0, 100.0, 110.0]) == pytest.approx(0.1)
+
+
+def test_an_empty_loader_is_an_error() -> None:
+    clock = Clock()
+    with pytest.raises(ValueError, match=r"`len\(loader\) >= 1` must hold, but got 0"):
+        measure(_step(clock, 0.01), FakeLoader(clock, 0, 1, 0.0), clock=clock)
+
+
+def test_a_window_calibrated_on_prefetched_batches_is_cut_to_length_after_the_first() -> None:
+    # The loader's workers had 10 batches ready: the probe sees 1 ms steps, the loader then feeds one per 50 ms.
+    clock = Clock()
+    calls = {"step": 0}
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> None:
+        calls["step"] += 1
+        clock.now += 0.001 if calls["step"] <= 10 else 0.05
+
+    ends: list[float] = []
+
+    def on_window(i: int, rate: float) -> bool:
+        ends.append(clock.now)
+        return False
+
+    m = measure(
+        step,
+        FakeLoader(clock, 1000, 10, 0.0),
+        Windows(warmup_steps=2, window_s=0.25, min_windows=3, rel_tol=0.0),
+        clock=clock,
+        on_window=on_window,
+    )
+    # First window: 250 steps (0.25 s / 1 ms), 5 of them still fast; then 0.25 s / 49.02 ms -> 6 steps,
+    # then 0.25 s / 50 ms -> 5 steps.
+    assert ends[0] == pytest.approx(0.002 + 0.003 + 5 * 0.001 + 245 * 0.05)  # warm-up, probe, first window
+    assert [b - a for a, b in zip(ends, ends[1:])] == pytest.approx([0.3, 0.25, 0.25])
+    assert m.window_rates[1:] == pytest.approx((200.0,) * 3)
+    assert m.step_s == pytest.approx(0.05)

@@ -1,0 +1,96 @@
+"""tuned_loader and tuned_step read the committed recipe: a matching profile, and none."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from autotune import NoProfileWarning, load_tuned, tuned_loader, tuned_step
+from autotune.config import Config
+from autotune.loop import DeviceLoader
+from autotune.tuned import file as tuned_file
+from autotune.workloads import load, resolve
+
+
+def _write(project: Path, hardware: str, config: Config, lr: float = 0.1) -> None:
+    tuned_file.write_profile(
+        project / "recipes" / "tiny.tuned.toml",
+        "tiny",
+        hardware,
+        {
+            "samples_per_s": 1000.0,
+            "baseline_samples_per_s": 100.0,
+            "speedup": 10.0,
+            "lr": lr,
+            "lr_rule": "linear",
+            "knobs": tuned_file.config_to_knobs(config),
+            "versions": {"torch": torch.__version__},
+        },
+    )
+
+
+def _dataset():
+    return load(resolve("tiny")).build_dataset(Path("data"))
+
+
+def test_matching_profile_builds_its_dataloader(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _write(project, "cpu", Config(batch_size=32, num_workers=2, persistent_workers=True, prefetch_factor=3))
+    loader = tuned_loader(_dataset(), recipe="tiny", device="cpu")
+    assert isinstance(loader, DataLoader)
+    assert (loader.batch_size, loader.num_workers, loader.persistent_workers, loader.prefetch_factor) == (
+        32,
+        2,
+        True,
+        3,
+    )
+    assert len(loader) == 16
+    assert (
+        "uses batch size 32 (the workload's is 16); its learning rate is 0.1 by the linear rule."
+        in capsys.readouterr().err
+    )
+
+
+def test_device_placement_gives_a_device_loader_with_the_same_contract(project: Path) -> None:
+    _write(project, "cpu", Config(batch_size=64, placement="device"))
+    loader = tuned_loader(_dataset(), recipe="tiny", device="cpu")
+    assert isinstance(loader, DeviceLoader)
+    assert (loader.batch_size, loader.shuffle, loader.drop_last, len(loader)) == (64, True, False, 8)
+    x, y = next(iter(loader))
+    assert x.shape == (64, 1, 8, 8) and y.shape == (64,)
+
+
+def test_overrides_win_over_the_profile(project: Path) -> None:
+    _write(project, "cpu", Config(batch_size=32))
+    loader = tuned_loader(_dataset(), recipe="tiny", device="cpu", batch_size=8, shuffle=False)
+    assert loader.batch_size == 8
+
+
+def test_no_matching_profile_warns_names_the_profiles_and_uses_the_defaults(project: Path) -> None:
+    _write(project, "NVIDIA H200", Config(batch_size=1024, placement="device", cuda_graph=True))
+    with pytest.warns(
+        NoProfileWarning, match=r"has no profile for 'cpu' \(profiles: 'NVIDIA H200'\); using tiny's own defaults"
+    ):
+        loader = tuned_loader(_dataset(), recipe="tiny", device="cpu")
+    assert isinstance(loader, DataLoader) and loader.batch_size == 16 and loader.num_workers == 0
+
+
+def test_no_tuned_file_at_all_warns_too(project: Path) -> None:
+    with pytest.warns(NoProfileWarning, match=r"\(profiles: none\)"):
+        tuned = load_tuned("tiny", "cpu")
+    assert tuned.profile is None and tuned.lr == 0.05
+
+
+def test_tuned_step_applies_the_profile_to_the_users_model(project: Path) -> None:
+    _write(project, "cpu", Config(batch_size=32, amp="bf16"), lr=0.1)
+    workload = load(resolve("tiny"))
+    model = workload.build_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=load_tuned("tiny", "cpu").lr)
+    step = tuned_step(model, torch.nn.CrossEntropyLoss(), optimizer, recipe="tiny", device="cpu")
+    assert step.config.amp == "bf16" and step.amp_dtype is torch.bfloat16
+    before = [p.detach().clone() for p in model.parameters()]
+    loss = step(torch.rand(32, 1, 8, 8), torch.randint(0, 4, (32,)))
+    assert loss.shape == () and torch.isfinite(loss)
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
