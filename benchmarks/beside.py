@@ -23,8 +23,8 @@ import threading
 from pathlib import Path
 
 from autotune.config import Config, baseline_config
-from autotune.trial.measure import Windows
 from autotune.procs.pool import TrialPool
+from autotune.trial.timing import Windows
 from autotune.workloads import load, resolve
 
 WINDOWS = Windows(window_s=0.2)

@@ -19,8 +19,8 @@ import sys
 import torch
 
 from autotune import load_tuned
-from autotune.study import parity
 from autotune.config import baseline_config
+from autotune.study import parity
 from autotune.trial.runner import Runner
 
 

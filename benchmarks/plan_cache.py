@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 from autotune.config import Config
-from autotune.trial.measure import Windows
+from autotune.trial.timing import Windows
 
 WINDOWS = Windows(window_s=0.2)
 

@@ -28,10 +28,10 @@ from torch.utils.data import DataLoader
 
 from autotune import load_tuned, tuned_loader, tuned_step
 from autotune.config import Config
-from autotune.workloads.locate import data_root
 from autotune.loop import Step, build_loader
-from autotune.trial.measure import Windows, measure
+from autotune.trial.timing import Windows, measure
 from autotune.workloads import load, resolve
+from autotune.workloads.locate import data_root
 
 DEVICE = torch.device(os.environ.get("BENCH_DEVICE", "cuda"))
 WINDOWS = Windows(warmup_steps=10, window_s=0.3, min_windows=5, max_windows=12)

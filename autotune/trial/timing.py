@@ -1,11 +1,26 @@
-"""Timing windows over the real loop, start-up costs, and GPU sampling through NVML.
+"""Timing windows over the real loop, after its warm-up and after the backlog its loader prefetched.
 
 The number is end-to-end training samples per second: loader, copy, forward,
 backward, optimizer step. Warm-up (worker spin-up, cuDNN autotuning, graph
-capture) is timed separately as a one-time cost. The device is synchronised at
-window edges only. A fresh epoch's iterator start-up is measured at epoch
-boundaries and spread over the epoch's steps, so persistent workers show their
-worth. No Optuna here: a caller that wants to stop early answers ``on_window``.
+capture) is timed separately as a one-time cost. Then:
+
+- the backlog is gone before any window is timed. During warm-up the loader's
+  workers fill their queues (``autotune.trial.backlog``); the loop first takes
+  that many batches untimed. Each window then counts only what the workers
+  made while it ran: batches it took from a backlog that shrank are not
+  counted, so a loop still draining one is stated at the speed of its loader,
+  not of its step. Where the backlog cannot be read, the loop instead runs on,
+  untimed, until it has to wait for a batch;
+- a window spans at least as many batches as there are workers (worker output is
+  bursty: one slow batch, then N-1 fast ones) and never crosses an epoch;
+- the device is synchronised at window edges only;
+- the trial's value is the median window; its noise, the interquartile range over
+  the median. Measuring stops once the last windows agree; a loop whose windows
+  keep disagreeing is measured longer, then marked unreliable, not stated as exact.
+
+A fresh epoch's iterator start-up is measured at epoch boundaries and spread over
+the epoch's steps, so persistent workers show their worth. No Optuna here: a
+caller that wants to stop early answers ``on_window``.
 """
 
 from __future__ import annotations
@@ -17,7 +32,10 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from autotune.trial import backlog
+
 Clock = Callable[[], float]
+DRY_WAIT_S = 1e-3  # a batch that took this long to arrive was not waiting in a queue: the loop ran dry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +50,8 @@ class Measurement:
     epoch_s: float  # seconds one epoch takes at this rate
     setup_s: float  # one-time cost: first iterator, warm-up steps, capture, autotuning
     stopped_early: bool  # on_window asked to stop
+    backlog_steps: int = 0  # batches taken untimed after warm-up: what the workers had prefetched
+    reliable: bool = True  # False: the windows kept disagreeing beyond `Windows.noisy`, even measured longer
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -47,6 +67,8 @@ class Windows:
     max_windows: int = 10
     rel_tol: float = 0.03  # stop when the last min_windows rates lie within this fraction of their median
     boundaries: int = 2  # epoch boundaries to time
+    noisy: float = 0.10  # windows that spread more than this by max_windows are measured longer
+    extra_windows: int = 5  # how many more; still noisy then, the measurement is marked unreliable
 
 
 def spread(rates: Iterable[float]) -> float:
@@ -59,19 +81,22 @@ def spread(rates: Iterable[float]) -> float:
 
 
 class _Feed:
-    """Batches across epochs; knows how far into the epoch it is."""
+    """Batches across epochs; knows how far into the epoch it is and how long the last batch kept it waiting."""
 
-    def __init__(self, loader: Any) -> None:
-        self.loader = loader
+    def __init__(self, loader: Any, clock: Clock) -> None:
+        self.loader, self.clock = loader, clock
         self.steps_per_epoch = len(loader)
         self.iterator: Iterator | None = iter(loader)
         self.position = 0
+        self.last_wait = 0.0
 
     def next(self) -> Any:
         if self.position >= self.steps_per_epoch:
             self.restart()
         assert self.iterator is not None
+        asked = self.clock()
         batch = next(self.iterator)
+        self.last_wait = self.clock() - asked
         self.position += 1
         return batch
 
@@ -81,14 +106,81 @@ class _Feed:
         self.iterator = iter(self.loader)
         self.position = 0
 
+    def ready(self) -> int | None:
+        return backlog.ready(self.iterator)
+
     @property
     def remaining(self) -> int:
         return self.steps_per_epoch - self.position
 
 
+@dataclasses.dataclass(frozen=True)
+class _Window:
+    seconds: float
+    steps: int
+    samples: int
+    drained: int  # batches taken from a backlog that shrank: made before the window began
+
+    @property
+    def made(self) -> float:
+        """Samples the loader made while the window ran: those taken, less what came out of the backlog."""
+        per_batch = self.samples / self.steps
+        return max(self.samples - self.drained * per_batch, per_batch)
+
+    @property
+    def rate(self) -> float:
+        return self.made / self.seconds
+
+    @property
+    def step_s(self) -> float:
+        return self.seconds * self.samples / self.made / self.steps
+
+
 def _batch_len(batch: Any) -> int:
     first = batch[0] if isinstance(batch, (tuple, list)) else batch
     return int(first.shape[0])
+
+
+def _run(feed: _Feed, step: Callable[..., Any], n: int) -> int:
+    """`n` steps; the samples they took."""
+    samples = 0
+    for _ in range(n):
+        batch = feed.next()
+        samples += _batch_len(batch)
+        step(*batch)
+    return samples
+
+
+def _skip_backlog(feed: _Feed, step: Callable[..., Any], capacity: int) -> int:
+    """Take, untimed, the batches the workers prefetched while the loop warmed up; how many were taken.
+
+    Where the backlog cannot be read (so no window can correct for what remains of it),
+    go on until a batch keeps the loop waiting, or another twice the capacity.
+    """
+    if capacity == 0:
+        return 0
+    _run(feed, step, capacity)
+    taken = capacity
+    if feed.ready() is None:
+        while taken < 3 * capacity and feed.last_wait < DRY_WAIT_S:
+            _run(feed, step, 1)
+            taken += 1
+    return taken
+
+
+def _timed(feed: _Feed, step: Callable[..., Any], n: int, clock: Clock, sync: Callable[[], None],
+           restart: bool = False) -> _Window:
+    """One window of `n` steps, timed from synchronised device to synchronised device."""
+    before = None if restart else feed.ready()
+    t0 = clock()
+    if restart:
+        feed.restart()
+    samples = _run(feed, step, n)
+    sync()
+    seconds = max(clock() - t0, 1e-12)
+    after = feed.ready()
+    drained = max(0, before - after) if before is not None and after is not None else 0
+    return _Window(seconds, n, samples, min(drained, n - 1))
 
 
 def measure(
@@ -110,80 +202,25 @@ def measure(
         m = measure(step, loader, sync=torch.cuda.synchronize)
     """
     start = clock()
-    feed = _Feed(loader)
+    feed = _Feed(loader, clock)
     if feed.steps_per_epoch < 1:
         raise ValueError(f"the loader yields no batch: `len(loader) >= 1` must hold, but got {feed.steps_per_epoch}.")
-    for _ in range(windows.warmup_steps):
-        batch = feed.next()
-        step(*batch)
+    _run(feed, step, windows.warmup_steps)
     sync()
     setup_s = clock() - start
-
-    # Calibrate the window to the step's speed; a window never crosses an epoch boundary.
-    probe = min(3, feed.steps_per_epoch)
-    t0 = clock()
-    for _ in range(probe):
-        step(*feed.next())
-    sync()
-
-    def steps_for(step_s: float) -> int:
-        return max(1, min(math.ceil(windows.window_s / max(step_s, 1e-9)), max(1, feed.steps_per_epoch - 1)))
-
-    window_steps = steps_for((clock() - t0) / probe)
-
-    rates: list[float] = []
-    step_times: list[float] = []
-    boundary: list[tuple[float, int]] = []  # (seconds, steps) of windows that start a new epoch
-    stopped = False
-    while len(rates) < windows.max_windows:
-        crossing = feed.remaining < window_steps
-        if crossing and len(boundary) >= windows.boundaries:
-            feed.restart()  # enough boundaries timed; start the new epoch outside the clock
-            crossing = False
-        n_steps = min(window_steps, feed.steps_per_epoch)
-        samples = 0
-        t0 = clock()
-        if crossing:
-            feed.restart()
-        for _ in range(n_steps):
-            batch = feed.next()
-            samples += _batch_len(batch)
-            step(*batch)
-        sync()
-        elapsed = max(clock() - t0, 1e-12)
-        if crossing:
-            boundary.append((elapsed, n_steps))
-            continue
-        rates.append(samples / elapsed)
-        step_times.append(elapsed / n_steps)
-        # The probe can run on batches the loader's workers had ready: a loader-bound config then looks
-        # fast and its windows last many times window_s. Each window sets the next one's length.
-        window_steps = steps_for(step_times[-1])
-        if on_window is not None and on_window(len(rates) - 1, rates[-1]):
-            stopped = True
-            break
-        if len(rates) >= windows.min_windows:
-            recent = rates[-windows.min_windows :]
-            if (max(recent) - min(recent)) / statistics.median(recent) <= windows.rel_tol:
-                break
-
-    step_s = statistics.median(step_times)
+    capacity = backlog.capacity(loader)
+    skipped = _skip_backlog(feed, step, capacity)
+    steady = _Steady(feed, step, windows, clock, sync, min_steps=max(1, getattr(loader, "num_workers", 0) or 0))
+    stopped = steady.run(on_window)
     if not stopped:
-        while len(boundary) < min(1, windows.boundaries):
-            # No epoch ended while we timed: force one, so start-up cost is never assumed away.
-            n_steps = min(window_steps, feed.steps_per_epoch)
-            t0 = clock()
-            feed.restart()
-            for _ in range(n_steps):
-                step(*feed.next())
-            sync()
-            boundary.append((clock() - t0, n_steps))
-    overheads = [max(0.0, seconds - n * step_s) for seconds, n in boundary]
+        steady.force_a_boundary()
+    step_s = statistics.median(w.step_s for w in steady.windows)
+    overheads = [max(0.0, w.seconds - w.steps * step_s) for w in steady.boundaries]
     epoch_overhead = statistics.median(overheads) if overheads else 0.0
-    epoch_samples = _epoch_samples(loader)
     epoch_s = feed.steps_per_epoch * step_s + epoch_overhead
+    rates = [w.rate for w in steady.windows]
     return Measurement(
-        samples_per_s=epoch_samples / epoch_s,
+        samples_per_s=_epoch_samples(loader) / epoch_s,
         steady_samples_per_s=statistics.median(rates),
         spread=spread(rates),
         window_rates=tuple(rates),
@@ -193,7 +230,73 @@ def measure(
         epoch_s=epoch_s,
         setup_s=setup_s,
         stopped_early=stopped,
+        backlog_steps=skipped,
+        reliable=stopped or spread(rates) <= windows.noisy,
     )
+
+
+class _Steady:
+    """The steady windows of one measurement, and the epoch boundaries timed among them."""
+
+    def __init__(self, feed: _Feed, step: Callable[..., Any], windows: Windows, clock: Clock,
+                 sync: Callable[[], None], min_steps: int) -> None:
+        self.feed, self.step, self.config, self.clock, self.sync = feed, step, windows, clock, sync
+        self.min_steps = min_steps  # a window spans at least one batch per worker: their output is bursty
+        self.windows: list[_Window] = []
+        self.boundaries: list[_Window] = []
+        # Calibrate the first window to the step's speed; each window then sets the next one's length.
+        probe = min(3, feed.steps_per_epoch)
+        self.length = self._steps_for(_timed(feed, step, probe, clock, sync).step_s)
+
+    def _steps_for(self, step_s: float) -> int:
+        wanted = max(math.ceil(self.config.window_s / max(step_s, 1e-9)), self.min_steps)
+        return max(1, min(wanted, self.feed.steps_per_epoch - 1))
+
+    def run(self, on_window: Callable[[int, float], bool] | None) -> bool:
+        """Time windows until they agree, or the limit; True when `on_window` asked to stop."""
+        limit = self.config.max_windows
+        while len(self.windows) < limit:
+            window = self._next()
+            if window is None:
+                continue
+            self.windows.append(window)
+            self.length = self._steps_for(window.step_s)
+            if on_window is not None and on_window(len(self.windows) - 1, window.rate):
+                return True
+            if self._agree():
+                return False
+            if len(self.windows) == limit and limit == self.config.max_windows:
+                if spread(w.rate for w in self.windows) > self.config.noisy:
+                    limit += self.config.extra_windows  # noisy: measured longer before it is called unreliable
+        return False
+
+    def _agree(self) -> bool:
+        k = self.config.min_windows
+        if len(self.windows) < k:
+            return False
+        recent = [w.rate for w in self.windows[-k:]]
+        return (max(recent) - min(recent)) / statistics.median(recent) <= self.config.rel_tol
+
+    def _next(self) -> _Window | None:
+        """The next steady window; None when it was spent timing an epoch boundary instead."""
+        n = min(self.length, self.feed.steps_per_epoch)
+        if self.feed.remaining >= n:
+            return _timed(self.feed, self.step, n, self.clock, self.sync)
+        if len(self.boundaries) < self.config.boundaries:
+            self.boundaries.append(_timed(self.feed, self.step, n, self.clock, self.sync, restart=True))
+            return None
+        # Enough boundaries timed: start the new epoch outside the clock, and its first batch with it
+        # (fresh workers start up for it) when the epoch is long enough for a window after it.
+        self.feed.restart()
+        if self.feed.steps_per_epoch > n:
+            _run(self.feed, self.step, 1)
+        return _timed(self.feed, self.step, n, self.clock, self.sync)
+
+    def force_a_boundary(self) -> None:
+        """No epoch ended while we timed: time one, so start-up cost is never assumed away."""
+        if not self.boundaries and self.config.boundaries > 0:
+            n = min(self.length, self.feed.steps_per_epoch)
+            self.boundaries.append(_timed(self.feed, self.step, n, self.clock, self.sync, restart=True))
 
 
 def _epoch_samples(loader: Any) -> int:
