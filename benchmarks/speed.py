@@ -164,122 +164,91 @@ def whole_run(step: Callable, loader: Any, epochs: int) -> float:
     return time.perf_counter() - start
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--trials", type=int, default=40)
-    parser.add_argument("--budget", type=float, default=150.0, help="seconds each search may start trials for")
-    parser.add_argument("--skip-search", action="store_true", help="reuse the searches already in --out")
-    args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    print(
-        f"device: {torch.cuda.get_device_name(0) if DEVICE.type == 'cuda' else 'cpu'}, torch {torch.__version__}, "
-        f"CPU cores {len(os.sched_getaffinity(0))}",
-        flush=True,
-    )
-
-    searches: dict[str, dict[str, Any]] = {}
-    for name, (recipe, extra) in SEARCHES.items():
-        if args.skip_search:
-            searches[name] = {
-                "folder": args.out / name.replace("@", "_"),
-                "wall_s": float("nan"),
-                "best_after_s": float("nan"),
-                "trials": 0,
-            }
-        else:
-            searches[name] = run_search(name, recipe, extra, args.out, args.trials, args.budget)
-
+def _mnist_rows(searches: dict[str, dict[str, Any]]) -> tuple[list[tuple[str, str, float, str]], Any]:
     rows: list[tuple[str, str, float, str]] = []
     mnist = load(resolve("mnist_cnn")).build_dataset(data_root())
     seed = rate_of(*seed_loop_as_written(mnist))
     rows.append(("mnist_cnn", "the seed's loop as written (bs 128, 0 workers, .item() per step)", seed, "1.0x"))
-    advice = Config(
-        batch_size=1024,
-        num_workers=8,
-        pin_memory=True,
-        persistent_workers=True,
-        prefetch_factor=2,
-        cudnn_benchmark=True,
-    )
+    advice = Config(batch_size=1024, num_workers=8, pin_memory=True, persistent_workers=True, prefetch_factor=2,
+                    cudnn_benchmark=True)
     r = rate_of(*plain_loop("mnist_cnn", advice))
-    rows.append(
-        (
-            "mnist_cnn",
-            "the second seed's advice (bs 1024, 8 workers, pinned, persistent, cudnn)",
-            r,
-            f"{r / seed:.1f}x seed",
-        )
-    )
+    rows.append(("mnist_cnn", "the second seed's advice (bs 1024, 8 workers, pinned, persistent, cudnn)", r,
+                 f"{r / seed:.1f}x seed"))
     r = rate_of(*plain_loop("mnist_cnn", Config(batch_size=128, pin_memory=True)))
     rows.append(("mnist_cnn", "untuned defaults through our loop (no per-step sync)", r, f"{r / seed:.1f}x seed"))
     for name in ("mnist_cnn@bs128", "mnist_cnn"):
-        step, loader, what = tuned_loop("mnist_cnn", searches[name]["folder"])
-        r = rate_of(step, loader)
-        rows.append(("mnist_cnn", f"tuned [{name}]: {what}", r, f"{r / seed:.1f}x seed"))
+        if name in searches:
+            step, loader, what = tuned_loop("mnist_cnn", searches[name]["folder"])
+            r = rate_of(step, loader)
+            rows.append(("mnist_cnn", f"tuned [{name}]: {what}", r, f"{r / seed:.1f}x seed"))
+    return rows, mnist
 
+
+def _cifar_rows(searches: dict[str, dict[str, Any]]) -> list[tuple[str, str, float, str]]:
+    rows: list[tuple[str, str, float, str]] = []
     untuned = rate_of(*plain_loop("cifar10_resnet18", Config(batch_size=128)))
     rows.append(("cifar10_resnet18", "untuned defaults (bs 128, 0 workers, not pinned)", untuned, "1.0x"))
     workers = {}
     for n in (8, 16):
         n_eff = min(n, len(os.sched_getaffinity(0)))
-        workers[n] = rate_of(
-            *plain_loop("cifar10_resnet18", Config(batch_size=128, num_workers=n_eff, prefetch_factor=2))
-        )
-        rows.append(
-            (
-                "cifar10_resnet18",
-                f"{n_eff} workers, all else default",
-                workers[n],
-                f"{workers[n] / untuned:.1f}x untuned",
-            )
-        )
-    step, loader, what = tuned_loop("cifar10_resnet18", searches["cifar10_resnet18@bs128"]["folder"])
-    r = rate_of(step, loader)
-    best_workers = max(workers.values())
-    rows.append(
-        (
-            "cifar10_resnet18",
-            f"tuned [bs128]: {what}",
-            r,
-            f"{r / untuned:.1f}x untuned, {r / best_workers:.1f}x best workers",
-        )
-    )
+        config = Config(batch_size=128, num_workers=n_eff, prefetch_factor=2)
+        workers[n] = rate_of(*plain_loop("cifar10_resnet18", config))
+        rows.append(("cifar10_resnet18", f"{n_eff} workers, all else default", workers[n],
+                     f"{workers[n] / untuned:.1f}x untuned"))
+    if "cifar10_resnet18@bs128" in searches:
+        step, loader, what = tuned_loop("cifar10_resnet18", searches["cifar10_resnet18@bs128"]["folder"])
+        r = rate_of(step, loader)
+        rows.append(("cifar10_resnet18", f"tuned [bs128]: {what}", r,
+                     f"{r / untuned:.1f}x untuned, {r / max(workers.values()):.1f}x best workers"))
+    return rows
 
-    # The seed's whole declared run (10 epochs) end to end, one-time costs included.
-    epochs = load(resolve("mnist_cnn")).defaults["epochs"]
-    t_seed = whole_run(*seed_loop_as_written(mnist), epochs)
-    start = time.perf_counter()
-    step, loader, what = tuned_loop("mnist_cnn", searches["mnist_cnn@bs128"]["folder"])
-    whole_run(step, loader, epochs)
-    t_tuned = time.perf_counter() - start
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--trials", type=int, default=40)
+    parser.add_argument("--budget", type=float, default=150.0, help="seconds each search may take")
+    parser.add_argument("--searches", default=",".join(SEARCHES), help="which of the searches to run, by name")
+    parser.add_argument("--skip-search", action="store_true", help="reuse the searches already in --out")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    print(f"device: {torch.cuda.get_device_name(0) if DEVICE.type == 'cuda' else 'cpu'}, torch {torch.__version__}, "
+          f"CPU cores {len(os.sched_getaffinity(0))}", flush=True)
+    searches: dict[str, dict[str, Any]] = {}
+    for name in args.searches.split(","):
+        recipe, extra = SEARCHES[name]
+        if args.skip_search:
+            searches[name] = {"folder": args.out / name.replace("@", "_"), "wall_s": float("nan"),
+                              "best_after_s": float("nan"), "trials": 0}
+        else:
+            searches[name] = run_search(name, recipe, extra, args.out, args.trials, args.budget)
+    mnist_rows, mnist = _mnist_rows(searches)
+    rows = mnist_rows + _cifar_rows(searches)
     print()
     print(f"{'workload':<18} {'loop':<92} {'samples/s':>12}  ratio")
     for workload, loop, rate, ratio in rows:
         print(f"{workload:<18} {loop:<92} {rate:>12,.0f}  {ratio}")
-    print()
-    print(
-        f"mnist_cnn, the seed's {epochs}-epoch run end to end: as written {t_seed:.1f} s; tuned at bs 128 "
-        f"{t_tuned:.1f} s "
-        f"(loader, materialisation, capture included): {t_seed / t_tuned:.1f}x faster"
-    )
-    print()
+    whole: dict[str, float] = {}
+    if "mnist_cnn@bs128" in searches:
+        whole = _whole_runs(mnist, searches["mnist_cnn@bs128"]["folder"])
     for name, s in searches.items():
-        print(
-            f"search {name:<24} wall {s['wall_s']:.0f} s, {s['trials']} trials, final best found "
-            f"{s['best_after_s']:.0f} s after the first trial started"
-        )
-    (args.out / "bench.json").write_text(
-        json.dumps(
-            {
-                "rows": rows,
-                "seed_run_s": t_seed,
-                "tuned_run_s": t_tuned,
-                "searches": {k: {**v, "folder": str(v["folder"])} for k, v in searches.items()},
-            },
-            indent=1,
-        )
-    )
+        print(f"search {name:<24} wall {s['wall_s']:.0f} s, {s['trials']} trials, final best found "
+              f"{s['best_after_s']:.0f} s after the first trial started")
+    summary = {"rows": rows, **whole, "searches": {k: {**v, "folder": str(v["folder"])} for k, v in searches.items()}}
+    (args.out / "bench.json").write_text(json.dumps(summary, indent=1))
+
+
+def _whole_runs(mnist: Any, tuned_folder: Path) -> dict[str, float]:
+    """The seed's whole declared run (10 epochs) end to end, as written and tuned, one-time costs included."""
+    epochs = load(resolve("mnist_cnn")).defaults["epochs"]
+    t_seed = whole_run(*seed_loop_as_written(mnist), epochs)
+    start = time.perf_counter()
+    step, loader, _ = tuned_loop("mnist_cnn", tuned_folder)
+    whole_run(step, loader, epochs)
+    t_tuned = time.perf_counter() - start
+    print(f"\nmnist_cnn, the seed's {epochs}-epoch run end to end: as written {t_seed:.1f} s; tuned at bs 128 "
+          f"{t_tuned:.1f} s (loader, materialisation, capture included): {t_seed / t_tuned:.1f}x faster\n")
+    return {"seed_run_s": t_seed, "tuned_run_s": t_tuned}
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from autotune.config import LR_RULES
+from autotune.study.options import DEFAULT_TIME_BUDGET_S
 
 EPILOG = """\b
 Examples:
@@ -30,7 +31,9 @@ Examples:
     type=click.IntRange(min=1),
     help="Finished trials the study should hold (earlier runs count).",
 )
-@click.option("--time-budget", type=click.FloatRange(min=1), help="Seconds after which no new trial starts.")
+@click.option("--time-budget", default=DEFAULT_TIME_BUDGET_S, show_default=True, type=click.FloatRange(min=0),
+              help="Seconds the whole search aims to take: no trial starts once the time left would not cover the "
+              "parity check and the finalists' rounds. 0: no limit but --trials.")
 @click.option(
     "--fix",
     "fixes",
@@ -115,7 +118,7 @@ def search(
         raise click.UsageError(str(exc)) from None
     options = SearchOptions(
         trials=trials,
-        time_budget_s=time_budget,
+        time_budget_s=time_budget or None,
         fixes=parsed,
         storage=storage,
         study=study_name,

@@ -80,7 +80,7 @@ def pool_started_early(workload_path: Path, options: SearchOptions, gpus_seen: i
         options.state_dir / "logs",
         options.trial_timeout_s,
     )
-    pool.prestart(3 if cuda else 1)
+    pool.prestart_in_background(3 if cuda else 1)
     return pool
 
 

@@ -66,14 +66,15 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import IO, Any, Protocol
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 PARENT_POLL_S = 0.5  # how often a child looks for its parent
 # What the fork server imports before it forks anything: what every trial process needs. A module that is not
 # installed is skipped. Nothing here may initialise CUDA: a forked child could not use it.
-FORK_SERVER_PRELOAD = ["torch", "torchvision", "numpy", "autotune.trial.serve", "autotune.trial.runner",
-                       "autotune.trial.parity_run", "autotune.procs.trial_main"]
+FORK_SERVER_PRELOAD = ["torch", "numpy", "autotune.trial.serve", "autotune.trial.runner", "autotune.trial.parity_run",
+                       "autotune.procs.trial_main"]
 _FORK = multiprocessing.get_context("forkserver")
 
 
@@ -107,17 +108,25 @@ def spawn(
     )
 
 
-def start_fork_server() -> None:
-    """Start the fork server now, if it is not running, so that it imports torch while this process works on."""
-    _FORK.set_forkserver_preload(FORK_SERVER_PRELOAD)
+def start_fork_server(workload_path: Path | None = None) -> None:
+    """Start the fork server now, if it is not running, so that it imports torch while this process works on.
+
+    torchvision takes two seconds more to import: the server imports it too when the workload file names it
+    (each trial process would otherwise import it again). The first start decides; later calls find it running.
+    """
+    preload = list(FORK_SERVER_PRELOAD)
+    with contextlib.suppress(OSError):
+        if workload_path is not None and "torchvision" in Path(workload_path).read_text(errors="replace"):
+            preload.insert(1, "torchvision")
+    _FORK.set_forkserver_preload(preload)
     multiprocessing.forkserver.ensure_running()
 
 
 class Forked:
     """A process forked by the fork server, with the part of Popen's interface that `kill` and `wait_or_kill` use."""
 
-    def __init__(self, target: Callable[..., None], args: tuple[Any, ...]) -> None:
-        start_fork_server()
+    def __init__(self, target: Callable[..., None], args: tuple[Any, ...], workload_path: Path | None = None) -> None:
+        start_fork_server(workload_path)
         self.process = _FORK.Process(target=target, args=args, daemon=False)
         self.process.start()
         self.pid: int = self.process.pid  # type: ignore[assignment]
@@ -135,9 +144,9 @@ class Forked:
         self.process.kill()
 
 
-def fork(target: Callable[..., None], args: tuple[Any, ...]) -> Forked:
+def fork(target: Callable[..., None], args: tuple[Any, ...], workload_path: Path | None = None) -> Forked:
     """Fork `target(*args)` from the fork server; `args` may hold multiprocessing Connections."""
-    return Forked(target, args)
+    return Forked(target, args, workload_path)
 
 
 def kill(proc: subprocess.Popen[bytes] | Forked, group: bool) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -61,6 +62,7 @@ class TrialPool:
         self.log_dir, self.timeout_s, self.env, self.spare = log_dir, timeout_s, env, spare
         self.live: dict[bool | None, TrialProcess] = {}  # by plan class: healthy children that ran something
         self.standby: list[TrialProcess] = []  # started, never used: fresh, of no class yet
+        self._starting: threading.Thread | None = None  # prestart_in_background's
         self.children_started = 0
         self._current: bool | None = None  # the plan class of the latest request
         self.killed = False  # killed (the search was interrupted): every later request fails at once
@@ -82,10 +84,24 @@ class TrialPool:
 
     def prestart(self, n: int) -> None:
         """Start children now, up to `n` in standby, for trials that want a fresh one (finalist rounds)."""
+        self._wait_for_background_starts()
         while len(self.standby) < n:
             self.standby.append(self._start_child())
 
+    def prestart_in_background(self, n: int) -> None:
+        """`prestart(n)` from a thread: the first fork waits for the fork server to import torch, and the
+        process that asks (the command line, before its own imports) must not wait with it."""
+        self._wait_for_background_starts()
+        self._starting = threading.Thread(target=self.prestart, args=(n,), name="trial-process-starts", daemon=True)
+        self._starting.start()
+
+    def _wait_for_background_starts(self) -> None:
+        starting, self._starting = self._starting, None
+        if starting is not None and starting is not threading.current_thread():
+            starting.join()
+
     def _child(self, fresh: bool, config: Config) -> TrialProcess:
+        self._wait_for_background_starts()
         if fresh:  # fresh processes for every class; none still tearing down while the next one measures
             lifecycle.stop_all(list(self.live.values()))
             self.live.clear()
@@ -135,6 +151,7 @@ class TrialPool:
         dismissed after making the parity baseline run): their logs go too, unless a
         failure wrote more than our own lines.
         """
+        self._wait_for_background_starts()
         children = [*self.live.values(), *self.standby]
         self.live, self.standby = {}, []
         stopping = [c for c in children if c.used and not discard]
@@ -151,6 +168,7 @@ class TrialPool:
 
     def ask_to_exit(self) -> None:
         """Ask the healthy processes that ran something to exit, without waiting: `stop` then waits."""
+        self._wait_for_background_starts()
         for child in self.live.values():
             child.ask_to_exit()
 

@@ -59,7 +59,7 @@ class TrialProcess:
         self.events, events_in = _FORK_CONTEXT.Pipe(duplex=False)
         args = (str(workload_path), device, cpu_share, requests_out, events_in, str(log_path), child_env,
                 os.getcwd(), time.time())
-        self.proc = lifecycle.fork(trial_main.run, args)
+        self.proc = lifecycle.fork(trial_main.run, args, workload_path)
         requests_out.close()  # the process holds its own ends: when it dies, reading events ends
         events_in.close()
         self.ready = False

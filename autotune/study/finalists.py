@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import statistics
 from typing import Any
 
 from optuna.trial import TrialState
@@ -49,6 +50,13 @@ def contenders(setup: Setup) -> dict[Config, int]:
     return {c: n for c, n in ranked(setup).items() if values[n] > floor}
 
 
+def baseline_rate(setup: Setup) -> float | None:
+    """The baseline's samples/s in its trials (the median), which bounds the parity runs' length."""
+    values = [t.value for t in setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+              if t.value is not None and setup.config_of(t) == setup.baseline]
+    return statistics.median(values) if values else None
+
+
 def new_parity_check(
     setup: Setup, pool: TrialPool, candidates: list[Config], team: Team, max_batch: int | None = None
 ) -> ParityCheck:
@@ -73,6 +81,7 @@ def new_parity_check(
         candidates,
         setup.echo,
         max_batch=stored.get("max_batch") if stored is not None else max_batch,
+        baseline_rate=baseline_rate(setup),
     )
     setup.echo(
         f"parity: checking the fastest against the baseline ({setup.baseline.describe()}, lr "

@@ -11,11 +11,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+DEFAULT_TIME_BUDGET_S = 480.0  # 8 minutes: a heavy model's search ends within 10, a small model's well before
+
 
 @dataclasses.dataclass(frozen=True)
 class SearchOptions:
     trials: int = 40  # finished trials the study should hold, this run's and earlier runs' together
-    time_budget_s: float | None = None  # stop starting trials after this long
+    # Seconds the whole search aims to take: no trial starts once the time left would not cover the parity
+    # check and the finalists' rounds (estimated from the trials so far). None: no limit but --trials.
+    time_budget_s: float | None = DEFAULT_TIME_BUDGET_S
     fixes: dict[str, tuple[Any, ...]] = dataclasses.field(default_factory=dict)
     storage: str | None = None
     study: str | None = None

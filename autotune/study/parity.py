@@ -34,6 +34,8 @@ TOLERANCES = {"loader": 0.05, "numerics": 0.05, "batch_size": 0.25}
 FAMILIES = tuple(TOLERANCES)
 BASELINE_STEPS = 512  # the baseline trains at least this many steps: 65,536 samples, 1.1 epochs, for mnist_cnn
 CANDIDATE_STEPS = 8  # and a candidate at least this many, however large its batch
+PARITY_BASELINE_S = 45.0  # the baseline's run is cut to what it trains in this long (its trial's rate)
+MIN_BASELINE_STEPS = 64  # but never below this many of its steps
 WINDOW_PARTS = 4  # the compared window is the last quarter of the run
 PROGRESS_FLOOR = 0.01  # a baseline that learned less than 1% of its initial loss is measured against 1%
 INITIAL_RTOL = 1e-3  # two runs from the same weights and data agree on the initial loss this closely
@@ -47,13 +49,23 @@ class ParityRunFailed(RuntimeError):
     """A parity run that crashed, ran out of memory or timed out; the message is the reason."""
 
 
-def run_length(baseline_batch: int, batch: int) -> tuple[int, int]:
+def run_length(baseline_batch: int, batch: int, baseline_rate: float | None = None) -> tuple[int, int]:
     """Samples to train and the window compared at their end, for two batch sizes.
+
+    With `baseline_rate` (samples/s, the baseline's trial), the run is cut to what the
+    baseline trains in PARITY_BASELINE_S, but never below MIN_BASELINE_STEPS of its
+    batches nor CANDIDATE_STEPS of the larger one: a heavy model's check then costs
+    minutes, not tens of them.
 
     >>> run_length(128, 8192)
     (65536, 16384)
+    >>> run_length(256, 256, baseline_rate=615.0)  # ResNet-50 on 4 JPEG-decoding workers
+    (27675, 6918)
     """
     samples = max(BASELINE_STEPS * baseline_batch, CANDIDATE_STEPS * batch)
+    if baseline_rate is not None:
+        bounded = int(PARITY_BASELINE_S * baseline_rate)
+        samples = max(min(samples, bounded), MIN_BASELINE_STEPS * baseline_batch, CANDIDATE_STEPS * batch)
     return samples, samples // WINDOW_PARTS
 
 

@@ -46,11 +46,12 @@ class ParityCheck:
         candidates: Sequence[Config],
         echo: Callable[[str], None] = print,
         max_batch: int | None = None,
+        baseline_rate: float | None = None,  # samples/s of the baseline's trial: bounds the runs' length
     ) -> None:
         self.baseline, self.lr_of, self.make_run, self.echo = baseline, lr_of, make_run, echo
         # `max_batch`: the largest batch any candidate may have, when the runs begin before all are known.
         largest = max_batch if max_batch is not None else max([c.batch_size for c in candidates], default=1)
-        self.samples, self.window = run_length(baseline.batch_size, largest)
+        self.samples, self.window = run_length(baseline.batch_size, largest, baseline_rate)
         self.verdicts: dict[Config, ParityVerdict] = {}
         self.runs = (
             0  # candidates run; a config with the numerics (or the hopeless batch) of one run reuses its verdict

@@ -8,6 +8,7 @@ random transform) is left out of the space with a reason the recipe records.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,7 @@ BOOL_KNOBS = ("pin_memory", "persistent_workers", "cudnn_benchmark", "channels_l
 PREFETCH_RANGE = (1, 8)  # batches each worker keeps in flight
 BATCH_EXPONENTS = range(-2, 7)  # batch sizes from 1/4x to 64x the workload's own
 DEVICE_MEMORY_SHARE = 0.25  # a device-resident data set may take this much of the device's memory
+IO_BOUND_WORKERS_PER_CORE = 4  # the most workers per core, however little CPU a sample costs
 
 
 class SpaceError(ValueError):
@@ -59,6 +61,22 @@ class DataFacts:
     static_shapes: bool  # every sample has one shape
     deterministic: bool  # the transform gives the same tensor twice
     device_dataset: bool  # the workload gives a deterministic data set + device_augment
+    load_cpu_share: float = 1.0  # CPU time over wall time of loading a sample: below 1, a worker waits (on I/O)
+
+
+def max_workers(cpu_share: int, load_cpu_share: float) -> int:
+    """The most DataLoader workers worth trying: the cores, or more when a worker mostly waits.
+
+    A worker that keeps a core busy gains nothing from a second on the same core; one that
+    spends most of a sample waiting (a network file system, an object store) leaves the core
+    to others. So the range follows the measured CPU use: cores / share, at most 4x the cores.
+
+    >>> max_workers(16, 1.0), max_workers(16, 0.25), max_workers(2, 0.01)
+    (16, 64, 8)
+    """
+    if load_cpu_share >= 0.5:
+        return cpu_share
+    return min(math.ceil(cpu_share / max(load_cpu_share, 1e-9)), IO_BOUND_WORKERS_PER_CORE * cpu_share)
 
 
 def detect_machine(device_index: int = 0, cpu_share: int | None = None) -> Machine:
@@ -179,7 +197,7 @@ def build_space(
     scaled = (int(batch_size * 2.0**k) for k in BATCH_EXPONENTS)
     sizes = tuple(b for b in scaled if b >= 1 and b * 4 <= facts.size)
     domains["batch_size"] = sizes or (batch_size,)
-    domains["num_workers"] = tuple(range(0, machine.cpu_share + 1))
+    domains["num_workers"] = tuple(range(0, max_workers(machine.cpu_share, facts.load_cpu_share) + 1))
     domains["prefetch_factor"] = tuple(range(PREFETCH_RANGE[0], PREFETCH_RANGE[1] + 1))
     domains["persistent_workers"] = (False, True)
     domains["amp"] = ("off",) + tuple(d for d in AMP_CHOICES[1:] if d in machine.amp_dtypes)

@@ -25,6 +25,7 @@ from autotune.procs.pool import TrialPool
 from autotune.procs.trial_process import Outcome
 from autotune.study import sharing
 from autotune.study.failures import Finished, Hopeless, blocks, hopeless_values
+from autotune.study.parity import PARITY_BASELINE_S
 from autotune.study.setup import SearchError, Setup
 from autotune.text import elapsed, rate
 
@@ -56,8 +57,7 @@ class Learned:
 def run_trials(setup: Setup, pool: TrialPool, learned: Learned | None = None) -> Learned:
     """Take tickets until none is left or the time budget is spent; returns what was learned on the way."""
     learned = learned or Learned(sampler=setup.study.sampler)
-    budget = setup.options.time_budget_s
-    while budget is None or setup.elapsed() < budget:
+    while not out_of_time(setup):
         check_baseline(setup)
         learn_failures(setup, learned)
         ticket = sharing.take_ticket(setup.study, setup.storage)
@@ -66,6 +66,27 @@ def run_trials(setup: Setup, pool: TrialPool, learned: Learned | None = None) ->
         _run_trial(setup, ticket, pool, learned.hopeless)
     check_baseline(setup)
     return learned
+
+
+def out_of_time(setup: Setup) -> bool:
+    """No trial may start: the time left in the budget would not cover the end of the search.
+
+    The end is the parity check (its baseline run is bounded to PARITY_BASELINE_S, each candidate's
+    to what the same samples take at its speed: half that, guessed) and the finalists' rounds (each
+    config measured once per round, as long as a trial took, the median so far).
+    """
+    budget = setup.options.time_budget_s
+    if budget is None:
+        return False
+    durations = [t.user_attrs["duration_s"] for t in setup.study.get_trials(deepcopy=False)
+                 if t.state.is_finished() and "duration_s" in t.user_attrs]
+    if not durations:
+        return setup.elapsed() >= budget
+    trial_s = statistics.median(durations)
+    finalists = setup.options.finalists
+    check_s = PARITY_BASELINE_S * (1 + 0.5 * finalists) if setup.options.parity_check else 0.0
+    rounds_s = (finalists + 1) * setup.options.rounds * trial_s
+    return setup.elapsed() + trial_s + check_s + rounds_s >= budget
 
 
 def wait_for_other_workers(setup: Setup, pool: TrialPool, learned: Learned, while_waiting: Callable[[], None]) -> None:
@@ -119,7 +140,9 @@ def _run_trial(setup: Setup, ticket: sharing.Ticket, pool: TrialPool, hopeless: 
                     trial.report(samples_per_s, i)
                     return trial.should_prune()
 
+                began = time.monotonic()
                 outcome = pool.run(config, lr, setup.windows, on_window)
+                trial.set_user_attr("duration_s", round(time.monotonic() - began, 2))
         except KeyboardInterrupt:
             with lifecycle.signals_ignored():  # a second Ctrl-C must not cut the hand-back short
                 pool.kill()

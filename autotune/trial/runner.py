@@ -73,6 +73,7 @@ class Runner:
         if deterministic is None:  # not declared: prove it by transforming one sample twice
             deterministic = bool(torch.equal(tx, torch.as_tensor(x0b)) and torch.equal(ty, torch.as_tensor(y0b)))
         return DataFacts(
+            load_cpu_share=load_cpu_share(ds),
             size=len(ds),
             sample_bytes=tx.element_size() * tx.numel() + max(ty.element_size() * ty.numel(), 8),
             image_4d=tx.dim() == 3,
@@ -171,3 +172,17 @@ class _NoSampler:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+def load_cpu_share(dataset: Any, samples: int = 8, min_wall_s: float = 0.005) -> float:
+    """CPU time over wall time while loading a few samples in this process: 1.0 when it cannot be told.
+
+    A share well below 1 means loading waits (on a disk, a network): more workers than cores can help.
+    Loads too quick to time (under `min_wall_s` together) count as CPU-bound.
+    """
+    n = min(samples, len(dataset))
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    for i in range(n):
+        dataset[(i * 7919) % len(dataset)]  # spread over the data set, not only its first files
+    cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    return 1.0 if wall < min_wall_s else min(1.0, cpu / wall)

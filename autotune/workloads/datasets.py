@@ -29,7 +29,7 @@ DOWNLOAD_TIMEOUT_S = 20.0  # per connection attempt
 _announced: set[str] = set()
 
 
-def _say_once(name: str, folder: Path, why: str) -> None:
+def say_once(name: str, folder: Path, why: str) -> None:
     # Trial child processes inherit AUTOTUNE_QUIET: the user hears it once, from the parent.
     if name in _announced or os.environ.get("AUTOTUNE_QUIET"):
         return
@@ -101,7 +101,7 @@ def _download_timeout(seconds: float = DOWNLOAD_TIMEOUT_S) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _building(folder: Path) -> Iterator[None]:
+def building(folder: Path) -> Iterator[None]:
     """One process at a time checks, downloads or writes a data set's files.
 
     A search starts its trial processes while it loads; each builds the data set,
@@ -121,7 +121,7 @@ def _real_or_synthetic(
     name: str, folder: Path, real: Callable[[], Any], write: Callable[[], Any], synthetic: Callable[[], Any]
 ) -> Any:
     """The real data set if it is on disk or can be downloaded, else synthetic files written in its layout."""
-    with _building(folder):
+    with building(folder):
         return _real_or_synthetic_unlocked(name, folder, real, write, synthetic)
 
 
@@ -129,7 +129,7 @@ def _real_or_synthetic_unlocked(
     name: str, folder: Path, real: Callable[[], Any], write: Callable[[], Any], synthetic: Callable[[], Any]
 ) -> Any:
     if (folder / SYNTHETIC_MARK).exists():
-        _say_once(name, folder, "synthetic files from an earlier run are in place")
+        say_once(name, folder, "synthetic files from an earlier run are in place")
         return synthetic()
     try:
         with _download_timeout():
@@ -137,7 +137,7 @@ def _real_or_synthetic_unlocked(
     except (OSError, RuntimeError) as exc:
         why = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         write()
-        _say_once(name, folder, why)
+        say_once(name, folder, why)
         return synthetic()
 
 

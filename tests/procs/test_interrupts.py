@@ -82,8 +82,19 @@ def quick_heartbeats(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"])
-def test_a_stop_signal_stops_cleanly_and_keeps_finished_trials(project: Path, quick_heartbeats: None, sig: int) -> None:
-    """Schedulers (Slurm, Kubernetes) stop jobs with SIGTERM; a closed terminal sends SIGHUP: each is Ctrl-C."""
+def test_every_stop_signal_is_ctrl_c(sig: int) -> None:
+    """The one handler every autotune process installs (autotune.procs.lifecycle.stop_on_signals)."""
+    code = ("import os, signal, sys, time\nfrom autotune.procs import lifecycle\nlifecycle.stop_on_signals()\n"
+            f"try:\n    os.kill(os.getpid(), {int(sig)})\n    time.sleep(5)\n"
+            "except KeyboardInterrupt:\n    sys.exit(130)\n")
+    done = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, timeout=30)
+    assert done.returncode == 130, done.stderr
+
+
+def test_sigterm_stops_cleanly_and_keeps_finished_trials(project: Path, quick_heartbeats: None) -> None:
+    """Schedulers (Slurm, Kubernetes) stop jobs with SIGTERM: the search stops as with Ctrl-C (the test above
+    shows SIGINT and SIGHUP take the same path)."""
+    sig = signal.SIGTERM
     search = Search(project, {"TINY_FAIL": "hang"})
     wait_mid_trial(project, search)
     below = descendants(search.proc.pid)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import optuna
 import pytest
+import torch
 
 from autotune.config import Config
 from autotune.study.space import DataFacts, Machine, SpaceError, build_space, parse_fix
@@ -177,3 +180,30 @@ def test_fix_outside_the_domain_names_the_domain_and_why() -> None:
         build_space(128, CPU, MNIST, {"cuda_graph": (True,)})
     with pytest.raises(SpaceError, match=r"--fix batch_size: 100 is outside its domain \{32, 64, 128"):
         build_space(128, GPU, MNIST, {"batch_size": (100,)})
+
+
+def test_workers_may_outnumber_the_cores_when_loading_a_sample_mostly_waits() -> None:
+    import time
+
+    from autotune.trial.runner import load_cpu_share
+
+    class Waiting(torch.utils.data.Dataset):  # a network file system: each sample waits 5 ms
+        def __len__(self) -> int:
+            return 64
+
+        def __getitem__(self, i: int) -> int:
+            time.sleep(0.005)
+            return i
+
+    class Busy(Waiting):  # decoding: each sample keeps the core busy for 5 ms
+        def __getitem__(self, i: int) -> int:
+            end = time.process_time() + 0.005
+            while time.process_time() < end:
+                pass
+            return i
+
+    waiting, busy = load_cpu_share(Waiting()), load_cpu_share(Busy())
+    assert waiting < 0.2 and busy > 0.8, (waiting, busy)
+    facts = dataclasses.replace(MNIST, load_cpu_share=waiting)
+    assert max(build_space(128, GPU, facts).domains["num_workers"]) == 4 * GPU.cpu_share
+    assert max(build_space(128, GPU, dataclasses.replace(MNIST, load_cpu_share=busy)).domains["num_workers"]) == 16

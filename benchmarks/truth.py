@@ -1,0 +1,171 @@
+"""Does autotune's number survive ground truth? Its measurement of a config beside a loop timed by hand.
+
+    python benchmarks/truth.py --recipe imagenet_resnet50 --out /tmp/truth
+    python benchmarks/truth.py --recipe imagenet_resnet50 --configs sweep --seconds 30
+    python benchmarks/truth.py --recipe imagenet_resnet50 --configs tuned
+
+For each config, first autotune measures it as a search does: in a trial process
+(``autotune.procs.pool.TrialPool``), with the search's windows. Then, in this
+process, a plain PyTorch loop written out below (no autotune code in it: a
+DataLoader, autocast, channels_last, SGD) warms up, skips twice the batches its
+workers can prefetch, and is timed for `--seconds` (at least 30 by default),
+epochs and their start-up included, the device synchronised only at the ends.
+The table gives both numbers and their ratio; every number is from this run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from autotune.config import Config, scaled_lr
+from autotune.procs.pool import TrialPool
+from autotune.trial.timing import Windows
+from autotune.tuned import file as tuned_file
+from autotune.workloads import load, resolve
+from autotune.workloads.locate import data_root
+
+SEARCH_WINDOWS = Windows(window_s=0.2)  # what a search times a trial with on a GPU (autotune.study.setup)
+TOLERANCE = 0.07  # autotune's number within this of the hand-timed one
+
+
+def _configs(cores: int) -> dict[str, dict[str, Config]]:
+    bs, fast = 256, dict(cudnn_benchmark=True, channels_last=True, amp="bf16", pin_memory=True)
+    return {
+        # From 0 workers to all cores, prefetch 2 to 8, fp32 and bf16 with channels_last.
+        "default": {
+            "workload's own (4 workers, pinned, fp32)": Config(bs, num_workers=4, pin_memory=True, prefetch_factor=2),
+            "0 workers, fp32": Config(bs),
+            "8 workers, prefetch 8, persistent, bf16+CL": Config(bs, num_workers=8, prefetch_factor=8,
+                                                                 persistent_workers=True, **fast),
+            f"{cores - 1} workers, prefetch 2, bf16+CL": Config(bs, num_workers=cores - 1, prefetch_factor=2, **fast),
+            f"{cores} workers, prefetch 4, persistent, fp32": Config(bs, num_workers=cores, prefetch_factor=4,
+                                                                     persistent_workers=True, pin_memory=True,
+                                                                     cudnn_benchmark=True),
+        },
+        # The hand-tuned sweep a winner is held against: workers 8, 12, cores-1 and cores, fp32 and bf16+CL.
+        "sweep": {
+            f"{w} workers, {'bf16+CL' if bf16 else 'fp32'}": Config(
+                bs, num_workers=w, prefetch_factor=2, persistent_workers=True, pin_memory=True, cudnn_benchmark=True,
+                **({"channels_last": True, "amp": "bf16"} if bf16 else {}))
+            for w in (8, 12, cores - 1, cores) for bf16 in (False, True)
+        },
+    }
+
+
+def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: torch.device) -> dict[str, float]:
+    """The ground truth: a plain training loop, timed for `seconds` after warm-up and twice the backlog."""
+    torch.backends.cudnn.benchmark = config.cudnn_benchmark
+    torch.manual_seed(0)
+    fmt = torch.channels_last if config.channels_last else torch.contiguous_format
+    model = workload.build_model().to(device, memory_format=fmt).train()
+    optimizer = workload.build_optimizer(model.parameters(), lr)
+    criterion = workload.build_loss()
+    extra = {"persistent_workers": config.persistent_workers, "prefetch_factor": config.prefetch_factor or 2}
+    loader = DataLoader(workload.build_dataset(data_root()), batch_size=config.batch_size, shuffle=True,
+                        num_workers=config.num_workers, pin_memory=config.pin_memory,
+                        **(extra if config.num_workers else {}))
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.amp)
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> None:
+        x = x.to(device, non_blocking=config.pin_memory).contiguous(memory_format=fmt)
+        y = y.to(device, non_blocking=config.pin_memory)
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+            loss = criterion(model(x), y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    def batches():
+        while True:  # epochs, each a fresh pass as a training run makes it
+            yield from loader
+
+    feed = batches()
+    backlog = 2 * config.num_workers * (config.prefetch_factor or 2) if config.num_workers else 0
+    for _ in range(10 + backlog):  # warm-up (cuDNN autotuning), then twice what the workers can hold ready
+        step(*next(feed))
+    sync(device)
+    samples, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        x, y = next(feed)
+        step(x, y)
+        samples += len(x)
+    sync(device)
+    wall = time.perf_counter() - start
+    return {"samples_per_s": samples / wall, "seconds": wall, "samples": samples}
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def by_autotune(workload_path: Path, config: Config, lr: float, cores: int, logs: Path,
+                device: torch.device) -> dict[str, Any]:
+    """autotune's measurement, made as a search makes it: a trial process, the search's windows."""
+    pool = TrialPool(workload_path, str(device), cores, logs, timeout_s=600.0)
+    try:
+        outcome = pool.run(config, lr, SEARCH_WINDOWS)
+    finally:
+        pool.stop()
+    if outcome.state != "complete" or outcome.result is None:
+        raise SystemExit(f"autotune could not measure {config.describe()}: {outcome.reason}")
+    return outcome.result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--recipe", default="imagenet_resnet50")
+    parser.add_argument("--configs", default="default", help="default, sweep, or tuned (the tuned file's profile)")
+    parser.add_argument("--seconds", type=float, default=30.0, help="how long the hand-written loop is timed")
+    parser.add_argument("--only", type=int, help="the first N configs of the set only")
+    parser.add_argument("--out", type=Path, default=Path("truth"))
+    parser.add_argument("--device", default="cuda:0", help="cpu runs it end to end on a machine without a GPU")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    device = torch.device(args.device)
+    hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    cores = len(os.sched_getaffinity(0))
+    ref = resolve(args.recipe)
+    workload = load(ref)
+    d = workload.defaults
+    if args.configs == "tuned":
+        profile = tuned_file.match(tuned_file.read(ref.tuned_path), hardware)
+        if profile is None:
+            raise SystemExit(f"{ref.tuned_path} has no profile for {hardware}")
+        configs = {f"tuned: {tuned_file.knobs_to_config(profile['knobs']).describe()}":
+                   tuned_file.knobs_to_config(profile["knobs"])}
+    else:
+        configs = _configs(cores)[args.configs]
+    configs = dict(list(configs.items())[: args.only])
+    print(f"{args.recipe} on {hardware}, {cores} CPU cores, torch {torch.__version__}; "
+          f"hand-timed loops {args.seconds:.0f} s each", flush=True)
+    rows = []
+    for name, config in configs.items():
+        lr = scaled_lr(float(d["lr"]), d["batch_size"], config.batch_size, "linear", workload.lr_max)
+        ours = by_autotune(ref.workload_path, config, lr, cores, args.out.resolve() / "logs", device)
+        hand = by_hand(workload, config, lr, args.seconds, device)
+        ratio = ours["samples_per_s"] / hand["samples_per_s"]
+        rows.append({"config": name, "knobs": config.describe(), "autotune": ours["samples_per_s"],
+                     "autotune_steady": ours["steady_samples_per_s"], "autotune_spread": ours["spread"],
+                     "backlog_steps": ours.get("backlog_steps"), "hand": hand["samples_per_s"],
+                     "hand_seconds": hand["seconds"], "ratio": ratio})
+        print(f"  {name:<46} autotune {ours['samples_per_s']:>8,.0f}/s ±{ours['spread']:.1%}  "
+              f"by hand {hand['samples_per_s']:>8,.0f}/s over {hand['seconds']:.0f} s  "
+              f"ratio {ratio:.3f}{'' if abs(ratio - 1) <= TOLERANCE else '  OUTSIDE ±7%'}", flush=True)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    (args.out / "truth.json").write_text(json.dumps(rows, indent=1))
+    inside = sum(abs(r["ratio"] - 1) <= TOLERANCE for r in rows)
+    print(f"{inside} of {len(rows)} configs within ±{TOLERANCE:.0%} of the hand-timed rate")
+
+
+if __name__ == "__main__":
+    main()
