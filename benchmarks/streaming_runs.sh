@@ -2,9 +2,9 @@
 # The streaming (ImageNet-class) measurements and the layout's speed check, on a host with two GPUs.
 #
 #     bash benchmarks/streaming_runs.sh OUT truth   # GPU0: truth benchmark; GPU1: GPU tests, mnist search, speed.py
-#     bash benchmarks/streaming_runs.sh OUT search  # GPU0: imagenet search, default options; GPU1: the hand sweep
-#     bash benchmarks/streaming_runs.sh OUT winner  # GPU0: the search's winner through the truth benchmark;
-#                                                   # GPU1: autotune diagnose of imagenet_resnet50
+#     bash benchmarks/streaming_runs.sh OUT search  # GPU0: imagenet search, default options; GPU1: truth benchmark
+#     bash benchmarks/streaming_runs.sh OUT winner  # GPU0: the search's winner through the truth benchmark, then
+#                                                   # autotune diagnose; GPU1: the hand-timed sweep (bf16+CL)
 #
 # Each side gets its own GPU and its own half of the cores (taskset), so neither perturbs the other's
 # numbers: GPU0 with cores 0..15 is the 16-core host the streaming issue measured on. The synthetic
@@ -45,13 +45,15 @@ truth)
 search)
     side gpu0 0 bash -c "$A timeout 590 python3 -m autotune search --recipe imagenet_resnet50;
         cp recipes/imagenet_resnet50.tuned.toml $OUT/ ; $A python3 -m autotune show --recipe imagenet_resnet50" &
-    side gpu1 1 bash -c "$B timeout 560 python3 $REPO/benchmarks/truth.py --configs sweep --seconds 25 \
-        --out /tmp/gpu1/sweep; cp /tmp/gpu1/sweep/truth.json $OUT/sweep.json" &
+    side gpu1 1 bash -c "$B timeout 560 python3 $REPO/benchmarks/truth.py --out /tmp/gpu1/truth --seconds 30;
+        cp /tmp/gpu1/truth/truth.json $OUT/truth.json" &
     wait
     ;;
 winner)
-    side gpu0 0 bash -c "cd $REPO && $A python3 benchmarks/truth.py --configs tuned --seconds 30 --out /tmp/gpu0/winner" &
-    side gpu1 1 bash -c "$B timeout 240 python3 -m autotune diagnose --recipe imagenet_resnet50" &
+    side gpu0 0 bash -c "cd $REPO && $A python3 benchmarks/truth.py --configs tuned --seconds 30 --out /tmp/gpu0/winner;
+        cd /tmp/gpu0 && $A timeout 240 python3 -m autotune diagnose --recipe imagenet_resnet50" &
+    side gpu1 1 bash -c "$B timeout 400 python3 $REPO/benchmarks/truth.py --configs sweep --match bf16 --seconds 30 \
+        --out /tmp/gpu1/sweep; cp /tmp/gpu1/sweep/truth.json $OUT/sweep.json" &
     wait
     ;;
 esac

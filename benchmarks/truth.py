@@ -126,6 +126,7 @@ def main() -> None:
     parser.add_argument("--configs", default="default", help="default, sweep, or tuned (the tuned file's profile)")
     parser.add_argument("--seconds", type=float, default=30.0, help="how long the hand-written loop is timed")
     parser.add_argument("--only", type=int, help="the first N configs of the set only")
+    parser.add_argument("--match", default="", help="only the configs whose name holds this text")
     parser.add_argument("--out", type=Path, default=Path("truth"))
     parser.add_argument("--device", default="cuda:0", help="cpu runs it end to end on a machine without a GPU")
     args = parser.parse_args()
@@ -144,7 +145,7 @@ def main() -> None:
                    tuned_file.knobs_to_config(profile["knobs"])}
     else:
         configs = _configs(cores)[args.configs]
-    configs = dict(list(configs.items())[: args.only])
+    configs = dict([item for item in configs.items() if args.match in item[0]][: args.only])
     print(f"{args.recipe} on {hardware}, {cores} CPU cores, torch {torch.__version__}; "
           f"hand-timed loops {args.seconds:.0f} s each", flush=True)
     rows = []

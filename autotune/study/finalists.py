@@ -53,7 +53,7 @@ def contenders(setup: Setup) -> dict[Config, int]:
 def baseline_rate(setup: Setup) -> float | None:
     """The baseline's samples/s in its trials (the median), which bounds the parity runs' length."""
     values = [t.value for t in setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-              if t.value is not None and setup.config_of(t) == setup.baseline]
+              if t.value is not None and "config" in t.user_attrs and setup.config_of(t) == setup.baseline]
     return statistics.median(values) if values else None
 
 

@@ -25,7 +25,8 @@ from autotune.procs.pool import TrialPool
 from autotune.procs.trial_process import Outcome
 from autotune.study import sharing
 from autotune.study.failures import Finished, Hopeless, blocks, hopeless_values
-from autotune.study.parity import PARITY_BASELINE_S
+from autotune.study.finalists import baseline_rate
+from autotune.study.parity import run_length
 from autotune.study.setup import SearchError, Setup
 from autotune.text import elapsed, rate
 
@@ -71,9 +72,10 @@ def run_trials(setup: Setup, pool: TrialPool, learned: Learned | None = None) ->
 def out_of_time(setup: Setup) -> bool:
     """No trial may start: the time left in the budget would not cover the end of the search.
 
-    The end is the parity check (its baseline run is bounded to PARITY_BASELINE_S, each candidate's
-    to what the same samples take at its speed: half that, guessed) and the finalists' rounds (each
-    config measured once per round, as long as a trial took, the median so far).
+    The end is the parity check (the baseline's run at its trial's rate, each candidate's guessed at
+    half that) and the finalists' rounds (each config measured once per round, as long as a trial's
+    measurement took, the median so far; a process's start-up is not counted, the fork server makes
+    it short).
     """
     budget = setup.options.time_budget_s
     if budget is None:
@@ -84,7 +86,11 @@ def out_of_time(setup: Setup) -> bool:
         return setup.elapsed() >= budget
     trial_s = statistics.median(durations)
     finalists = setup.options.finalists
-    check_s = PARITY_BASELINE_S * (1 + 0.5 * finalists) if setup.options.parity_check else 0.0
+    check_s = 0.0
+    rate = baseline_rate(setup)
+    if setup.options.parity_check and rate:
+        samples, _ = run_length(setup.baseline.batch_size, max(setup.space.domains["batch_size"]), rate)
+        check_s = samples / rate * (1 + 0.5 * finalists)
     rounds_s = (finalists + 1) * setup.options.rounds * trial_s
     return setup.elapsed() + trial_s + check_s + rounds_s >= budget
 
@@ -142,7 +148,8 @@ def _run_trial(setup: Setup, ticket: sharing.Ticket, pool: TrialPool, hopeless: 
 
                 began = time.monotonic()
                 outcome = pool.run(config, lr, setup.windows, on_window)
-                trial.set_user_attr("duration_s", round(time.monotonic() - began, 2))
+                took = (outcome.result or {}).get("measure_s") or time.monotonic() - began
+                trial.set_user_attr("duration_s", round(took, 2))
         except KeyboardInterrupt:
             with lifecycle.signals_ignored():  # a second Ctrl-C must not cut the hand-back short
                 pool.kill()

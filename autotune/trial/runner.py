@@ -159,6 +159,7 @@ class Runner:
             capture_s=step.capture_s,
             gpu_util=gpu.mean_util,
             peak_memory_bytes=torch.cuda.max_memory_allocated(self.device) if cuda else None,
+            measure_s=time.perf_counter() - start,  # the trial's own time, its process's start-up not counted
         )
         del loader, step
         return result

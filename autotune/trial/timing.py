@@ -14,9 +14,11 @@ capture) is timed separately as a one-time cost. Then:
 - a window spans at least as many batches as there are workers (worker output is
   bursty: one slow batch, then N-1 fast ones) and never crosses an epoch;
 - the device is synchronised at window edges only;
-- the trial's value is the median window; its noise, the interquartile range over
-  the median. Measuring stops once the last windows agree; a loop whose windows
-  keep disagreeing is measured longer, then marked unreliable, not stated as exact.
+- the trial's steady value is what all windows together made over all their time;
+  its noise, the interquartile range of the windows' rates over their median.
+  Measuring stops once the earlier and the later half of the windows agree; a
+  loop whose halves keep disagreeing is measured longer, then marked unreliable,
+  not stated as exact.
 
 A fresh epoch's iterator start-up is measured at epoch boundaries and spread over
 the epoch's steps, so persistent workers show their worth. No Optuna here: a
@@ -41,7 +43,7 @@ DRY_WAIT_S = 1e-3  # a batch that took this long to arrive was not waiting in a 
 @dataclasses.dataclass(frozen=True)
 class Measurement:
     samples_per_s: float  # end to end: steady steps plus each epoch's start-up, spread over the epoch
-    steady_samples_per_s: float  # median over windows, epoch boundaries excluded
+    steady_samples_per_s: float  # all steady windows pooled, epoch boundaries excluded
     spread: float  # interquartile range of the window rates over their median
     window_rates: tuple[float, ...]  # samples/s of each steady window
     step_s: float  # median seconds per step
@@ -65,9 +67,9 @@ class Windows:
     window_s: float = 0.25  # target seconds of work in one window
     min_windows: int = 3
     max_windows: int = 10
-    rel_tol: float = 0.03  # stop when the last min_windows rates lie within this fraction of their median
+    rel_tol: float = 0.03  # stop when the earlier and the later half of the windows agree within this
     boundaries: int = 2  # epoch boundaries to time
-    noisy: float = 0.10  # windows that spread more than this by max_windows are measured longer
+    noisy: float = 0.05  # halves that still differ by more than this at max_windows: measured longer
     extra_windows: int = 5  # how many more; still noisy then, the measurement is marked unreliable
 
 
@@ -119,11 +121,15 @@ class _Window:
     seconds: float
     steps: int
     samples: int
-    drained: int  # batches taken from a backlog that shrank: made before the window began
+    drained: int  # how far the backlog shrank over the window, in batches (negative: it grew)
 
     @property
     def made(self) -> float:
-        """Samples the loader made while the window ran: those taken, less what came out of the backlog."""
+        """Samples the loop took, less what came out of the backlog (or plus what went into it).
+
+        Signed, not cut at zero: worker output is bursty, so the backlog shrinks in one
+        window and grows in the next, and cutting only the one side would bias the sum.
+        """
         per_batch = self.samples / self.steps
         return max(self.samples - self.drained * per_batch, per_batch)
 
@@ -179,8 +185,8 @@ def _timed(feed: _Feed, step: Callable[..., Any], n: int, clock: Clock, sync: Ca
     sync()
     seconds = max(clock() - t0, 1e-12)
     after = feed.ready()
-    drained = max(0, before - after) if before is not None and after is not None else 0
-    return _Window(seconds, n, samples, min(drained, n - 1))
+    drained = before - after if before is not None and after is not None else 0
+    return _Window(seconds, n, samples, drained)
 
 
 def measure(
@@ -214,14 +220,14 @@ def measure(
     stopped = steady.run(on_window)
     if not stopped:
         steady.force_a_boundary()
-    step_s = statistics.median(w.step_s for w in steady.windows)
+    step_s = sum(w.seconds for w in steady.windows) / sum(w.made / (w.samples / w.steps) for w in steady.windows)
     overheads = [max(0.0, w.seconds - w.steps * step_s) for w in steady.boundaries]
     epoch_overhead = statistics.median(overheads) if overheads else 0.0
     epoch_s = feed.steps_per_epoch * step_s + epoch_overhead
     rates = [w.rate for w in steady.windows]
     return Measurement(
         samples_per_s=_epoch_samples(loader) / epoch_s,
-        steady_samples_per_s=statistics.median(rates),
+        steady_samples_per_s=pooled(steady.windows),
         spread=spread(rates),
         window_rates=tuple(rates),
         step_s=step_s,
@@ -231,8 +237,17 @@ def measure(
         setup_s=setup_s,
         stopped_early=stopped,
         backlog_steps=skipped,
-        reliable=stopped or spread(rates) <= windows.noisy,
+        reliable=stopped or steady.settled(windows.noisy),
     )
+
+
+def pooled(windows: list[_Window]) -> float:
+    """The rate over several windows together: all they made over all their time.
+
+    Not the median of the windows' rates: a loader-bound window's count is off by a batch or
+    so either way (worker output is bursty); summed, those errors cancel.
+    """
+    return sum(w.made for w in windows) / sum(w.seconds for w in windows)
 
 
 class _Steady:
@@ -265,17 +280,23 @@ class _Steady:
                 return True
             if self._agree():
                 return False
-            if len(self.windows) == limit and limit == self.config.max_windows:
-                if spread(w.rate for w in self.windows) > self.config.noisy:
-                    limit += self.config.extra_windows  # noisy: measured longer before it is called unreliable
+            if len(self.windows) == limit == self.config.max_windows and not self.settled(self.config.noisy):
+                limit += self.config.extra_windows  # noisy: measured longer before it is called unreliable
         return False
 
     def _agree(self) -> bool:
-        k = self.config.min_windows
-        if len(self.windows) < k:
+        return len(self.windows) >= self.config.min_windows and self.settled(self.config.rel_tol)
+
+    def settled(self, tolerance: float) -> bool:
+        """The earlier and the later half of the windows, each pooled, agree within `tolerance`.
+
+        A backlog still draining, or a loop still warming up, shows as a difference between the halves.
+        """
+        half = len(self.windows) // 2
+        if half == 0:
             return False
-        recent = [w.rate for w in self.windows[-k:]]
-        return (max(recent) - min(recent)) / statistics.median(recent) <= self.config.rel_tol
+        early, late = pooled(self.windows[:half]), pooled(self.windows[half:])
+        return abs(late - early) / max(early, late) <= tolerance
 
     def _next(self) -> _Window | None:
         """The next steady window; None when it was spent timing an epoch boundary instead."""

@@ -252,12 +252,14 @@ def test_the_writer_waits_for_a_workers_baseline_run_only_while_it_may_come(proj
 def test_no_trial_starts_once_the_time_left_would_not_cover_the_end_of_the_search(
     project: Path, trial_s: float, out: bool
 ) -> None:
-    """480 s budget, 3 finalists, 2 rounds: a trial, the check (45 s and half that per finalist), 8 measurements."""
+    """400 s budget, 3 finalists, 2 rounds: a trial, the parity check, 8 measurements in the rounds."""
     from autotune.study.trials import out_of_time
 
-    setup = open_study(prepare("tiny", SearchOptions(trials=2, time_budget_s=480.0), echo=lambda line: None))
+    setup = open_study(prepare("tiny", SearchOptions(trials=2, time_budget_s=400.0), echo=lambda line: None))
     assert not out_of_time(setup)  # nothing measured yet: the budget alone
-    setup.study.add_trial(optuna.trial.create_trial(value=1.0, user_attrs={"duration_s": trial_s}))
-    # 10 s trials: 10 + 112.5 + 80 = 202.5 s of the 480 left; 50 s trials: 50 + 112.5 + 400 = 562.5 s.
+    baseline = {"config": setup.baseline.as_dict(), "duration_s": trial_s}
+    setup.study.add_trial(optuna.trial.create_trial(value=1000.0, user_attrs=baseline))
+    # The check: the baseline's 512 steps of 16 (8,192 samples) at its 1,000/s, and half that for each finalist:
+    # 8.2 s x 2.5 = 20.5 s. 10 s trials: 10 + 20.5 + 80 = 110.5 s of the 400 left; 50 s: 50 + 20.5 + 400 = 470.5.
     assert out_of_time(setup) is out
     assert not out_of_time(dataclasses.replace(setup, options=dataclasses.replace(setup.options, time_budget_s=None)))
