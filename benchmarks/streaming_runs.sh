@@ -3,6 +3,7 @@
 #
 #     bash benchmarks/streaming_runs.sh OUT truth   # GPU0: truth benchmark; GPU1: GPU tests, mnist search, speed.py
 #     bash benchmarks/streaming_runs.sh OUT search  # GPU0: imagenet search, default options; GPU1: truth benchmark
+#     bash benchmarks/streaming_runs.sh OUT final   # GPU0: imagenet search; GPU1: truth benchmark, then diagnose
 #     bash benchmarks/streaming_runs.sh OUT winner  # GPU0: the search's winner through the truth benchmark, then
 #                                                   # autotune diagnose; GPU1: the hand-timed sweep (bf16+CL)
 #
@@ -47,6 +48,14 @@ search)
         cp recipes/imagenet_resnet50.tuned.toml $OUT/ ; $A python3 -m autotune show --recipe imagenet_resnet50" &
     side gpu1 1 bash -c "$B timeout 560 python3 $REPO/benchmarks/truth.py --out /tmp/gpu1/truth --seconds 30;
         cp /tmp/gpu1/truth/truth.json $OUT/truth.json" &
+    wait
+    ;;
+final)
+    side gpu0 0 bash -c "$A timeout 540 python3 -m autotune search --recipe imagenet_resnet50;
+        cp recipes/imagenet_resnet50.tuned.toml $OUT/" &
+    side gpu1 1 bash -c "$B timeout 420 python3 $REPO/benchmarks/truth.py --out /tmp/gpu1/truth --seconds 30;
+        cp /tmp/gpu1/truth/truth.json $OUT/truth.json;
+        $B timeout 110 python3 -m autotune diagnose --recipe imagenet_resnet50" &
     wait
     ;;
 winner)

@@ -96,6 +96,9 @@ class ParityCheck:
             key = numerics(config)
             if config in self.verdicts:
                 verdict = self.verdicts[config]
+            elif key == numerics(self.baseline):
+                verdict = self._same_as_baseline(config)
+                self.echo(f"  parity {verdict.summary()}  {config.describe()}")
             elif key in self._by_numerics:
                 twin, verdict = self._by_numerics[key]
                 self.echo(f"  parity {verdict.word:<6}  (same numerics as {twin.describe()})  {config.describe()}")
@@ -118,6 +121,13 @@ class ParityCheck:
             if verdict.passed:
                 passed.append(config)
         return passed
+
+    def _same_as_baseline(self, config: Config) -> ParityVerdict:
+        """Loader knobs alone (workers, pinning, prefetch, persistence) change speed, not what is trained:
+        the same samples in the same order through the same math. No run can tell them apart."""
+        lr = self.lr_of(config)
+        reason = "the baseline's own numerics: only loader knobs differ, which change speed, not what is trained"
+        return ParityVerdict(True, "loader", TOLERANCES["loader"], self.samples, self.window, lr, lr, reason=reason)
 
     def summary(self) -> str:
         """The check's cost, in one line."""

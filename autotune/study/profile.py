@@ -67,7 +67,9 @@ def write(setup: Setup, best: Config, results: Results, check: ParityCheck | Non
         f"(noise ±{made['spread']:.1%}), search {made['search_s']:.0f} s"
     )
     parity = made["parity"]
-    if parity.get("checked"):
+    if parity.get("checked") and "deviation" not in parity:
+        setup.echo(f"parity: the winner trains like the baseline: {parity.get('reason')}")
+    elif parity.get("checked"):
         setup.echo(
             f"parity: the winner trains like the baseline (deviation {parity['deviation']:+.1%}, probe "
             f"{parity['probe_deviation']:+.1%}, tolerance ±{parity['tolerance']:.0%}) at lr {parity['lr']:g}; "

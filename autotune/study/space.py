@@ -148,6 +148,8 @@ class Space:
             changes.update(num_workers=0, pin_memory=False, persistent_workers=False, prefetch_factor=None)
         elif config.num_workers == 0:
             changes.update(persistent_workers=False, prefetch_factor=None)
+        elif config.prefetch_factor is None:
+            changes.update(prefetch_factor=2)  # DataLoader's own: the same loop as one that says so
         for knob in self.excluded:
             changes[knob] = self.domains[knob][0]
         return dataclasses.replace(config, **changes)

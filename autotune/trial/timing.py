@@ -216,14 +216,20 @@ def measure(
     setup_s = clock() - start
     capacity = backlog.capacity(loader)
     skipped = _skip_backlog(feed, step, capacity)
-    steady = _Steady(feed, step, windows, clock, sync, min_steps=max(1, getattr(loader, "num_workers", 0) or 0))
+    steady = _Steady(feed, step, windows, clock, sync, min_steps=max(1, getattr(loader, "num_workers", 0) or 0),
+                     capacity=capacity)
     stopped = steady.run(on_window)
     if not stopped:
         steady.force_a_boundary()
     step_s = sum(w.seconds for w in steady.windows) / sum(w.made / (w.samples / w.steps) for w in steady.windows)
     overheads = [max(0.0, w.seconds - w.steps * step_s) for w in steady.boundaries]
     epoch_overhead = statistics.median(overheads) if overheads else 0.0
-    epoch_s = feed.steps_per_epoch * step_s + epoch_overhead
+    # An epoch's last `tail` batches come from the backlog, with no more to make: the loop takes them
+    # at the speed of its step (timed where an epoch ended while we measured), and the next epoch's
+    # start pays for refilling it (in the boundary's overhead).
+    tail = steady.tail if steady.tails else 0
+    tail_step_s = statistics.median(w.seconds / w.steps for w in steady.tails) if steady.tails else step_s
+    epoch_s = (feed.steps_per_epoch - tail) * step_s + tail * tail_step_s + epoch_overhead
     rates = [w.rate for w in steady.windows]
     return Measurement(
         samples_per_s=_epoch_samples(loader) / epoch_s,
@@ -254,18 +260,23 @@ class _Steady:
     """The steady windows of one measurement, and the epoch boundaries timed among them."""
 
     def __init__(self, feed: _Feed, step: Callable[..., Any], windows: Windows, clock: Clock,
-                 sync: Callable[[], None], min_steps: int) -> None:
+                 sync: Callable[[], None], min_steps: int, capacity: int = 0) -> None:
         self.feed, self.step, self.config, self.clock, self.sync = feed, step, windows, clock, sync
         self.min_steps = min_steps  # a window spans at least one batch per worker: their output is bursty
         self.windows: list[_Window] = []
         self.boundaries: list[_Window] = []
+        self.tails: list[_Window] = []
+        # Once the sampler has handed out its last index, the workers make nothing more this epoch and the
+        # loop drains what they hold: the last `capacity` batches are no steady window. Kept apart only
+        # where an epoch has room for steady windows besides them.
+        self.tail = capacity if feed.steps_per_epoch >= 2 * capacity + 2 * max(min_steps, 3) else 0
         # Calibrate the first window to the step's speed; each window then sets the next one's length.
         probe = min(3, feed.steps_per_epoch)
         self.length = self._steps_for(_timed(feed, step, probe, clock, sync).step_s)
 
     def _steps_for(self, step_s: float) -> int:
         wanted = max(math.ceil(self.config.window_s / max(step_s, 1e-9)), self.min_steps)
-        return max(1, min(wanted, self.feed.steps_per_epoch - 1))
+        return max(1, min(wanted, self.feed.steps_per_epoch - 1 - self.tail))
 
     def run(self, on_window: Callable[[int, float], bool] | None) -> bool:
         """Time windows until they agree, or the limit; True when `on_window` asked to stop."""
@@ -299,10 +310,13 @@ class _Steady:
         return abs(late - early) / max(early, late) <= tolerance
 
     def _next(self) -> _Window | None:
-        """The next steady window; None when it was spent timing an epoch boundary instead."""
-        n = min(self.length, self.feed.steps_per_epoch)
-        if self.feed.remaining >= n:
+        """The next steady window; None when it was spent timing an epoch's tail or boundary instead."""
+        n = min(self.length, self.feed.steps_per_epoch - self.tail)
+        if self.feed.remaining >= n + self.tail:
             return _timed(self.feed, self.step, n, self.clock, self.sync)
+        if self.tail and self.feed.remaining > 0:
+            self.tails.append(_timed(self.feed, self.step, self.feed.remaining, self.clock, self.sync))
+            return None
         if len(self.boundaries) < self.config.boundaries:
             self.boundaries.append(_timed(self.feed, self.step, n, self.clock, self.sync, restart=True))
             return None
@@ -311,6 +325,8 @@ class _Steady:
         self.feed.restart()
         if self.feed.steps_per_epoch > n:
             _run(self.feed, self.step, 1)
+        if self.feed.remaining >= n + self.tail:
+            return None  # the next call times a steady window of this epoch
         return _timed(self.feed, self.step, n, self.clock, self.sync)
 
     def force_a_boundary(self) -> None:
