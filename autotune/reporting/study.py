@@ -276,6 +276,28 @@ def _draw(
     return written, notes
 
 
+def _best(complete: list[FrozenTrial], base_trial: FrozenTrial | None, base_value: float | None,
+          verdicts: dict[str, bool], top: int) -> tuple[list[Row], list[str]]:
+    """The `top` fastest distinct configs beside the baseline, and the notes they call for."""
+    ranked: list[Row] = []
+    for t in complete:
+        row = _row(t, base_value, verdicts)
+        if t is not base_trial and row.describe not in {r.describe for r in ranked}:
+            ranked.append(dataclasses.replace(row, rank=len(ranked) + 1))
+    best = ranked[:top]
+    if any(r.parity == "REJECT" for r in best) and not any(r.parity == "pass" for r in best):
+        # The fastest were rejected: show the fastest that may win too, at its own rank.
+        best += [r for r in ranked[top:] if r.parity == "pass"][:1]
+    notes: list[str] = []
+    if any(r.parity == "REJECT" for r in best):
+        notes.append("parity REJECT: the search's parity check found the config trains differently from the "
+                     "baseline; it cannot win.")
+    if base_trial is None:
+        notes.append("the baseline (the workload's own settings) has no complete trial in this study; speed-ups "
+                     "cannot be stated.")
+    return best, notes
+
+
 def report(
     recipe: str,
     storage: str | None = None,
@@ -322,27 +344,7 @@ def report(
         (t for t in sorted(complete, key=lambda t: t.number) if t.user_attrs.get("role") == "baseline"), None
     )
     base_value = float(base_trial.value) if base_trial is not None and base_trial.value else None
-    verdicts = _verdicts(loaded)
-    ranked: list[Row] = []
-    for t in complete:
-        row = _row(t, base_value, verdicts)
-        if t is not base_trial and row.describe not in {r.describe for r in ranked}:
-            ranked.append(dataclasses.replace(row, rank=len(ranked) + 1))
-    best = ranked[:top]
-    if any(r.parity == "REJECT" for r in best) and not any(r.parity == "pass" for r in best):
-        # The fastest were rejected: show the fastest that may win too, at its own rank.
-        best += [r for r in ranked[top:] if r.parity == "pass"][:1]
-    notes: list[str] = []
-    if any(r.parity == "REJECT" for r in best):
-        notes.append(
-            "parity REJECT: the search's parity check found the config trains differently from the baseline; it "
-            "cannot win."
-        )
-    if base_trial is None:
-        notes.append(
-            "the baseline (the workload's own settings) has no complete trial in this study; speed-ups cannot be "
-            "stated."
-        )
+    best, notes = _best(complete, base_trial, base_value, _verdicts(loaded), top)
     importances, why = _importances(loaded, len(complete))
     notes += [why] if why else []
 

@@ -22,6 +22,30 @@ NOTE = "[autotune] "  # starts the lines a trial process writes to its log itsel
 def serve(workload_path: str, device_name: str, cpu_share: int, send: Callable[..., None],
           receive: Callable[[], dict[str, Any] | None], launched: float) -> int:
     """Start up, then serve the requests `receive` returns until `quit` or their end (None); the exit status."""
+    from autotune.trial.runner import classify_failure
+
+    try:
+        runner = _start_up(workload_path, device_name, cpu_share, launched)
+    except BaseException as exc:  # noqa: BLE001  (anything that stops start-up is the reason)
+        traceback.print_exc()
+        send(event="failed", reason=classify_failure(exc))
+        return 1
+    send(event="ready")
+    answer = _Answer(runner, send, receive)
+    while (request := receive()) is not None:
+        if request.get("cmd") == "quit":
+            return 0
+        try:
+            answer(request)
+        except BaseException as exc:  # noqa: BLE001
+            traceback.print_exc()  # the whole story goes to this process's log file
+            send(event="failed", reason=classify_failure(exc))
+            return 1
+    return 0  # the search closed our end
+
+
+def _start_up(workload_path: str, device_name: str, cpu_share: int, launched: float) -> Any:
+    """The workload, its device and its data set, built before any trial's clock; says what it cost."""
     entered = time.time()
     import torch
 
@@ -31,29 +55,21 @@ def serve(workload_path: str, device_name: str, cpu_share: int, send: Callable[.
         # the other workers' (a baseline measured beside another round ran at a third of its speed).
         torch.set_num_threads(cpu_share)
 
-    from autotune.config import Config
-    from autotune.trial import parity_run
-    from autotune.trial.runner import Runner, classify_failure
-    from autotune.trial.timing import Windows
+    from autotune.trial.runner import Runner
     from autotune.workloads import RecipeRef, load
 
     imported = time.time()
-    try:
-        path = Path(workload_path)
-        workload = load(RecipeRef(path.stem, path, path.with_suffix(".tuned.toml"), False))
-        device = torch.device(device_name)
-        if device.type == "cuda":
-            # Streams and graph capture follow the current device; with --device 1 it must be that one.
-            torch.cuda.set_device(device)
-        runner = Runner(workload, device, cpu_share=cpu_share)
-        if device.type == "cuda":
-            torch.zeros(1, device=device)  # the CUDA context: created now, timed below, not in the first trial
-        context = time.time()
-        runner.dataset  # noqa: B018  (build it now, outside any trial's clock)
-    except BaseException as exc:  # noqa: BLE001  (anything that stops start-up is the reason)
-        traceback.print_exc()
-        send(event="failed", reason=classify_failure(exc))
-        return 1
+    path = Path(workload_path)
+    workload = load(RecipeRef(path.stem, path, path.with_suffix(".tuned.toml"), False))
+    device = torch.device(device_name)
+    if device.type == "cuda":
+        # Streams and graph capture follow the current device; with --device 1 it must be that one.
+        torch.cuda.set_device(device)
+    runner = Runner(workload, device, cpu_share=cpu_share)
+    if device.type == "cuda":
+        torch.zeros(1, device=device)  # the CUDA context: created now, timed below, not in the first trial
+    context = time.time()
+    runner.dataset  # noqa: B018  (build it now, outside any trial's clock)
     ready = time.time()
     # What a start-up costs, for whoever reads this log: the search waits this long for a new trial process.
     print(
@@ -62,44 +78,39 @@ def serve(workload_path: str, device_name: str, cpu_share: int, send: Callable[.
         f"{context - imported:.1f} s, data set {ready - context:.1f} s)",
         flush=True,
     )
-    send(event="ready")
-    probe_set: Any = None
+    return runner
 
-    def failed(exc: BaseException) -> int:
-        traceback.print_exc()  # the whole story goes to this process's log file
-        send(event="failed", reason=classify_failure(exc))
-        return 1
 
-    while (request := receive()) is not None:
-        if request.get("cmd") == "quit":
-            return 0
+class _Answer:
+    """Answers one request: a trial, a parity run, or letting go of device memory."""
+
+    def __init__(self, runner: Any, send: Callable[..., None], receive: Callable[[], dict[str, Any] | None]) -> None:
+        self.runner, self.send, self.receive = runner, send, receive
+        self.probe_set: Any = None  # the parity check's fixed samples, made once
+
+    def __call__(self, request: dict[str, Any]) -> None:
+        from autotune.config import Config
+        from autotune.trial import parity_run
+        from autotune.trial.timing import Windows
+
         if request.get("cmd") == "release":
             # The pool's other process (autotune.procs.pool.cudnn_plan_key) is about to measure on this GPU: its
             # trial must have the memory a single process would, or a batch size that fits would fail as OOM.
-            send(event="released", datasets=runner.release())
-            continue
+            self.send(event="released", datasets=self.runner.release())
+            return
+        config = Config.from_dict(request["config"])
         if request.get("cmd") == "parity":
-            try:
-                if probe_set is None:
-                    probe_set = parity_run.probe(runner.dataset)
-                config = Config.from_dict(request["config"])
-                run = parity_run.train(
-                    runner.build, config, request["lr"], request["samples"], probe_set, request["probe_batch"]
-                )
-            except BaseException as exc:  # noqa: BLE001
-                return failed(exc)
-            send(event="parity_run", run=run.as_dict())
-            continue
+            if self.probe_set is None:
+                self.probe_set = parity_run.probe(self.runner.dataset)
+            run = parity_run.train(self.runner.build, config, request["lr"], request["samples"], self.probe_set,
+                                   request["probe_batch"])
+            self.send(event="parity_run", run=run.as_dict())
+            return
 
         def on_window(i: int, rate: float) -> bool:
-            send(event="window", index=i, rate=rate)
-            answer = receive()
+            self.send(event="window", index=i, rate=rate)
+            answer = self.receive()
             return answer is None or answer.get("cmd") in ("stop", "quit")
 
-        try:
-            config = Config.from_dict(request["config"])
-            result = runner.run(config, request["lr"], Windows(**request.get("windows", {})), on_window)
-        except BaseException as exc:  # noqa: BLE001
-            return failed(exc)
-        send(event="result", result=result)
-    return 0  # the search closed our stdin
+        result = self.runner.run(config, request["lr"], Windows(**request.get("windows", {})), on_window)
+        self.send(event="result", result=result)
