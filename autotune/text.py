@@ -58,3 +58,13 @@ def bar(share: float, width: int = 20) -> str:
 def elapsed(seconds: float) -> str:
     """Minutes and seconds: 1:24."""
     return f"{int(seconds // 60)}:{int(seconds % 60):02d}"
+
+
+def printable(text: str) -> str:
+    """`text` with control characters escaped, line breaks kept: what a file or a workload says cannot clear a
+    terminal, set its title or colour it.
+
+    >>> printable("a\\x1b[2Jb\\tc\\nd\\x07")
+    'a\\\\x1b[2Jb\\\\tc\\nd\\\\x07'
+    """
+    return "".join(c if c == "\n" or c.isprintable() else repr(c)[1:-1] for c in text)

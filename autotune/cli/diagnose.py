@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from autotune.text import printable
+
 EPILOG = """\b
 Examples:
   autotune diagnose --recipe mnist_cnn
@@ -27,13 +29,14 @@ def diagnose(recipe: str, profile: bool, device_index: int) -> None:
     from autotune.diagnosis.run import DiagnoseError
     from autotune.diagnosis.run import diagnose as run_diagnose
     from autotune.diagnosis.tables import render
+    from autotune.study.space import SpaceError
     from autotune.tuned.file import TunedFileError
     from autotune.workloads import WorkloadError
 
     try:
         result = run_diagnose(
-            recipe, profile=profile, device_index=device_index, echo=lambda line: click.echo(line, err=True)
+            recipe, profile=profile, device_index=device_index, echo=lambda line: click.echo(printable(line), err=True)
         )
-    except (WorkloadError, DiagnoseError, TunedFileError) as exc:
-        raise click.UsageError(str(exc)) from None
-    click.echo(render(result))
+    except (WorkloadError, DiagnoseError, TunedFileError, SpaceError) as exc:
+        raise click.UsageError(printable(str(exc))) from None
+    click.echo(printable(render(result)))

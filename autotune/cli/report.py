@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from autotune.text import printable
+
 EPILOG = """\b
 Examples:
   autotune report --recipe mnist_cnn
@@ -42,8 +44,8 @@ def report(recipe: str, storage: str | None, study_name: str | None, out: Path |
             out=out,
             top=top,
             command=shlex.join(["autotune", *sys.argv[1:]]),
-            echo=lambda line: click.echo(line, err=True),
+            echo=lambda line: click.echo(printable(line), err=True),
         )
     except (WorkloadError, ReportError) as exc:
-        raise click.UsageError(str(exc)) from None
-    click.echo(render(result))
+        raise click.UsageError(printable(str(exc))) from None
+    click.echo(printable(render(result)))

@@ -10,6 +10,7 @@ import click
 
 from autotune.config import LR_RULES
 from autotune.study.options import DEFAULT_TIME_BUDGET_S
+from autotune.text import printable
 
 EPILOG = """\b
 Examples:
@@ -101,6 +102,10 @@ def search(
     rounds: int,
 ) -> None:
     """Tune a workload's loader and loop knobs; write recipes/NAME.tuned.toml."""
+
+    def say(line: str) -> None:  # a trial's failure reason may quote the workload's own text
+        click.echo(printable(line))
+
     from autotune.procs.early import StartedEarly, start_early
     from autotune.procs.workers import GpusError, parse_gpus
     from autotune.study.options import SearchOptions
@@ -113,9 +118,12 @@ def search(
     try:
         for text in fixes:
             knob, values = parse_fix(text)
+            if knob in parsed and parsed[knob] != values:
+                raise SpaceError(f"--fix {knob} is given twice, with different values ({text!r} after "
+                                 f"{knob}={','.join(map(str, parsed[knob]))}); give each knob once.")
             parsed[knob] = values
     except SpaceError as exc:
-        raise click.UsageError(str(exc)) from None
+        raise click.UsageError(printable(str(exc))) from None
     options = SearchOptions(
         trials=trials,
         time_budget_s=time_budget or None,
@@ -130,7 +138,7 @@ def search(
         rounds=rounds,
         command=shlex.join(["autotune", *sys.argv[1:]]),
     )
-    early = start_early(recipe, options, gpus, echo=click.echo)  # before torch is imported: see autotune.procs.early
+    early = start_early(recipe, options, gpus, echo=say)  # before torch is imported: see autotune.procs.early
     try:
         import torch
 
@@ -144,12 +152,12 @@ def search(
                 early.stop()
                 early = StartedEarly(early.options)
             search_parallel(
-                recipe, early.options, devices, echo=click.echo, early=early.pool, workers=early.workers or None
+                recipe, early.options, devices, echo=say, early=early.pool, workers=early.workers or None
             )
         else:
-            run_search(recipe, options, echo=click.echo, early=early.pool)
+            run_search(recipe, options, echo=say, early=early.pool)
     except (WorkloadError, SpaceError, SearchError, SharingError, GpusError, TunedFileError) as exc:
-        raise click.UsageError(str(exc)) from None
+        raise click.UsageError(printable(str(exc))) from None
     except KeyboardInterrupt:
         click.echo(
             "interrupted: finished trials are kept in the study; run the same command to resume. No tuned file was "

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from autotune.text import printable
+
 
 @click.command(
     epilog="\b\nExamples:\n  autotune show --recipe mnist_cnn\n  autotune show --recipe ./recipes/mine.tuned.toml"
@@ -21,6 +23,6 @@ def show(recipe: str) -> None:
         path = Path(recipe) if recipe.endswith(".toml") else resolve(recipe).tuned_path
         if not path.exists():
             raise click.UsageError(f"no tuned file at {path}: run `autotune search --recipe {recipe}` first.")
-        click.echo(render(read(path), path))
+        click.echo(printable(render(read(path), path)))
     except (WorkloadError, TunedFileError) as exc:
-        raise click.UsageError(str(exc)) from None
+        raise click.UsageError(printable(str(exc))) from None

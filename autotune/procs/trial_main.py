@@ -42,10 +42,13 @@ def run(workload_path: str, device: str, cpu_share: int, requests: Connection, e
     # it measures could be reported; it kills its own process group (itself and its DataLoader workers).
     if not lifecycle.watch_parent(lambda: os.killpg(0, signal.SIGKILL), os.getppid()):
         os._exit(1)
-    os.chdir(cwd)
+    try:
+        os.chdir(cwd)
+        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError:  # the search is already tidying up after itself (bad input found after the start)
+        os._exit(1)
     os.environ.clear()
     os.environ.update(env)  # the search's environment now, not the fork server's when it started
-    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(log, 1)
     os.dup2(log, 2)
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]

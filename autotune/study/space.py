@@ -83,6 +83,11 @@ def detect_machine(device_index: int = 0, cpu_share: int | None = None) -> Machi
     import torch
 
     cores = cpu_share or len(os.sched_getaffinity(0))
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if device_index >= max(count, 1):
+        have = f"{count} CUDA device(s) (0..{count - 1})" if count else "no CUDA device"
+        raise SpaceError(f"--device {device_index} does not exist: this machine has {have}; tuning on another "
+                         f"device than the one asked for would write a profile for the wrong hardware.")
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(device_index)
         dtypes = ("bf16", "fp16") if torch.cuda.is_bf16_supported() else ("fp16",)

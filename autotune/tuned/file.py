@@ -36,9 +36,12 @@ class TunedFileWriteError(TunedFileError, OSError):
 def read(path: Path) -> dict[str, Any]:
     """Parse and validate a tuned file; raises TunedFileError listing every problem."""
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise TunedFileError(f"cannot read tuned file {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise TunedFileError(f"tuned file {path} is not UTF-8 text (a TOML file must be): byte {exc.start} is "
+                             f"{exc.object[exc.start:exc.start + 1]!r}") from exc
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -79,10 +82,13 @@ def write_profile(path: Path, recipe: str, hardware: str, profile: dict[str, Any
     except OSError as exc:
         raise TunedFileWriteError(_unwritable(path, exc)) from exc
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        # mkstemp makes 0600; a file meant to be committed and read by a team keeps the mode it had,
+        # or gets the one the umask gives a new file.
+        os.chmod(tmp, _mode_for(path))
         os.replace(tmp, path)
     except BaseException as exc:
         try:
@@ -93,6 +99,15 @@ def write_profile(path: Path, recipe: str, hardware: str, profile: dict[str, Any
             raise TunedFileWriteError(_unwritable(path, exc)) from exc
         raise
     return data
+
+
+def _mode_for(path: Path) -> int:
+    try:
+        return path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def check_writable(path: Path) -> None:

@@ -7,6 +7,7 @@ checking a file is cheap.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from autotune.config import AMP_CHOICES, LR_RULES, PLACEMENT_CHOICES
@@ -75,6 +76,8 @@ def validate(data: dict[str, Any], source: str = "recipe") -> list[str]:
     schema = data.get("schema")
     if schema != SCHEMA_VERSION:
         problems.append(f"schema must be {SCHEMA_VERSION}, but got {schema!r} (a file from another autotune version?)")
+    if "recipe" in data and not isinstance(data["recipe"], str):
+        problems.append(f"recipe must be a string (the recipe's name), but got {data['recipe']!r}")
     for key in data:
         if key not in ("schema", "recipe", "profiles"):
             problems.append(f"unknown top-level key {key!r}; known: schema, recipe, profiles")
@@ -93,13 +96,8 @@ def validate(data: dict[str, Any], source: str = "recipe") -> list[str]:
             if key not in PROFILE_KEYS:
                 problems.append(f"{at} has unknown key {key!r}")
                 continue
-            if _check_type(f"{at}.{key}", value, PROFILE_KEYS[key], problems) and key in (
-                "samples_per_s",
-                "baseline_samples_per_s",
-                "speedup",
-            ):
-                if value <= 0:
-                    problems.append(f"{at}.{key} must be > 0, but got {value!r}")
+            if _check_type(f"{at}.{key}", value, PROFILE_KEYS[key], problems):
+                problems += _check_range(f"{at}.{key}", key, value)
         if profile.get("lr_rule") is not None and profile["lr_rule"] not in LR_RULES:
             problems.append(f"{at}.lr_rule must be one of {', '.join(LR_RULES)}, but got {profile['lr_rule']!r}")
         knobs = profile.get("knobs")
@@ -110,6 +108,28 @@ def validate(data: dict[str, Any], source: str = "recipe") -> list[str]:
     return problems
 
 
+# Numbers a run can produce: positive and finite; counts and times not negative.
+POSITIVE = ("samples_per_s", "steady_samples_per_s", "baseline_samples_per_s", "speedup", "lr", "step_s", "epoch_s",
+            "run_s", "baseline_run_s")
+NOT_NEGATIVE = ("spread", "baseline_spread", "setup_s", "search_s", "trials_complete", "trials_failed", "trials_pruned")
+MAX_WORKERS = 1024  # no host gives a DataLoader more workers than this; a larger number is a typo or worse
+MAX_BATCH = 2**24  # samples per step; a larger batch is no run's
+
+
+def _check_range(at: str, key: str, value: Any) -> list[str]:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return []
+    if not math.isfinite(value):
+        return [f"{at} must be a finite number, but got {value!r}"]
+    if key in POSITIVE and value <= 0:
+        return [f"{at} must be > 0, but got {value!r}"]
+    if key in NOT_NEGATIVE and value < 0:
+        return [f"{at} must be >= 0, but got {value!r}"]
+    if key == "cpu_share" and not 1 <= value <= MAX_WORKERS:
+        return [f"{at} must be in 1..{MAX_WORKERS}, but got {value!r}"]
+    return []
+
+
 def _validate_knobs(at: str, knobs: dict[str, Any]) -> list[str]:
     problems: list[str] = []
     for key, value in knobs.items():
@@ -118,10 +138,10 @@ def _validate_knobs(at: str, knobs: dict[str, Any]) -> list[str]:
             continue
         if not _check_type(f"{at}.{key}", value, KNOB_TYPES[key], problems):
             continue
-        if key == "batch_size" and value < 1:
-            problems.append(f"{at}.batch_size must be >= 1, but got {value}")
-        if key == "num_workers" and value < 0:
-            problems.append(f"{at}.num_workers must be >= 0, but got {value}")
+        if key == "batch_size" and not 1 <= value <= MAX_BATCH:
+            problems.append(f"{at}.batch_size must be in 1..{MAX_BATCH}, but got {value}")
+        if key == "num_workers" and not 0 <= value <= MAX_WORKERS:
+            problems.append(f"{at}.num_workers must be in 0..{MAX_WORKERS}, but got {value}")
         if key == "prefetch_factor" and not 1 <= value <= 64:
             problems.append(f"{at}.prefetch_factor must be in 1..64, but got {value}")
         if key == "amp" and value not in AMP_CHOICES:

@@ -83,7 +83,7 @@ def _import_file(path: Path) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a workload that calls sys.exit() at import fails to import too
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == str(path)]
         where = f"{path}, line {frames[-1].lineno}" if frames else str(path)
         if isinstance(exc, SyntaxError) and exc.lineno is not None:

@@ -1,4 +1,4 @@
-"""The tuned file file: round trip, validation of every problem at once, atomic write, profile merge."""
+"""The tuned file: round trip, validation of every problem at once, atomic write, profile merge."""
 
 from __future__ import annotations
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -100,7 +101,7 @@ def test_hand_edited_tuned_recipe_lists_every_problem(project: Path) -> None:
         "profiles.'cpu'.samples_per_s must be number, but got 'fast'",
         "profiles.'cpu'.speedup must be > 0, but got -1.0",
         "profiles.'cpu' has unknown key 'mystery'",
-        "profiles.'cpu'.knobs.batch_size must be >= 1, but got 0",
+        "profiles.'cpu'.knobs.batch_size must be in 1..16777216, but got 0",
         "profiles.'cpu'.knobs.prefetch_factor must be in 1..64, but got 99",
         "profiles.'cpu'.knobs.amp must be one of off, bf16, fp16, but got 'fp8'",
         "profiles.'cpu'.knobs has unknown knob 'warp_drive'",
@@ -171,3 +172,109 @@ def test_bad_heartbeat_setting(project: Path, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("AUTOTUNE_GRACE_S", "soon")
     out = run_bad(project, "--recipe", "tiny", "--storage", f"sqlite:///{project}/x.db")
     assert "AUTOTUNE_GRACE_S must be a whole number of seconds >= 1, but got 'soon'." in out
+
+
+# -- hostile input: every path that must end in one clear message, and nothing stale ----------------------
+
+
+def _tuned_with(project: Path, profile_lines: str, recipe: str = '"tiny"') -> Path:
+    from autotune.tuned import file as tuned_file
+
+    good = tuned_file.write_profile(project / "recipes" / "tiny.tuned.toml", "tiny", "cpu", {
+        "command": "autotune search --recipe tiny", "samples_per_s": 2000.0, "baseline_samples_per_s": 500.0,
+        "speedup": 4.0, "lr": 0.1,
+        "knobs": {"batch_size": 32, "num_workers": 2, "pin_memory": False, "persistent_workers": False,
+                  "prefetch_factor": 2, "cudnn_benchmark": False, "channels_last": False, "amp": "off",
+                  "cuda_graph": False, "placement": "stream"},
+        "versions": {"torch": "2"}})
+    assert good
+    path = project / "recipes" / "tiny.tuned.toml"
+    text = path.read_text().replace('recipe = "tiny"', f"recipe = {recipe}")
+    for line in profile_lines.strip().splitlines():
+        key = line.split("=")[0].strip()
+        text = re.sub(rf"^{re.escape(key)} = .*$", lambda _: line, text, count=1, flags=re.M)
+    path.write_text(text)
+    return path
+
+
+def test_a_tuned_file_holding_numbers_no_run_could_produce_is_refused_with_every_problem(project: Path) -> None:
+    from autotune.tuned import file as tuned_file
+
+    path = _tuned_with(project, "lr = -0.5\nsamples_per_s = nan\nspeedup = inf\nnum_workers = 100000\n"
+                                "batch_size = 4611686018427387904", recipe="42")
+    with pytest.raises(tuned_file.TunedFileError) as info:
+        tuned_file.read(path)
+    problems = str(info.value).splitlines()[1:]
+    assert problems == [
+        "  - recipe must be a string (the recipe's name), but got 42",
+        "  - profiles.'cpu'.samples_per_s must be a finite number, but got nan",
+        "  - profiles.'cpu'.speedup must be a finite number, but got inf",
+        "  - profiles.'cpu'.lr must be > 0, but got -0.5",
+        "  - profiles.'cpu'.knobs.batch_size must be in 1..16777216, but got 4611686018427387904",
+        "  - profiles.'cpu'.knobs.num_workers must be in 0..1024, but got 100000",
+    ]
+    path.write_text(path.read_text().replace("lr = -0.5", "lr = 0"))
+    with pytest.raises(tuned_file.TunedFileError, match=r"profiles.'cpu'.lr must be > 0, but got 0"):
+        tuned_file.read(path)
+
+
+def test_a_tuned_file_that_is_not_utf8_is_one_message(project: Path) -> None:
+    from autotune import load_tuned
+    from autotune.tuned.file import TunedFileError
+
+    path = project / "recipes" / "tiny.tuned.toml"
+    path.write_bytes(b'schema = 1\nrecipe = "ti\xffny"\n')
+    result = CliRunner().invoke(main, ["show", "--recipe", "tiny"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert f"tuned file {path} is not UTF-8 text (a TOML file must be): byte 23 is b'\\xff'" in result.output
+    with pytest.raises(TunedFileError, match="is not UTF-8 text"):
+        load_tuned("tiny", "cpu")
+
+
+def test_show_escapes_what_a_tuned_file_would_write_to_the_terminal(project: Path) -> None:
+    _tuned_with(project, 'command = "autotune search \\u001b[2J\\u001b]0;pwned\\u0007"')  # clear screen, set title
+    result = CliRunner().invoke(main, ["show", "--recipe", "tiny"])
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.output and "\x07" not in result.output
+    assert "autotune search \\x1b[2J\\x1b]0;pwned\\x07" in result.output
+
+
+def test_a_workload_that_exits_at_import_is_one_line(project: Path) -> None:
+    (project / "recipes" / "quits.py").write_text("import sys\n\nsys.exit(3)\n")
+    out = run_bad(project, "--recipe", "quits")
+    assert f"Error: workload {project / 'recipes' / 'quits.py'}, line 3 failed to import: SystemExit: 3" in out
+
+
+def test_a_device_this_machine_lacks_is_refused(project: Path) -> None:
+    import torch
+
+    count = torch.cuda.device_count()
+    out = run_bad(project, "--recipe", "tiny", "--device", str(max(count, 1) + 2))
+    have = f"{count} CUDA device(s)" if count else "no CUDA device"
+    assert f"Error: --device {max(count, 1) + 2} does not exist: this machine has {have}" in out
+
+
+def test_a_knob_fixed_twice_with_different_values_is_refused(project: Path) -> None:
+    out = run_bad(project, "--recipe", "tiny", "--fix", "batch_size=16", "--fix", "batch_size=32")
+    assert ("Error: --fix batch_size is given twice, with different values ('batch_size=32' after batch_size=16); "
+            "give each knob once.") in out
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_the_tuned_file_takes_the_umasks_mode_and_keeps_the_mode_it_had(tmp_path: Path, umask: int) -> None:
+    from autotune.tuned import file as tuned_file
+
+    path = tmp_path / "recipes" / "tiny.tuned.toml"
+    profile = {"samples_per_s": 2.0, "baseline_samples_per_s": 1.0, "speedup": 2.0, "versions": {},
+               "knobs": {"batch_size": 4, "num_workers": 0, "pin_memory": False, "persistent_workers": False,
+                         "cudnn_benchmark": False, "channels_last": False, "amp": "off", "cuda_graph": False,
+                         "placement": "stream"}}
+    previous = os.umask(umask)
+    try:
+        tuned_file.write_profile(path, "tiny", "cpu", profile)
+        assert path.stat().st_mode & 0o777 == 0o666 & ~umask
+        path.chmod(0o644)  # as committed
+        tuned_file.write_profile(path, "tiny", "gpu", profile)
+        assert path.stat().st_mode & 0o777 == 0o644
+    finally:
+        os.umask(previous)
