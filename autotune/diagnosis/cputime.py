@@ -49,12 +49,22 @@ def _live_children_s(pid: int) -> float | None:
     if not proc.is_dir():
         return None
     total = 0.0
+    ours = _cmdline(pid)
     for entry in proc.iterdir():
         if entry.name.isdigit():
             fields = _proc_stat(entry.name)
-            if fields and int(fields[1]) == pid:  # its parent is us: a DataLoader worker
+            # Its parent is us and it runs our command line: a DataLoader worker, forked from us (not a fork
+            # server or a resource tracker that multiprocessing started with a command line of its own).
+            if fields and int(fields[1]) == pid and _cmdline(int(entry.name)) == ours:
                 total += _process_cpu_s(entry.name) or 0.0
     return total
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def cpu_times() -> CpuTimes:

@@ -59,6 +59,7 @@ class TrialPool:
         spare: bool = False,
     ) -> None:
         self.workload_path, self.device, self.cpu_share = workload_path, device, cpu_share
+        log_dir = log_dir.absolute()  # processes start from a thread too, while the working folder may change
         self.log_dir, self.timeout_s, self.env, self.spare = log_dir, timeout_s, env, spare
         self.live: dict[bool | None, TrialProcess] = {}  # by plan class: healthy children that ran something
         self.standby: list[TrialProcess] = []  # started, never used: fresh, of no class yet
@@ -96,9 +97,11 @@ class TrialPool:
         self._starting.start()
 
     def _wait_for_background_starts(self) -> None:
-        starting, self._starting = self._starting, None
-        if starting is not None and starting is not threading.current_thread():
-            starting.join()
+        starting = self._starting
+        if starting is None or starting is threading.current_thread():
+            return  # nothing under way, or this is the thread that starts them
+        starting.join()
+        self._starting = None
 
     def _child(self, fresh: bool, config: Config) -> TrialProcess:
         self._wait_for_background_starts()

@@ -1,4 +1,4 @@
-"""The search: an Optuna study over the knobs, measured in trial processes. Only this package knows Optuna.
+"""The search: an Optuna study over the knobs, measured in trial processes.
 
 ``search()`` (``run``) is four steps, each in a module of its own:
 
@@ -11,6 +11,9 @@
 Around them: ``options`` (what a search is asked to do), ``storage`` (SQLite or
 PostgreSQL), ``claim`` (which worker writes), ``pools`` (the search's trial
 processes), ``baseline_run`` and ``parallel``/``worker`` (``--gpus``).
+
+Optuna is used here and by ``autotune.reporting``, which reads a stored study;
+the code that measures (``autotune.trial``, ``autotune.loop``) never imports it.
 """
 
 from autotune.exports import lazy_exports

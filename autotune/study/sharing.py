@@ -1,4 +1,4 @@
-"""Many workers, one study: tickets, heartbeats, a setup lock, and the recipe writer's claim.
+"""Many workers, one study: tickets, heartbeats and a setup lock.
 
 Workers (processes on one host, or on many through PostgreSQL) share one Optuna
 study. The study holds exactly as many trials as ``--trials`` asks: each one is

@@ -130,11 +130,22 @@ def test_a_loop_stated_faster_than_its_loader_is_flagged_not_turned_into_a_verdi
     assert decide(above_compute, BS128).reason.startswith("the real loop (c) runs 5,200 samples/s, 112% of the compute")
 
 
+def _burn_then_sleep() -> None:
+    t = time.process_time()
+    while time.process_time() - t < 0.4:
+        pass
+    time.sleep(60)
+
+
 def test_cpu_times_count_live_and_reaped_children() -> None:
+    """Children forked from this process (as DataLoader workers are); not one with a command line of its own."""
+    import multiprocessing
+
     before = cpu_times()
     assert before.children_s is not None  # Linux: /proc is there
-    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.4: pass\ntime.sleep(60)"
-    child = subprocess.Popen([sys.executable, "-c", burn])
+    other = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: pass"])  # a fork server, say
+    child = multiprocessing.get_context("fork").Process(target=_burn_then_sleep)
+    child.start()
     try:
         deadline = time.monotonic() + 20
         while (cpu_times().children_s or 0) - before.children_s < 0.35 and time.monotonic() < deadline:
@@ -142,9 +153,12 @@ def test_cpu_times_count_live_and_reaped_children() -> None:
         live = cpu_times().children_s - before.children_s  # type: ignore[operator]
     finally:
         child.kill()
-        child.wait()
+        child.join()
     reaped = cpu_times().children_s - before.children_s  # type: ignore[operator]
-    assert live >= 0.35 and reaped >= live - 0.02  # a reaped child's time comes in 10 ms ticks
+    other.kill()
+    other.wait()
+    # The busy loop of the other ran all along, and is not counted while it lives.
+    assert 0.35 <= live < 0.6 and reaped >= live - 0.02  # a reaped child's time comes in 10 ms ticks
 
 
 def test_diagnose_on_a_cpu_runs_what_applies_and_says_what_it_skipped(project: Path) -> None:
@@ -157,8 +171,13 @@ def test_diagnose_on_a_cpu_runs_what_applies_and_says_what_it_skipped(project: P
         "host-to-device copy alone": "no host-to-device copy on a CPU",
         "graph-captured step": "CUDA graphs need a CUDA device",
     }
-    # Without CUDA the verdict is the slower of the two ceilings; which one depends on this CPU.
-    assert d.verdict.kind == ("compute-bound" if d.measured.input > d.measured.compute else "input-bound")  # type: ignore[operator]
+    # Without CUDA the verdict is the slower of the two ceilings; which one depends on this CPU. A shared CPU
+    # can time the loop faster than a ceiling beyond the windows' noise: then the feeds are flagged, no verdict.
+    m = d.measured
+    if d.verdict.kind == "inconsistent":
+        assert m.loop > min(m.input, m.compute), m  # type: ignore[type-var]
+    else:
+        assert d.verdict.kind == ("compute-bound" if m.input > m.compute else "input-bound")  # type: ignore[operator]
     assert not {"pin_memory", "cudnn_benchmark", "cuda_graph"} & {k.split()[0] for k in d.verdict.knobs}
     loop = d.probes["loop"]
     assert loop.gpu_util is None and loop.peak_memory_bytes is None and loop.main_cpu > 0.1 and loop.worker_cpu < 0.05  # type: ignore[operator]

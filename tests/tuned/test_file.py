@@ -87,7 +87,7 @@ def test_every_problem_is_listed_at_once(tmp_path: Path) -> None:
         "profiles.'cpu'.samples_per_s must be number, but got 'fast'",
         "profiles.'cpu'.speedup must be > 0, but got -1.0",
         "profiles.'cpu' has unknown key 'flavour'",
-        "profiles.'cpu'.knobs.batch_size must be >= 1, but got 0",
+        "profiles.'cpu'.knobs.batch_size must be in 1..16777216, but got 0",
         "profiles.'cpu'.knobs.amp must be one of off, bf16, fp16, but got 'fp8'",
         "profiles.'cpu'.knobs has unknown knob 'turbo'",
         "profiles.'cpu'.knobs lacks knob 'num_workers'",

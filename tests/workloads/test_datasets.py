@@ -58,10 +58,10 @@ def test_processes_building_one_data_set_at_once_all_get_it_whole(tmp_path: Path
         subprocess.Popen(
             [sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
-        for _ in range(3)
+        for _ in range(2)
     ]
     outs = [p.communicate(timeout=300) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0, 0], [err for _, err in outs]
+    assert [p.returncode for p in procs] == [0, 0], [err for _, err in outs]
     assert len({out for out, _ in outs}) == 1 and outs[0][0].startswith("60000 ")
     assert not list((tmp_path / "MNIST" / "raw").glob("*.tmp")), "no half-written file left"
 
