@@ -144,17 +144,17 @@ def test_gpus_workers_share_the_tickets(project: Path, monkeypatch: pytest.Monke
     """With no baseline run to make first, both processes take tickets from the start.
 
     The worker process imports torch before it joins (seconds); this process forks its trial processes from
-    a server that already has. Steps of 10 ms keep the trials going long enough for the worker to join.
+    a server that already has. Steps of 15 ms keep the trials going long enough for the worker to join.
     """
-    monkeypatch.setenv("TINY_SLOW_S", "0.01")
+    monkeypatch.setenv("TINY_SLOW_S", "0.015")
     lines: list[str] = []
-    options = SearchOptions(trials=8, trial_timeout_s=30, finalists=1, rounds=1, parity_check=False)
+    options = SearchOptions(trials=6, trial_timeout_s=30, finalists=1, rounds=1, parity_check=False)
     result = search_parallel("tiny", options, devices=[0, 0], echo=lines.append)
     out = "\n".join(lines)
     assert result is not None, out
     assert any(line.startswith("[") for line in lines) and any(line.startswith("cpu1 | [") for line in lines), out
     study = optuna.load_study(study_name="tiny@cpu", storage=f"sqlite:///{project}/.autotune/tiny.db")
-    trials = check_study(study, 8)
+    trials = check_study(study, 6)
     assert len({t.user_attrs["worker"] for t in trials}) == 2, "both workers took tickets"
     assert baseline_run.ATTRIBUTE not in study.user_attrs
 
