@@ -32,6 +32,8 @@ from autotune.trial.timing import Windows
 from autotune.tuned import file as tuned_file
 from autotune.workloads import RecipeRef, Workload, WorkloadError, load, resolve
 
+DEFAULT_WINDOW_S = 0.2  # seconds of work a timing window aims for
+
 
 class SearchError(RuntimeError):
     """A search that cannot start or finish; the message says why and what to do."""
@@ -116,11 +118,27 @@ def prepare(recipe: str, options: SearchOptions, echo: Callable[[str], None] = p
         device=f"cuda:{options.device_index}" if machine.cuda else "cpu",
         study_name=options.study or default_study_name(ref.name, machine.hardware, options.fixes),
         storage_url=options.storage or f"sqlite:///{(options.state_dir / f'{ref.name}.db').resolve()}",
-        windows=Windows(window_s=0.2),  # windows must agree, so a noisy loop is measured longer
+        windows=Windows(window_s=window_seconds()),
         echo=echo,
         started=started,
         started_at=started_at,
     )
+
+
+def window_seconds() -> float:
+    """How long a trial's timing windows aim to be: AUTOTUNE_WINDOW_S, else 0.2 s.
+
+    Windows must agree before a trial ends, so a noisy loop is measured longer whatever this says;
+    shorter windows make quick checks quicker (the test suite sets 0.05).
+    """
+    raw = os.environ.get("AUTOTUNE_WINDOW_S", str(DEFAULT_WINDOW_S))
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 60:
+        raise SearchError(f"AUTOTUNE_WINDOW_S must be a number of seconds in (0, 60], but got {raw!r}.")
+    return value
 
 
 def announce(p: Prepared) -> None:
