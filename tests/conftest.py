@@ -29,9 +29,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("AUTOTUNE_DATA", str(tmp_path / "data"))
     monkeypatch.delenv("TINY_FAIL", raising=False)
-    # Short timing windows: the tests check what a search does, not how precisely it times (that is
-    # tests/trial/test_timing.py's, and the benchmarks'); the tiny workload's windows agree quickly.
-    monkeypatch.setenv("AUTOTUNE_WINDOW_S", "0.05")
+    monkeypatch.delenv("AUTOTUNE_WINDOW_S", raising=False)
     monkeypatch.setattr("autotune.tuned.api._told", set())  # each test's first use of a profile is told afresh
     return tmp_path
 

@@ -128,8 +128,8 @@ def prepare(recipe: str, options: SearchOptions, echo: Callable[[str], None] = p
 def window_seconds() -> float:
     """How long a trial's timing windows aim to be: AUTOTUNE_WINDOW_S, else 0.2 s.
 
-    Windows must agree before a trial ends, so a noisy loop is measured longer whatever this says;
-    shorter windows make quick checks quicker (the test suite sets 0.05).
+    Windows must agree before a trial ends, so a noisy loop is measured longer whatever this says:
+    shorter windows are noisier and agree later, not sooner.
     """
     raw = os.environ.get("AUTOTUNE_WINDOW_S", str(DEFAULT_WINDOW_S))
     try:

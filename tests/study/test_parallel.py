@@ -144,9 +144,9 @@ def test_gpus_workers_share_the_tickets(project: Path, monkeypatch: pytest.Monke
     """With no baseline run to make first, both processes take tickets from the start.
 
     The worker process imports torch before it joins (seconds); this process forks its trial processes from
-    a server that already has. Steps of 15 ms keep the trials going long enough for the worker to join.
+    a server that already has. Steps of 20 ms keep the trials going long enough for the worker to join.
     """
-    monkeypatch.setenv("TINY_SLOW_S", "0.015")
+    monkeypatch.setenv("TINY_SLOW_S", "0.02")
     lines: list[str] = []
     options = SearchOptions(trials=6, trial_timeout_s=30, finalists=1, rounds=1, parity_check=False)
     result = search_parallel("tiny", options, devices=[0, 0], echo=lines.append)
