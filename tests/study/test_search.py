@@ -263,3 +263,15 @@ def test_no_trial_starts_once_the_time_left_would_not_cover_the_end_of_the_searc
     # 8.2 s x 2.5 = 20.5 s. 10 s trials: 10 + 20.5 + 80 = 110.5 s of the 400 left; 50 s: 50 + 20.5 + 400 = 470.5.
     assert out_of_time(setup) is out
     assert not out_of_time(dataclasses.replace(setup, options=dataclasses.replace(setup.options, time_budget_s=None)))
+
+
+@pytest.mark.parametrize("raw", ["abc", "0", "-1", "61"])
+def test_a_window_length_that_is_not_seconds_is_refused(raw: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from autotune.study.setup import window_seconds
+
+    monkeypatch.setenv("AUTOTUNE_WINDOW_S", raw)
+    rule = rf"AUTOTUNE_WINDOW_S must be a number of seconds in \(0, 60\], but got '{raw}'"
+    with pytest.raises(SearchError, match=rule):
+        window_seconds()
+    monkeypatch.setenv("AUTOTUNE_WINDOW_S", "0.5")
+    assert window_seconds() == 0.5
