@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -99,7 +100,8 @@ def test_gpus_runs_a_worker_per_device_and_the_parent_writes(project: Path) -> N
         16,
         0,
     )
-    summary = [line for line in lines if line.startswith("parity: 1 config(s) checked")]
+    # How many configs the gate checks depends on the measured numbers (a noisy fastest brings a runner-up along).
+    summary = [line for line in lines if re.match(r"parity: \d+ config\(s\) checked", line)]
     assert len(summary) == 1 and summary[0].endswith(f", run by worker {study_worker} before its trials)"), out
     assert (
         sum(line.startswith("  round 1: ") for line in lines) == 2
@@ -134,7 +136,8 @@ def test_the_writer_waits_for_the_baseline_run_of_a_worker_that_joins_late(
     made = [
         i for i, line in enumerate(lines) if line.startswith("cpu1 | parity: made the baseline's run for the check")
     ]
-    summary = [line for line in lines if line.startswith("parity: 1 config(s) checked")]
+    # How many configs the gate checks depends on the measured numbers (a noisy fastest brings a runner-up along).
+    summary = [line for line in lines if re.match(r"parity: \d+ config\(s\) checked", line)]
     assert len(made) == 1 and waited < made[0], lines
     assert len(summary) == 1 and summary[0].endswith(" before its trials)"), lines
     assert not any(line.startswith("cpu1 | [") for line in lines), "the parent took every ticket"
