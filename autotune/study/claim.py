@@ -3,12 +3,16 @@
 When no ticket is left and no trial runs, one worker claims the role under the
 study's lock; the others end. The claim is kept in the study's user attribute
 ``writer`` with a heartbeat, so a writer that dies is replaced once its
-heartbeat stops.
+heartbeat stops. A worker that finds the role held waits (``wait_for_writer``)
+until the holder has written the tuned file or its heartbeat has stopped for
+the grace period, and then takes the role over: a worker that exits without
+writing can say that the file is written, never that it will be.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import optuna
@@ -26,6 +30,7 @@ class Claim:
     def __init__(self, study: optuna.Study, interval_s: int) -> None:
         self.study, self.interval_s = study, interval_s
         self.record: dict[str, Any] = {"owner": owner(), "state": "running", "since": time.time(), "beat": time.time()}
+        self.replaced: dict[str, Any] | None = None  # the claim this one took over: its holder failed or went silent
 
     def save(self) -> None:
         self.study.set_user_attr("writer", self.record)
@@ -65,5 +70,41 @@ def claim_writer(
             if live or this_round:
                 return None, current
         claim = Claim(study, interval_s)
+        claim.replaced = current if current and current.get("state") != "done" else None
         claim.save()
         return claim, None
+
+
+def wait_for_writer(
+    study: optuna.Study,
+    storage: optuna.storages.RDBStorage,
+    started_at: float,
+    interval_s: int,
+    grace_s: int,
+    echo: Callable[[str], None],
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[Claim | None, dict[str, Any]]:
+    """Claim the writer's role, waiting while another worker holds it; or the record of the tuned file it wrote.
+
+    Returns (claim, None) once this worker holds the role, or (None, holder) once the
+    holder wrote this round's file. A holder that died (killed with -9, its host
+    gone) stops beating: within `grace_s` it is taken over. Ending while the holder
+    still runs would report a file that may never come.
+    """
+    told = False
+    while True:
+        claim, holder = claim_writer(study, storage, started_at, interval_s, grace_s)
+        if claim is not None:
+            return claim, None
+        assert holder is not None
+        if holder.get("state") == "done":
+            return None, holder
+        if not told:
+            silent = max(0.0, time.time() - float(holder.get("beat", 0)))
+            echo(
+                f"study {study.study_name!r}: worker {holder.get('owner')} holds the writer's role (last heartbeat "
+                f"{silent:.0f} s ago); waiting until it has written the tuned file, or for its heartbeat to stop for "
+                f"{grace_s} s (AUTOTUNE_GRACE_S), then taking over"
+            )
+            told = True
+        sleep(interval_s)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 import warnings
 from collections.abc import Callable, Iterator
 
@@ -22,7 +23,7 @@ import optuna
 from autotune.config import Config
 from autotune.procs.pool import TrialPool
 from autotune.study import finalists, profile, sharing
-from autotune.study.claim import claim_writer
+from autotune.study.claim import wait_for_writer
 from autotune.study.finalists import Results
 from autotune.study.options import SearchOptions
 from autotune.study.parity_check import ParityCheck
@@ -40,7 +41,7 @@ def search(
 ) -> SearchResult | None:
     """Run or resume the study for `recipe` and write its tuned file.
 
-    Returns None when another worker of the same study writes the tuned file.
+    Returns None when another worker of the same study wrote the tuned file (this one waits until it has).
     `early`: trial processes the command line started before importing torch;
     adopted if they suit this search, stopped either way.
     """
@@ -107,19 +108,21 @@ def _trials(setup: Setup, pools: SearchPools, team: Team) -> ParityCheck | None:
 
 @contextlib.contextmanager
 def _writer_claim(setup: Setup) -> Iterator[bool]:
-    """Hold the writer's role while the block runs; False when another worker holds it or already wrote."""
+    """Hold the writer's role while the block runs; False once another worker of this round wrote the tuned file.
+
+    While another worker holds the role this one waits, and takes it over if that worker's heartbeat stops: a
+    rerun within the grace period of a killed writer must not end (exit 0) without a tuned file.
+    """
     interval, grace = sharing.heartbeat_settings()
-    claim, holder = claim_writer(setup.study, setup.storage, setup.started_at, interval, grace)
+    claim, holder = wait_for_writer(setup.study, setup.storage, setup.started_at, interval, grace, setup.echo)
     if claim is None:
-        assert holder is not None
-        doing = (
-            f"wrote {holder.get('path')}"
-            if holder.get("state") == "done"
-            else "measures the finalists and writes the tuned file"
-        )
-        setup.echo(f"study {setup.study_name!r} is done; worker {holder['owner']} {doing}")
+        setup.echo(f"study {setup.study_name!r} is done; worker {holder['owner']} wrote {holder.get('path')}")
         yield False
         return
+    gone = claim.replaced
+    if gone is not None and gone.get("state") == "running":  # a failed writer said why when it failed
+        silent = time.time() - float(gone.get("beat", 0))
+        setup.echo(f"taking over the writer's role from worker {gone.get('owner')}: no heartbeat for {silent:.0f} s")
     try:
         with claim.heartbeat():
             yield True

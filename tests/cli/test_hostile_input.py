@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import os
 import re
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from _procs import child_env
 from click.testing import CliRunner
+from study.test_search import FakePool, fake_pool  # noqa: F401 (fake_pool, a fixture: trials without processes)
 
 from autotune.cli import main
+from autotune.tuned import file as tuned_file
 
 BAD_RECIPE = """\
 schema = 99
@@ -278,3 +284,57 @@ def test_the_tuned_file_takes_the_umasks_mode_and_keeps_the_mode_it_had(tmp_path
         assert path.stat().st_mode & 0o777 == 0o644
     finally:
         os.umask(previous)
+
+
+# -- a rerun after a kill: never an exit 0 without a tuned file ------------------------------------------
+
+HOLD_THE_WRITERS_ROLE = """\
+import sys, time
+import optuna
+from autotune.study.claim import claim_writer
+from autotune.study.storage import open_storage
+
+storage = open_storage(sys.argv[1])
+study = optuna.load_study(study_name=sys.argv[2], storage=storage)
+claim, holder = claim_writer(study, storage, time.time(), 1, 60)
+assert claim is not None, holder
+with claim.heartbeat():
+    print("claimed", flush=True)
+    time.sleep(600)
+"""
+
+
+@pytest.mark.usefixtures("fake_pool")
+def test_a_rerun_soon_after_the_writer_was_killed_takes_over_and_writes(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer is killed with -9 while it holds the role; the same command run again within the grace period."""
+    from autotune.study import SearchOptions, search
+
+    monkeypatch.setenv("AUTOTUNE_HEARTBEAT_S", "1")
+    monkeypatch.setenv("AUTOTUNE_GRACE_S", "8")  # longer than the rerun takes to reach the claim
+    options = SearchOptions(trials=4, parity_check=False, finalists=1, rounds=1)
+    search("tiny", options, echo=lambda _: None)
+    tuned = project / "recipes" / "tiny.tuned.toml"
+    tuned.unlink()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_THE_WRITERS_ROLE, f"sqlite:///{project}/.autotune/tiny.db", "tiny@cpu"],
+        stdout=subprocess.PIPE, text=True, env=child_env(),
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "claimed\n"
+    finally:
+        holder.kill()
+        holder.wait()
+    lines: list[str] = []
+    result = search("tiny", options, echo=lines.append)
+    assert result is not None and tuned.is_file(), "\n".join(lines)
+    dead = f"{socket.gethostname()}:{holder.pid}"
+    waiting = [line for line in lines if line.startswith(f"study 'tiny@cpu': worker {dead} holds the writer's role")]
+    assert len(waiting) == 1 and waiting[0].endswith(
+        "waiting until it has written the tuned file, or for its heartbeat to stop for 8 s (AUTOTUNE_GRACE_S), "
+        "then taking over"
+    ), lines
+    assert any(re.fullmatch(rf"taking over the writer's role from worker {dead}: no heartbeat for (8|9|10) s", line)
+               for line in lines), lines
+    assert tuned_file.read(tuned)["profiles"]["cpu"]["study"] == "tiny@cpu"

@@ -13,7 +13,7 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune.study import sharing
-from autotune.study.claim import claim_writer
+from autotune.study.claim import claim_writer, wait_for_writer
 from autotune.study.storage import open_storage
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -191,6 +191,29 @@ def test_a_dead_writer_is_replaced(storage_url: str, study_name: str) -> None:
     claim, holder = claim_writer(study, storage, time.time() - 200, interval_s=1, grace_s=30)
     assert claim is not None and holder is None
     assert study.user_attrs["writer"]["owner"] == sharing.owner()
+
+
+def test_a_worker_waits_for_a_live_writer_until_it_has_written(storage_url: str, study_name: str) -> None:
+    """Ending while the writer still works would say a file is written that may never come."""
+    study, storage = new_study(storage_url, study_name)
+    round_start = time.time()
+    writer, _ = claim_writer(study, storage, round_start, interval_s=1, grace_s=30)
+    assert writer is not None
+    naps: list[float] = []
+
+    def nap(seconds: float) -> None:  # the writer works through two of the waiting worker's checks, then writes
+        naps.append(seconds)
+        writer.beat()
+        if len(naps) == 2:
+            writer.done("recipes/tiny.tuned.toml")
+
+    lines: list[str] = []
+    claim, holder = wait_for_writer(study, storage, round_start, 1, 30, lines.append, sleep=nap)
+    assert claim is None and holder is not None and (holder["state"], holder["path"]) == (
+        "done", "recipes/tiny.tuned.toml"
+    )
+    assert naps == [1, 1] and len(lines) == 1, lines
+    assert lines[0].startswith(f"study {study_name!r}: worker {sharing.owner()} holds the writer's role")
 
 
 @pytest.mark.parametrize(
