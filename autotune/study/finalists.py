@@ -122,11 +122,15 @@ def choose(
         return list(found)[: setup.options.finalists], None
     check = check or new_parity_check(setup, pools.trials, list(found), team)
     chosen: list[Config] = []
+    stopped = False
     try:
         want = setup.options.finalists
         chosen = check.select(list(found), want=want, max_runs=want + PARITY_EXTRA_RUNS)
     except ParityError as exc:
         raise SearchError(f"{exc} Run with --no-parity-check to skip the check.") from exc
+    except KeyboardInterrupt:
+        stopped = True  # a check cut short has no cost worth stating ("0 config(s) checked ... took 7.4 s")
+        raise
     finally:
         numbers = ranked(setup)  # every config checked, early too, though it may have left the contenders since
         for config, verdict in check.verdicts.items():
@@ -135,7 +139,8 @@ def choose(
                 setup.study.set_user_attr(
                     f"parity:trial-{numbers[config]}", {**verdict.as_record(), "config": config.describe()}
                 )
-        setup.echo(check.summary())
+        if not stopped:
+            setup.echo(check.summary())
     if not chosen:
         raise SearchError(
             f"no config faster than the baseline trains like it: all {len(check.verdicts)} checked, the fastest "

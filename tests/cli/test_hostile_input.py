@@ -338,3 +338,23 @@ def test_a_rerun_soon_after_the_writer_was_killed_takes_over_and_writes(
     assert any(re.fullmatch(rf"taking over the writer's role from worker {dead}: no heartbeat for (8|9|10) s", line)
                for line in lines), lines
     assert tuned_file.read(tuned)["profiles"]["cpu"]["study"] == "tiny@cpu"
+
+
+# -- smaller ones: nothing a stopped or failed run says or leaves is untrue ------------------------------
+
+
+@pytest.mark.usefixtures("project", "fake_pool")
+def test_ctrl_c_during_the_parity_check_states_no_summary_of_a_check_it_cut_short(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from autotune.study import SearchOptions, search
+
+    def stopped(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt  # as SIGINT lands while the baseline's parity run trains
+
+    monkeypatch.setattr(FakePool, "parity_run", stopped)
+    lines: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        search("tiny", SearchOptions(trials=4, finalists=1, rounds=1), echo=lines.append)
+    assert any(line.startswith("parity: checking") for line in lines), lines
+    assert not [line for line in lines if "config(s) checked" in line], lines
