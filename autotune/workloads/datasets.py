@@ -17,6 +17,7 @@ import pickle
 import socket
 import struct
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable
@@ -39,6 +40,16 @@ def say_once(name: str, folder: Path, why: str) -> None:
         f"using a synthetic {name} of the same shape in {folder}",
         file=sys.stderr,
     )
+
+
+def in_place(folder: Path, instead: str) -> str:
+    """Why synthetic files are used though nothing was tried now: when they were written; `instead`: the way out.
+
+    Not "from an earlier run": a search's trial processes build the data set while the search itself starts, so
+    the first search on an empty data folder finds files one of its own processes wrote a moment before.
+    """
+    written = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime((folder / SYNTHETIC_MARK).stat().st_mtime))
+    return f"synthetic files written {written} are in place; {instead}"
 
 
 def _patterns(n: int, shape: tuple[int, ...], classes: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -129,7 +140,7 @@ def _real_or_synthetic_unlocked(
     name: str, folder: Path, real: Callable[[], Any], write: Callable[[], Any], synthetic: Callable[[], Any]
 ) -> Any:
     if (folder / SYNTHETIC_MARK).exists():
-        say_once(name, folder, "synthetic files from an earlier run are in place")
+        say_once(name, folder, in_place(folder, f"delete {folder} to try the download again"))
         return synthetic()
     try:
         with _download_timeout():

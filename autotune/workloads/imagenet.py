@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from autotune.workloads.datasets import SYNTHETIC_MARK, building, say_once
+from autotune.workloads.datasets import SYNTHETIC_MARK, building, in_place, say_once
 
 CLASSES = 1000
 IMAGES = 51_200  # 200 steps of the recipe's batch of 256: an epoch is hundreds of steps
@@ -48,7 +48,7 @@ def imagenet_folder(root: str | Path, transform: Callable | None = None, images:
             write_synthetic(folder, images, classes)
             why = f"put the real one under {real} to use it"
         else:
-            why = "synthetic files from an earlier run are in place"
+            why = in_place(folder, f"put the real one under {real} to use it")
         say_once("ImageNet", folder, why)
     return datasets.ImageFolder(str(folder), transform=transform, is_valid_file=lambda p: p.endswith(".JPEG"))
 

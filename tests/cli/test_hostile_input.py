@@ -358,3 +358,26 @@ def test_ctrl_c_during_the_parity_check_states_no_summary_of_a_check_it_cut_shor
         search("tiny", SearchOptions(trials=4, finalists=1, rounds=1), echo=lines.append)
     assert any(line.startswith("parity: checking") for line in lines), lines
     assert not [line for line in lines if "config(s) checked" in line], lines
+
+
+def test_synthetic_files_a_search_process_just_wrote_are_not_said_to_be_from_an_earlier_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first search on an empty data folder: a trial process writes the files, then the search reads them."""
+    import time
+
+    from torchvision import datasets as torchvision_datasets
+
+    from autotune.workloads import datasets
+
+    monkeypatch.setattr(datasets, "_announced", set())
+    monkeypatch.setattr(torchvision_datasets.MNIST, "mirrors", ["http://127.0.0.1:9/"])  # nothing listens there
+    raw = datasets.write_synthetic_mnist(tmp_path, n_train=64, n_test=16)  # the trial process, a moment ago
+    written = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime((raw / datasets.SYNTHETIC_MARK).stat().st_mtime))
+    datasets.mnist(tmp_path)
+    said = capsys.readouterr().err
+    assert "earlier run" not in said
+    assert said == (
+        f"autotune: MNIST is not on disk and could not be downloaded (synthetic files written {written} are in "
+        f"place; delete {raw} to try the download again); using a synthetic MNIST of the same shape in {raw}\n"
+    )
