@@ -111,11 +111,23 @@ def _mode_for(path: Path) -> int:
 
 
 def check_writable(path: Path) -> None:
-    """Fail before a search, not after it, when the tuned file's folder cannot take the file."""
+    """Fail before a search, not after it, when the tuned file's folder cannot take the file.
+
+    Creates nothing: a search that fails later must not leave an empty ./recipes behind. A folder still to be
+    made is checked through the nearest one that exists, where `write_profile` will make it.
+    """
     path = Path(path)
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".check", dir=path.parent)
+        if not folder.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(folder))
+        if folder != path.parent:
+            if not os.access(folder, os.W_OK | os.X_OK):
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(folder))
+            return
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".check", dir=folder)
         os.close(fd)
         os.unlink(tmp)
     except OSError as exc:

@@ -381,3 +381,22 @@ def test_synthetic_files_a_search_process_just_wrote_are_not_said_to_be_from_an_
         f"autotune: MNIST is not on disk and could not be downloaded (synthetic files written {written} are in "
         f"place; delete {raw} to try the download again); using a synthetic MNIST of the same shape in {raw}\n"
     )
+
+
+def test_a_failed_search_leaves_no_empty_recipes_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A built-in recipe's tuned file goes to ./recipes; a search that ends before writing it leaves no folder."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AUTOTUNE_DATA", str(tmp_path / "data"))
+    result = CliRunner().invoke(main, ["search", "--recipe", "mnist_cnn", "--storage", "not a url"])
+    assert result.exit_code == 2 and "Error: cannot open study storage not a url: " in result.output, result.output
+    assert not (tmp_path / "recipes").exists()
+
+
+def test_checking_that_the_tuned_file_can_be_written_creates_no_folder(tmp_path: Path) -> None:
+    from autotune.tuned.file import TunedFileWriteError, check_writable
+
+    check_writable(tmp_path / "recipes" / "deeper" / "tiny.tuned.toml")
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "recipes").write_text("a file where the folder would go\\n")
+    with pytest.raises(TunedFileWriteError, match=rf"cannot write tuned file {tmp_path}/recipes/tiny.tuned.toml: "):
+        check_writable(tmp_path / "recipes" / "tiny.tuned.toml")
