@@ -7,6 +7,10 @@ which depend on the rest of the config) in every trial that used it, and often
 enough, the search stops spending trials on it. Blame goes to the value that
 explains the most failures first, so a value that only ever appeared beside a
 broken one is not blamed with it.
+
+One failure is enough for a CUDA graph that a host sync in the step broke
+(``autotune.trial.capture``): the sync is in the workload's code, so every
+config with cuda_graph on fails the same way, whatever else it sets.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from autotune.trial.capture import HOST_SYNC
 
 MIN_FAILURES = 2  # one failure could be the rest of the config; two with the value always present is a pattern
 
@@ -34,21 +40,23 @@ class Hopeless:
     value: Any
     trials: tuple[int, ...]  # the failed trials this value explains
     reason: str  # the error they share (the first one's)
+    rule: str = "failed in every trial that used it"  # why the value is not tried again
 
     def short(self) -> str:
         shown = {True: "on", False: "off"}[self.value] if isinstance(self.value, bool) else self.value
-        return f"{self.knob}={shown} failed in every trial that used it ({', '.join(map(str, self.trials))})"
+        return f"{self.knob}={shown} {self.rule} ({', '.join(map(str, self.trials))})"
 
     def describe(self) -> str:
         return f"{self.short()}: {self.reason}"
 
 
 def hopeless_values(trials: Iterable[Finished], min_failures: int = MIN_FAILURES) -> list[Hopeless]:
-    """The knob values to stop trying, most explanatory first."""
+    """The knob values to stop trying: cuda_graph=on after a host sync broke its capture, then the values that
+    explain the most code errors."""
     trials = list(trials)
     ran_pairs = {(k, _key(v)) for t in trials if t.ran for k, v in t.config.items()}
     failed = [t for t in trials if not t.ran and (t.reason or "").startswith("error:")]
-    found: list[Hopeless] = []
+    found: list[Hopeless] = graph_broken_by_a_sync(trials)
     uncovered = {t.number: t for t in failed}
     while uncovered:
         counts: dict[tuple[str, Any], list[Finished]] = {}
@@ -66,6 +74,15 @@ def hopeless_values(trials: Iterable[Finished], min_failures: int = MIN_FAILURES
         for t in blamed:
             uncovered.pop(t.number)
     return found
+
+
+def graph_broken_by_a_sync(trials: Iterable[Finished]) -> list[Hopeless]:
+    """cuda_graph=on, from the first trial whose capture a host sync in the step broke; none before that."""
+    synced = sorted((t for t in trials if not t.ran and (t.reason or "").startswith(HOST_SYNC)), key=lambda t: t.number)
+    if not synced:
+        return []
+    first = synced[0]
+    return [Hopeless("cuda_graph", True, (first.number,), first.reason or "", "cannot capture this workload's step")]
 
 
 def _key(value: Any) -> Any:

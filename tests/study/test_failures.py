@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from autotune.study.failures import Finished, blocks, hopeless_values
+from autotune.trial.capture import HOST_SYNC
 
 VIEW = "error: RuntimeError: view size is not compatible with input tensor's size and stride"
 
@@ -51,3 +52,18 @@ def test_true_and_one_are_different_values() -> None:
     ]
     (found,) = hopeless_values(trials)
     assert (found.knob, found.value) == ("pin_memory", True)
+
+
+def test_one_host_sync_in_a_capture_stops_graphs_at_once_where_a_cuda_error_does_not() -> None:
+    sync = f"{HOST_SYNC} (`.item()` at recipes/w.py, line 40: `scale = x.abs().max().item()`): a CUDA graph cannot wait"
+    invalidated = "cuda error: CUDA error: operation failed due to a previous error during capture"
+    trials = [
+        _t(0, True, cuda_graph=False, batch_size=16),
+        _t(1, False, invalidated, cuda_graph=True, batch_size=64),  # may be the rest of the config: not enough
+    ]
+    assert hopeless_values(trials) == []
+    (found,) = hopeless_values([*trials, _t(2, False, sync, cuda_graph=True, batch_size=128)])
+    assert (found.knob, found.value, found.trials) == ("cuda_graph", True, (2,))
+    assert found.describe() == f"cuda_graph=on cannot capture this workload's step (2): {sync}"
+    assert blocks({"cuda_graph": True, "batch_size": 16}, [found]) is found
+    assert blocks({"cuda_graph": False, "batch_size": 128}, [found]) is None
