@@ -8,7 +8,7 @@ pyplot, so no display and no global figure state are involved.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +16,7 @@ from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FuncFormatter, LogLocator
 from matplotlib.transforms import blended_transform_factory
 
@@ -38,19 +39,31 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
-def heatmap(
+# What a cell that holds no complete trial shows; the colour bar covers the rest.
+PRUNED_COLOUR = "#8c8c8c"  # tried: trials ran there, and every one was stopped early as clearly slower
+FAILED_COLOUR = "#f6d5db"  # tried: every trial there failed (its reason is written in the cell)
+NOT_TRIED_COLOUR = "#ffffff"
+LEGEND = (
+    (PRUNED_COLOUR, "pruned: ran, stopped early as clearly slower"),
+    (FAILED_COLOUR, "oom / failed: every trial failed"),
+    (NOT_TRIED_COLOUR, "not tried"),
+)
+
+
+def heatmap_figure(
     cells: Mapping[tuple[int, str], float],
+    pruned: Collection[tuple[int, str]],
     failed: Mapping[tuple[int, str], str],
     columns: Sequence[str],
     title: str,
-    path: Path,
-) -> Path:
-    """Samples/s over batch size (rows) x column (worker count, or "on device"); failed-only cells marked.
+) -> Figure:
+    """Samples/s over batch size (rows) x column (worker count, or "on device"); cells with no complete trial
+    are told apart: pruned, failed, not tried, each in its own colour, named in the legend.
 
-    `cells` maps (batch_size, column) to the best samples/s seen there; `failed`
-    maps cells where trials failed to a short reason ("oom").
+    `cells` maps (batch_size, column) to the best samples/s seen there; `pruned` holds cells where trials ran
+    but all were pruned; `failed` maps cells where trials only failed to a short reason ("oom").
     """
-    rows = sorted({b for b, _ in cells} | {b for b, _ in failed})
+    rows = sorted({b for b, _ in cells} | {b for b, _ in pruned} | {b for b, _ in failed})
     grid = np.full((len(rows), len(columns)), np.nan)
     for (b, c), value in cells.items():
         grid[rows.index(b), columns.index(c)] = value
@@ -63,7 +76,7 @@ def heatmap(
     norm = LogNorm(vmin, vmax) if vmin > 0 and vmax / vmin > 10 else Normalize(vmin, vmax)
     image = ax.imshow(
         np.ma.masked_invalid(grid),
-        cmap=colormaps["viridis"].with_extremes(bad="#eeeeee"),
+        cmap=colormaps["viridis"].with_extremes(bad=NOT_TRIED_COLOUR),
         norm=norm,
         aspect="auto",
         origin="lower",
@@ -76,19 +89,47 @@ def heatmap(
                 ax.text(
                     j, i, short_rate(value), ha="center", va="center", fontsize=9, color="black" if light else "white"
                 )
+            elif (b, c) in pruned:
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=PRUNED_COLOUR, edgecolor="none"))
+                ax.text(j, i, "pruned", ha="center", va="center", fontsize=8, color="white")
             elif (b, c) in failed:
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=FAILED_COLOUR, edgecolor="none"))
                 ax.text(j, i, failed[(b, c)], ha="center", va="center", fontsize=8, color="#b00020")
+    # Thin cell borders, so a white (not tried) cell reads as a cell.
+    ax.set_xticks(np.arange(len(columns) + 1) - 0.5, minor=True)
+    ax.set_yticks(np.arange(len(rows) + 1) - 0.5, minor=True)
+    ax.grid(which="minor", color="#cccccc", linewidth=0.6)
+    ax.tick_params(which="minor", length=0)
     ax.set_xticks(range(len(columns)), labels=list(columns))
     ax.set_yticks(range(len(rows)), labels=[str(b) for b in rows])
-    ax.set_xlabel("num_workers (or the data set on the device)")
+    ax.set_xlabel("num_workers, or 'on device': the whole data set on the device (placement=device, no DataLoader)")
     ax.set_ylabel("batch_size")
     ax.set_title(title, fontsize=11)
-    bar = fig.colorbar(image, ax=ax, label="samples/s, best trial in the cell")
+    bar = fig.colorbar(image, ax=ax, label="samples/s, best complete trial in the cell")
     if isinstance(norm, LogNorm):
         bar.ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
     bar.ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: short_rate(v)))
     bar.ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
-    return _save(fig, path)
+    fig.legend(
+        handles=[Patch(facecolor=colour, edgecolor="#999999", label=label) for colour, label in LEGEND],
+        loc="outside lower center",
+        ncols=len(LEGEND),
+        fontsize=8,
+        frameon=False,
+    )
+    return fig
+
+
+def heatmap(
+    cells: Mapping[tuple[int, str], float],
+    pruned: Collection[tuple[int, str]],
+    failed: Mapping[tuple[int, str], str],
+    columns: Sequence[str],
+    title: str,
+    path: Path,
+) -> Path:
+    """`heatmap_figure`, written to `path` as a PNG."""
+    return _save(heatmap_figure(cells, pruned, failed, columns, title), path)
 
 
 def history(

@@ -17,16 +17,15 @@ from typing import TYPE_CHECKING, Any
 from autotune.text import percent, rate
 
 if TYPE_CHECKING:
-    from autotune.reporting.study import StudyReport
+    from autotune.reporting.study import Rounds, StudyReport
 
 CAPTIONS = {
     "heatmap": (
         "Sensitivity map: batch_size x num_workers",
-        "Each cell holds the best samples/s among the trials with that batch size and worker count, over all other "
-        "knobs; "
-        "'on device' is the data set kept on the GPU (placement=device, no workers); a cell marked oom or failed had "
-        "only failures; "
-        "grey cells were not tried.",
+        "Each coloured cell holds the best samples/s among the complete trials with that batch size and worker count, "
+        "over all other knobs (the colour bar); {on_device}. A dark grey cell marked pruned was tried: its trials ran "
+        "and were stopped early as clearly slower than the best, none complete. A pink cell marked oom or failed had "
+        "only failures. A white cell was not tried.",
     ),
     "history": (
         "Optimisation history",
@@ -38,19 +37,59 @@ CAPTIONS = {
         "rest.",
     ),
 }
+# What placement=device means where the study ran: on a CPU there is no GPU to keep the data set on.
+ON_DEVICE = {
+    "gpu": "'on device' is the data set kept in the GPU's memory and sliced into batches there "
+    "(placement=device, no DataLoader workers)",
+    "cpu": "'on device' is the data set held in memory as one tensor and sliced into batches "
+    "(placement=device, no DataLoader workers)",
+}
+
+
+def caption(kind: str, hardware: str) -> tuple[str, str]:
+    """A figure's title and caption; the heat map's says what 'on device' means on `hardware` ("cpu" or a GPU)."""
+    title, text = CAPTIONS[kind]
+    return title, text.format(on_device=ON_DEVICE["cpu" if hardware == "cpu" else "gpu"])
 
 
 def best_table(rep: StudyReport) -> tuple[list[str], list[list[str]]]:
-    """The best configs beside the baseline, as headers and rows (shared by the text, Markdown and HTML)."""
+    """The fastest trials beside the baseline's, as headers and rows (shared by the text, Markdown and HTML).
+
+    No ratio: each trial is one measurement, in its own process; a speed-up is stated from the rounds only.
+    """
     rows = []
     for label, row in [("baseline", rep.baseline)] + [(f"#{r.rank}", r) for r in rep.best]:
         if row is None:
             continue
-        ratio = f"{row.vs_baseline:.2f}x" if row.vs_baseline is not None else "-"
         noise = f"±{row.spread:.1%}" if row.spread is not None else "-"
         lr = f"{row.lr:g}" if row.lr is not None else "-"
-        rows.append([label, str(row.trial), rate(row.samples_per_s), ratio, noise, row.describe, lr, row.parity or "-"])
-    return ["", "trial", "samples/s", "vs baseline", "noise", "config", "lr", "parity"], rows
+        rows.append([label, str(row.trial), rate(row.samples_per_s), noise, row.describe, lr, row.parity or "-"])
+    return ["", "trial", "samples/s", "noise", "config", "lr", "parity"], rows
+
+
+def winner_line(rounds: Rounds) -> str:
+    """The winner's speed-up, in the tuned file's own numbers."""
+    return (
+        f"winner, measured again: {rounds.winner}: {rate(rounds.samples_per_s)}/s, {rounds.speedup:.2f}x the "
+        f"baseline's {rate(rounds.baseline_samples_per_s)}/s (noise ±{rounds.spread:.1%}); medians of the rounds, "
+        f"each config beside the baseline in fresh processes, as {rounds.tuned_file} states"
+    )
+
+
+def rounds_table(rounds: Rounds) -> tuple[list[str], list[list[str]]]:
+    """Every config the rounds measured, the winner first, then the baseline, then the other finalists."""
+    order = {"winner": 0, "baseline": 1, "finalist": 2}
+    rows = [
+        [
+            f.role,
+            f.config,
+            str(f.rounds),
+            rate(f.samples_per_s) if f.samples_per_s is not None else "failed",
+            f"{f.vs_baseline:.2f}x" if f.vs_baseline is not None else "-",
+        ]
+        for f in sorted(rounds.finalists, key=lambda f: order[f.role])
+    ]
+    return ["", "config", "rounds", "samples/s", "vs baseline"], rows
 
 
 def failure_table(rep: StudyReport) -> tuple[list[str], list[list[str]]]:
@@ -80,15 +119,18 @@ def summary(rep: StudyReport) -> str:
 
 def _blocks(rep: StudyReport, command: str) -> list[tuple[Any, ...]]:
     blocks: list[tuple[Any, ...]] = [("h1", f"autotune report: {rep.recipe} on {rep.hardware}"), ("p", summary(rep))]
+    if rep.rounds is not None:
+        blocks += [("h2", "The winner, measured again"), ("p", winner_line(rep.rounds)),
+                   ("table", *rounds_table(rep.rounds))]
     headers, rows = best_table(rep)
     blocks += [
-        ("h2", "Best configs beside the baseline"),
+        ("h2", "Fastest trials beside the baseline's, each measured once"),
         ("table", headers, rows) if rows else ("p", "No trial completed."),
     ]
     for kind in ("heatmap", "history", "importance"):
         if kind in rep.figures:
-            title, caption = CAPTIONS[kind]
-            blocks += [("h2", title), ("img", rep.figures[kind], title), ("p", caption)]
+            title, text = caption(kind, rep.hardware)
+            blocks += [("h2", title), ("img", rep.figures[kind], title), ("p", text)]
             if kind == "importance" and rep.importances:
                 blocks.append(("table", ["knob", "importance"], [[k, percent(v)] for k, v in rep.importances.items()]))
     if rep.failures:

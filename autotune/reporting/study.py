@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import statistics
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +23,15 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import Config
-from autotune.reporting.files import best_table, failure_table, summary, write_html, write_markdown
+from autotune.reporting.files import (
+    best_table,
+    failure_table,
+    rounds_table,
+    summary,
+    winner_line,
+    write_html,
+    write_markdown,
+)
 from autotune.study.pruner import ClearlyWorsePruner
 from autotune.study.sharing import SharingError
 from autotune.study.storage import open_storage, redact
@@ -43,9 +52,8 @@ class Row:
 
     trial: int
     role: str  # "baseline", "seed" (queued first by the search), or "" (sampled)
-    samples_per_s: float
+    samples_per_s: float  # one measurement: the trial's own; a speed-up is stated from the rounds only
     spread: float | None
-    vs_baseline: float | None
     config: dict[str, Any]
     lr: float | None
     parity: str | None = None  # "pass" or "REJECT" from the search's parity check; None: not checked
@@ -66,6 +74,30 @@ class FailureGroup:
 
 
 @dataclasses.dataclass(frozen=True)
+class Finalist:
+    """One config as the search measured it again, beside the baseline, in fresh processes."""
+
+    config: str  # described
+    role: str  # "winner", "baseline" or "finalist"
+    rounds: int  # rounds it completed
+    samples_per_s: float | None  # the median of its rounds; None when it failed in every round
+    vs_baseline: float | None  # that median over the baseline's, as the tuned file states the winner's
+
+
+@dataclasses.dataclass(frozen=True)
+class Rounds:
+    """The rounds the tuned file's numbers come from, as the search kept them on the study."""
+
+    winner: str  # described
+    samples_per_s: float
+    baseline_samples_per_s: float
+    speedup: float  # exactly the tuned file's
+    spread: float
+    tuned_file: str
+    finalists: tuple[Finalist, ...]
+
+
+@dataclasses.dataclass(frozen=True)
 class StudyReport:
     recipe: str
     study: str
@@ -80,6 +112,7 @@ class StudyReport:
     figures: dict[str, Path]  # heatmap, history, importance: the ones written
     markdown: Path
     html: Path
+    rounds: Rounds | None = None  # None: no finalists measured again in this study, so no speed-up to state
 
 
 # -- finding and reading the study -------------------------------------------------------------
@@ -108,21 +141,52 @@ def _pick_study(storage: optuna.storages.BaseStorage, recipe: str, wanted: str |
     return mine[0]
 
 
-def _row(t: FrozenTrial, baseline: float | None, verdicts: dict[str, bool] | None = None) -> Row:
+def _row(t: FrozenTrial, verdicts: dict[str, bool] | None = None) -> Row:
     result = t.user_attrs.get("result") or {}
-    value = float(t.value or 0.0)
     config = t.user_attrs["config"]
     passed = (verdicts or {}).get(Config.from_dict(config).describe())
     return Row(
         t.number,
         t.user_attrs.get("role", ""),
-        value,
+        float(t.value or 0.0),
         result.get("spread"),
-        value / baseline if baseline else None,
         config,
         t.user_attrs.get("lr"),
         None if passed is None else "pass" if passed else "REJECT",
     )
+
+
+ROUNDS_ATTRIBUTE = "rounds"  # as autotune.study.run keeps them (not imported: a report loads no search)
+
+
+def _rounds(study: optuna.Study) -> Rounds | None:
+    """The finalists measured again, as the search that wrote the tuned file kept them; None if it kept none."""
+    kept = study.user_attrs.get(ROUNDS_ATTRIBUTE)
+    if not isinstance(kept, dict):
+        return None
+    try:
+        medians = {
+            c["config"]: statistics.median(c["samples_per_s"]) if c["samples_per_s"] else None for c in kept["configs"]
+        }
+        # The winner and the baseline as the tuned file states them; the other finalists by the file's own rule,
+        # the median of the rounds over the baseline's, to two places.
+        stated = {kept["baseline"]: (float(kept["baseline_samples_per_s"]), 1.0),
+                  kept["winner"]: (float(kept["samples_per_s"]), float(kept["speedup"]))}
+        base = medians[kept["baseline"]]
+
+        def finalist(c: dict[str, Any]) -> Finalist:
+            name, median = c["config"], medians[c["config"]]
+            role = "winner" if name == kept["winner"] else "baseline" if name == kept["baseline"] else "finalist"
+            value, ratio = stated.get(name, (median, round(median / base, 2) if median and base else None))
+            return Finalist(name, role, len(c["samples_per_s"]), value, ratio)
+
+        return Rounds(
+            kept["winner"], float(kept["samples_per_s"]), float(kept["baseline_samples_per_s"]),
+            float(kept["speedup"]), float(kept["spread"]), str(kept["tuned_file"]),
+            tuple(finalist(c) for c in kept["configs"]),
+        )
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None  # not what this version keeps: stated as "no rounds", never as numbers half read
 
 
 def _verdicts(study: optuna.Study) -> dict[str, bool]:
@@ -189,20 +253,30 @@ def _column(config: dict[str, Any]) -> str:
     return "on device" if config.get("placement") == "device" else str(config.get("num_workers", 0))
 
 
-def _heatmap_data(
+def heatmap_data(
     trials: list[FrozenTrial],
-) -> tuple[dict[tuple[int, str], float], dict[tuple[int, str], str], list[str]]:
+) -> tuple[dict[tuple[int, str], float], set[tuple[int, str]], dict[tuple[int, str], str], list[str]]:
+    """The heat map's cells: the best complete value, else pruned (ran, stopped early), else failed's reason.
+
+    A cell with no complete trial is still a tried one when its trials were pruned or failed; only a cell no trial
+    reached is "not tried".
+    """
     cells: dict[tuple[int, str], float] = {}
+    pruned: set[tuple[int, str]] = set()
     failed: dict[tuple[int, str], str] = {}
     for t in trials:
         key = (int(t.user_attrs["config"]["batch_size"]), _column(t.user_attrs["config"]))
         if t.state == TrialState.COMPLETE and t.value is not None:
             cells[key] = max(cells.get(key, 0.0), float(t.value))
+        elif t.state == TrialState.PRUNED:
+            pruned.add(key)
         elif t.state == TrialState.FAIL:
             failed[key] = "oom" if t.user_attrs.get("reason") == "oom" else "failed"
-    workers = sorted({int(c) for _, c in [*cells, *failed] if c != "on device"})
-    columns = [str(w) for w in workers] + (["on device"] if any(c == "on device" for _, c in [*cells, *failed]) else [])
-    return cells, {k: v for k, v in failed.items() if k not in cells}, columns
+    tried = [*cells, *pruned, *failed]
+    workers = sorted({int(c) for _, c in tried if c != "on device"})
+    columns = [str(w) for w in workers] + (["on device"] if any(c == "on device" for _, c in tried) else [])
+    pruned -= set(cells)
+    return cells, pruned, {k: v for k, v in failed.items() if k not in cells and k not in pruned}, columns
 
 
 def _stem(study: str) -> str:
@@ -248,10 +322,15 @@ def _draw(
 
     written: dict[str, Path] = {}
     notes: list[str] = []
-    cells, failed_cells, columns = _heatmap_data(trials)
+    cells, pruned_cells, failed_cells, columns = heatmap_data(trials)
     if cells:
         written["heatmap"] = figures.heatmap(
-            cells, failed_cells, columns, f"{title}: samples/s by batch_size x num_workers", out / f"{stem}.heatmap.png"
+            cells,
+            pruned_cells,
+            failed_cells,
+            columns,
+            f"{title}: samples/s by batch_size x num_workers",
+            out / f"{stem}.heatmap.png",
         )
         pruned = [
             (t.number, list(t.intermediate_values.values())[-1])
@@ -276,12 +355,12 @@ def _draw(
     return written, notes
 
 
-def _best(complete: list[FrozenTrial], base_trial: FrozenTrial | None, base_value: float | None,
-          verdicts: dict[str, bool], top: int) -> tuple[list[Row], list[str]]:
+def _best(complete: list[FrozenTrial], base_trial: FrozenTrial | None, verdicts: dict[str, bool],
+          top: int) -> tuple[list[Row], list[str]]:
     """The `top` fastest distinct configs beside the baseline, and the notes they call for."""
     ranked: list[Row] = []
     for t in complete:
-        row = _row(t, base_value, verdicts)
+        row = _row(t, verdicts)
         if t is not base_trial and row.describe not in {r.describe for r in ranked}:
             ranked.append(dataclasses.replace(row, rank=len(ranked) + 1))
     best = ranked[:top]
@@ -293,8 +372,7 @@ def _best(complete: list[FrozenTrial], base_trial: FrozenTrial | None, base_valu
         notes.append("parity REJECT: the search's parity check found the config trains differently from the "
                      "baseline; it cannot win.")
     if base_trial is None:
-        notes.append("the baseline (the workload's own settings) has no complete trial in this study; speed-ups "
-                     "cannot be stated.")
+        notes.append("the baseline (the workload's own settings) has no complete trial in this study.")
     return best, notes
 
 
@@ -344,7 +422,12 @@ def report(
         (t for t in sorted(complete, key=lambda t: t.number) if t.user_attrs.get("role") == "baseline"), None
     )
     base_value = float(base_trial.value) if base_trial is not None and base_trial.value else None
-    best, notes = _best(complete, base_trial, base_value, _verdicts(loaded), top)
+    best, notes = _best(complete, base_trial, _verdicts(loaded), top)
+    rounds = _rounds(loaded)
+    if rounds is None:
+        notes.append("no speed-up is stated: the study holds no finalists measured again beside the baseline (its "
+                     "search has not written a tuned file, or an earlier autotune version did); each trial's "
+                     "samples/s is one measurement.")
     importances, why = _importances(loaded, len(complete))
     notes += [why] if why else []
 
@@ -359,7 +442,7 @@ def report(
         where,
         hardware,
         counts,
-        _row(base_trial, base_value) if base_trial else None,
+        _row(base_trial) if base_trial else None,
         tuple(best),
         importances,
         tuple(notes + more),
@@ -367,6 +450,7 @@ def report(
         written,
         out / f"{stem}.report.md",
         out / f"{stem}.report.html",
+        rounds,
     )
     command = command or f"autotune report --recipe {recipe}"
     write_markdown(rep, command)
@@ -379,9 +463,13 @@ def report(
 
 def render(rep: StudyReport) -> str:
     """The report as text tables, and the files written."""
-    lines = [f"{rep.recipe} on {rep.hardware}", summary(rep), "", "best configs beside the baseline"]
+    lines = [f"{rep.recipe} on {rep.hardware}", summary(rep)]
+    if rep.rounds is not None:
+        lines += ["", winner_line(rep.rounds)]
+        lines += table(*rounds_table(rep.rounds), right=[2, 3, 4])
+    lines += ["", "fastest trials beside the baseline's, each measured once"]
     headers, rows = best_table(rep)
-    lines += table(headers, rows, right=[1, 2, 3, 4]) if rows else ["  no complete trial"]
+    lines += table(headers, rows, right=[1, 2, 3]) if rows else ["  no complete trial"]
     if rep.importances:
         lines += ["", "parameter importances (PED-ANOVA: what the fastest trials have in common)"]
         lines += table(["knob", "share", ""], [[k, percent(v), bar(v)] for k, v in rep.importances.items()], right=[1])

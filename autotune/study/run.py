@@ -150,7 +150,35 @@ def _finalists(
 
 
 def _write(setup: Setup, chosen: list[Config], results: Results, check: ParityCheck | None) -> SearchResult:
-    return profile.write(setup, profile.winner(setup, chosen, results), results, check)
+    best = profile.winner(setup, chosen, results)
+    written = profile.write(setup, best, results, check)
+    keep_rounds(setup, best, chosen, results, written)
+    return written
+
+
+ROUNDS_ATTRIBUTE = "rounds"  # the study's user attribute `autotune report` states the winner's speed-up from
+
+
+def keep_rounds(setup: Setup, best: Config, chosen: list[Config], results: Results, written: SearchResult) -> None:
+    """Keep the rounds on the study: the report then states the tuned file's speed-up from the same numbers.
+
+    A trial measures its config once, the baseline's trial too; only the rounds measure each finalist beside
+    the baseline, in one run, so only they state a speed-up.
+    """
+    made = written.profile
+    setup.study.set_user_attr(ROUNDS_ATTRIBUTE, {
+        "winner": best.describe(),
+        "baseline": setup.baseline.describe(),
+        "samples_per_s": made["samples_per_s"],
+        "baseline_samples_per_s": made["baseline_samples_per_s"],
+        "speedup": made["speedup"],
+        "spread": made["spread"],
+        "tuned_file": str(written.tuned_path),
+        "configs": [
+            {"config": c.describe(), "samples_per_s": [r["samples_per_s"] for r in results[c]]}
+            for c in dict.fromkeys([setup.baseline, *chosen])
+        ],
+    })
 
 
 def quiet_optuna() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import socket
@@ -400,3 +401,123 @@ def test_checking_that_the_tuned_file_can_be_written_creates_no_folder(tmp_path:
     (tmp_path / "recipes").write_text("a file where the folder would go\\n")
     with pytest.raises(TunedFileWriteError, match=rf"cannot write tuned file {tmp_path}/recipes/tiny.tuned.toml: "):
         check_writable(tmp_path / "recipes" / "tiny.tuned.toml")
+
+
+# -- `autotune report` agrees with the tuned file and says what each colour means -------------------------
+
+
+@pytest.mark.usefixtures("fake_pool")
+def test_report_states_the_tuned_files_speedup_from_the_rounds_not_from_the_baselines_one_trial(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from autotune.config import Config
+    from autotune.reporting.study import render, report
+    from autotune.study import SearchOptions, search
+
+    original = FakePool.run
+    seen: list[Config] = []
+
+    def run(self: FakePool, config: Config, *args: object, **kwargs: object) -> object:
+        outcome = original(self, config, *args, **kwargs)
+        if config == Config(batch_size=16) and config not in seen:  # the baseline's trial: one slow measurement
+            outcome.result.update(samples_per_s=100.0, steady_samples_per_s=100.0)
+            outcome = dataclasses.replace(outcome, windows=(100.0,))
+        seen.append(config)
+        return outcome
+
+    monkeypatch.setattr(FakePool, "run", run)
+    search("tiny", SearchOptions(trials=6, finalists=2, rounds=2, parity_check=False), echo=lambda _: None)
+    profile = tuned_file.read(project / "recipes" / "tiny.tuned.toml")["profiles"]["cpu"]
+    rep = report("tiny", echo=lambda _: None)
+    assert rep.baseline is not None and rep.baseline.samples_per_s == 100.0
+    assert rep.rounds is not None
+    assert (rep.rounds.samples_per_s, rep.rounds.baseline_samples_per_s, rep.rounds.speedup) == (
+        profile["samples_per_s"], profile["baseline_samples_per_s"], profile["speedup"]
+    )
+    winner = tuned_file.knobs_to_config(profile["knobs"]).describe()
+    line = (f"winner, measured again: {winner}: {profile['samples_per_s']:,.0f}/s, {profile['speedup']:.2f}x the "
+            f"baseline's {profile['baseline_samples_per_s']:,.0f}/s")
+    text, markdown = render(rep), rep.markdown.read_text()
+    assert line in text and line in markdown
+    # Every ratio the report states comes from the rounds: none from the baseline's one trial at 100/s.
+    from_rounds = {f"{f.vs_baseline:.2f}" for f in rep.rounds.finalists}
+    assert f"{profile['speedup']:.2f}" in from_rounds
+    assert set(re.findall(r"\b(\d+\.\d\d)x", text)) == from_rounds
+    assert set(re.findall(r"\b(\d+\.\d\d)x", markdown)) == from_rounds
+
+
+def _cell_colours(fig: object, rows: list[int], columns: list[str]) -> dict[tuple[int, str], tuple[int, ...]]:
+    """The colour drawn in each cell, read off the rendered canvas a little away from the cell's text."""
+    import numpy as np
+
+    fig.canvas.draw()  # type: ignore[attr-defined]
+    pixels = np.asarray(fig.canvas.buffer_rgba())  # type: ignore[attr-defined]
+    ax = fig.axes[0]  # type: ignore[attr-defined]
+    colours = {}
+    for i, b in enumerate(rows):
+        for j, c in enumerate(columns):
+            x, y = ax.transData.transform((j - 0.3, i - 0.3))
+            colours[(b, c)] = tuple(int(v) for v in pixels[pixels.shape[0] - int(y), int(x), :3])
+    return colours
+
+
+def test_the_heat_map_tells_pruned_failed_and_untried_cells_apart_and_names_each_colour(project: Path) -> None:
+    import optuna
+    from matplotlib.colors import to_rgb
+    from reporting.test_report import make_study
+
+    from autotune.reporting import figures
+    from autotune.reporting.study import heatmap_data
+
+    url = f"sqlite:///{project / 'study.db'}"
+    make_study(url)
+    trials = optuna.load_study(study_name="tiny@nvidia-h200", storage=url).get_trials()
+    cells, pruned, failed, columns = heatmap_data(trials)
+    assert pruned == {(16, "1"), (32, "1")}  # (32, "1") failed once too, but a trial ran there
+    assert failed == {(1024, "4"): "oom", (1024, "2"): "oom", (32, "3"): "failed", (256, "1"): "failed"}
+    fig = figures.heatmap_figure(cells, pruned, failed, columns, "tiny")
+    rows = sorted({b for b, _ in [*cells, *pruned, *failed]})
+    colours = _cell_colours(fig, rows, columns)
+
+    def rgb(colour: str) -> tuple[int, ...]:
+        return tuple(round(255 * v) for v in to_rgb(colour))
+
+    untried = set(colours) - set(cells) - pruned - set(failed)
+    assert (16, "3") in untried
+    assert {colours[k] for k in pruned} == {rgb(figures.PRUNED_COLOUR)}
+    assert {colours[k] for k in failed} == {rgb(figures.FAILED_COLOUR)}
+    assert {colours[k] for k in untried} == {rgb(figures.NOT_TRIED_COLOUR)}
+    assert len({rgb(figures.PRUNED_COLOUR), rgb(figures.FAILED_COLOUR), rgb(figures.NOT_TRIED_COLOUR)}) == 3
+    assert not {colours[k] for k in cells} & {colours[k] for k in [*pruned, *failed, *untried]}
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [
+        "pruned: ran, stopped early as clearly slower", "oom / failed: every trial failed", "not tried"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("hardware", "on_device"),
+    [
+        ("NVIDIA H200", "'on device' is the data set kept in the GPU's memory and sliced into batches there"),
+        ("cpu", "'on device' is the data set held in memory as one tensor and sliced into batches"),
+    ],
+)
+def test_the_heat_maps_caption_says_what_each_colour_means_on_this_device(
+    project: Path, hardware: str, on_device: str
+) -> None:
+    import optuna
+    from reporting.test_report import make_study
+
+    from autotune.reporting.study import report
+
+    url = f"sqlite:///{project / 'study.db'}"
+    make_study(url)
+    optuna.load_study(study_name="tiny@nvidia-h200", storage=url).set_user_attr("hardware", hardware)
+    rep = report("tiny", storage=url, echo=lambda _: None)
+    caption = rep.markdown.read_text().split("## Sensitivity map: batch_size x num_workers")[1].split("\n\n")[2]
+    assert caption == (
+        "Each coloured cell holds the best samples/s among the complete trials with that batch size and worker count, "
+        f"over all other knobs (the colour bar); {on_device} (placement=device, no DataLoader workers). A dark grey "
+        "cell marked pruned was tried: its trials ran and were stopped early as clearly slower than the best, none "
+        "complete. A pink cell marked oom or failed had only failures. A white cell was not tried."
+    )
+    assert hardware != "cpu" or "GPU" not in rep.markdown.read_text()
