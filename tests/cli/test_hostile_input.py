@@ -521,3 +521,32 @@ def test_the_heat_maps_caption_says_what_each_colour_means_on_this_device(
         "complete. A pink cell marked oom or failed had only failures. A white cell was not tried."
     )
     assert hardware != "cpu" or "GPU" not in rep.markdown.read_text()
+
+
+# -- `autotune diagnose`: feeds that contradict each other are flagged, never a verdict -------------------
+
+
+def test_a_loop_at_119_percent_of_its_loader_is_flagged_not_turned_into_a_verdict() -> None:
+    """`diagnose --profile` stated "119% of the lower ceiling" beside a verdict: spreads of ±10% and ±5% do not
+    add up to 19% (independent noise adds in quadrature), so the feeds contradict each other."""
+    from autotune.config import Config
+    from autotune.diagnosis.bottleneck import Measured, decide
+
+    profile = Config(batch_size=64, num_workers=2, persistent_workers=True, prefetch_factor=2)
+    measured = Measured(loop=11_900, input=10_000, compute=80_000, loop_spread=0.10, input_spread=0.05, cuda=False)
+    verdict = decide(measured, profile)
+    assert (verdict.kind, verdict.title, verdict.knobs, verdict.next) == (
+        "inconsistent", "no verdict: the feeds contradict each other", (), None
+    )
+    assert verdict.reason == (
+        "the real loop (c) runs 11,900 samples/s, 119% of the input ceiling (b) (10,000), beyond their noise "
+        "(±10%, ±5%); a loop cannot outrun its own ceiling, so one of these numbers is wrong"
+    )
+    # Above its ceiling but within the noise, the verdict stands and the evidence says the loop is above it.
+    within = decide(Measured(loop=10_300, input=10_000, compute=80_000, loop_spread=0.02, input_spread=0.02,
+                             cuda=False), Config(batch_size=64))
+    assert within.kind == "input-bound"
+    assert within.evidence[0] == (
+        "the real loop runs 10,300 samples/s, 103% of the lower ceiling (10,000): above the ceiling that bounds it, "
+        "within the feeds' noise (±2%, ±2%), so that ceiling is at least the loop's"
+    )
