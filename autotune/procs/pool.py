@@ -9,18 +9,28 @@ replaced.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import threading
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
 from autotune.config import Config
 from autotune.procs import lifecycle
 from autotune.procs.trial_process import INTERRUPTED, Outcome, TrialProcess, remove_if_only_notes
+from autotune.trial import oom
 from autotune.trial.timing import Windows
 
 _PROCESS_NUMBERS = itertools.count(1)
+# Every pool of this process (a search's trial pool and its round pools): an oom looks here for the
+# other autotune processes on its device.
+_POOLS: weakref.WeakSet[TrialPool] = weakref.WeakSet()
+
+
+def _is_oom(outcome: Outcome) -> bool:
+    return outcome.state == "failed" and (outcome.reason or "").startswith(oom.OOM)
 
 
 def cudnn_plan_key(config: Config, device: str) -> bool | None:
@@ -68,6 +78,8 @@ class TrialPool:
         self._current: bool | None = None  # the plan class of the latest request
         self.killed = False  # killed (the search was interrupted): every later request fails at once
         self._made_dirs: list[Path] | None = None  # folders the first child's log created, deepest first
+        self._busy = False  # a request is under way: its processes are not another pool's to stop
+        _POOLS.add(self)
 
     @property
     def child(self) -> TrialProcess | None:
@@ -137,13 +149,69 @@ class TrialPool:
     ) -> Outcome:
         if self.killed:
             return Outcome("failed", reason=INTERRUPTED)
-        return self._drop_if_failed(self._child(fresh, config).run(config, lr, windows, self.timeout_s, on_window))
+        return self._alone_after_oom(lambda: self._child(fresh, config).run(config, lr, windows, self.timeout_s,
+                                                                            on_window))
 
     def parity_run(self, config: Config, lr: float, samples: int, probe_batch: int, timeout_s: float) -> Outcome:
         """A parity run in a trial process: a crash, an OOM or a hang fails it, as it fails a trial."""
         if self.killed:
             return Outcome("failed", reason=INTERRUPTED)
-        return self._drop_if_failed(self._child(False, config).parity_run(config, lr, samples, probe_batch, timeout_s))
+        return self._alone_after_oom(lambda: self._child(False, config).parity_run(config, lr, samples, probe_batch,
+                                                                                   timeout_s))
+
+    def _alone_after_oom(self, attempt: Callable[[], Outcome]) -> Outcome:
+        """`attempt`, and once more alone on the device if it failed `oom` beside another autotune process there.
+
+        A trial must not fail oom for memory another autotune process holds. Before a request the pool's other
+        process lets go of what it can (`_child`), but what remains is not nothing: its CUDA context, a small
+        device-resident data set it keeps (autotune.trial.runner.KEEP_SHARE), a spare's context, a round pool's
+        fresh processes started beside the parity check. Reading per-process memory would need NVML's pids,
+        which are the host's in a container. So the rule is simple and sound: after an oom on a GPU, every
+        other process of this search on the device is stopped (its memory, context included, is the driver's
+        again once it has exited) and the request runs once more in a fresh process, with no spare beside it.
+        An oom then is the config's own; the reason says so. A later request starts what it needs again.
+        """
+        outcome = self._attempt(attempt)
+        if not (self.device.startswith("cuda") and _is_oom(outcome)) or self.killed:
+            return outcome
+        neighbours = self._take_neighbours()
+        if not neighbours:
+            return outcome
+        lifecycle.stop_all(neighbours)
+        spare, self.spare = self.spare, False
+        try:
+            again = self._attempt(attempt)
+        finally:
+            self.spare = spare
+        if not _is_oom(again):
+            return again
+        return dataclasses.replace(
+            again,
+            reason=f"{again.reason}; again alone on {self.device}, after {len(neighbours)} other autotune "
+            f"process(es) there exited",
+        )
+
+    def _attempt(self, attempt: Callable[[], Outcome]) -> Outcome:
+        free = oom.free_before(self.device)
+        self._busy = True
+        try:
+            outcome = self._drop_if_failed(attempt())
+        finally:
+            self._busy = False
+        if _is_oom(outcome) and free is not None:
+            outcome = dataclasses.replace(outcome, reason=f"{outcome.reason}; {oom.size(free)} free before it began")
+        return outcome
+
+    def _take_neighbours(self) -> list[TrialProcess]:
+        """This search's other processes on this pool's device, taken out of their pools (none is measuring)."""
+        taken: list[TrialProcess] = []
+        for pool in list(_POOLS):
+            if pool.device != self.device or (pool is not self and pool._busy):
+                continue
+            pool._wait_for_background_starts()
+            taken += [*pool.live.values(), *pool.standby]
+            pool.live, pool.standby = {}, []
+        return taken
 
     def stop(self, discard: bool = False) -> None:
         """Stop every process. One that never ran anything leaves no log, and no folder is left that only its log made.

@@ -271,7 +271,8 @@ def heatmap_data(
         elif t.state == TrialState.PRUNED:
             pruned.add(key)
         elif t.state == TrialState.FAIL:
-            failed[key] = "oom" if t.user_attrs.get("reason") == "oom" else "failed"
+            # An oom reason carries its numbers after "oom: " (autotune.trial.oom).
+            failed[key] = "oom" if str(t.user_attrs.get("reason", "")).startswith("oom") else "failed"
     tried = [*cells, *pruned, *failed]
     workers = sorted({int(c) for _, c in tried if c != "on device"})
     columns = [str(w) for w in workers] + (["on device"] if any(c == "on device" for _, c in tried) else [])

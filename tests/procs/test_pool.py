@@ -271,6 +271,7 @@ def test_on_a_gpu_configs_that_disagree_on_cudnn_benchmark_never_share_a_process
 ) -> None:
     # cuDNN reuses the convolution plans a process chose first, whatever cudnn.benchmark says later.
     monkeypatch.setattr(pool_module, "TrialProcess", _RecordingChild)
+    monkeypatch.setattr(pool_module.oom, "free_before", lambda device: None)  # no GPU to ask
     started = _RecordingChild.started = []
     on, off = Config(batch_size=1024, cudnn_benchmark=True), Config(batch_size=1024)
     keys = (cudnn_plan_key(on, "cuda:1"), cudnn_plan_key(off, "cuda:1"), cudnn_plan_key(on, "cpu"))
@@ -288,15 +289,19 @@ def test_on_a_gpu_configs_that_disagree_on_cudnn_benchmark_never_share_a_process
     assert [(c.quitting, c.stopped) for c in started[:2]] == [(True, True)] * 2  # both asked at once, then waited for
     assert [c.seen for c in started[2:]] == [[True], [False]]
 
-    assert pool.run(Config(batch_size=4096, cudnn_benchmark=True), 0.1).reason == "oom"
-    assert (started[2].killed, started[3].killed, pool.child) == (True, False, None)  # only the failed process goes
-    assert pool.run(off, 0.1).state == "complete" and started[3].seen == [False, False]
+    # An oom beside the other process: that one is stopped, and the config measured once more alone (it fails again).
+    too_big = pool.run(Config(batch_size=4096, cudnn_benchmark=True), 0.1)
+    assert too_big.reason == "oom; again alone on cuda:0, after 1 other autotune process(es) there exited"
+    assert (started[2].killed, started[3].stopped, started[4].seen, started[4].killed) == (True, True, [True], True)
+    assert pool.child is None
+    assert pool.run(off, 0.1).state == "complete" and started[5].seen == [False]
 
-    started[3].lets_go = False  # a process that cannot let go of its memory is not kept beside another
+    started[5].lets_go = False  # a process that cannot let go of its memory is not kept beside another
     assert pool.run(on, 0.1).state == "complete"
-    assert started[3].killed and len(started) == 5 and started[4].seen == [True]
+    assert started[5].killed and len(started) == 7 and started[6].seen == [True]
     pool.stop()
-    assert [c.stopped for c in started] == [True, True, False, False, True]  # the failed ones were killed
+    # The failed ones and the one that held on were killed; the oom's neighbour was stopped then.
+    assert [c.stopped for c in started] == [True, True, False, True, False, False, True]
 
 
 def test_pools_stopped_together_ask_every_process_to_quit_before_waiting_for_any(

@@ -1,0 +1,117 @@
+"""Memory isolation: a trial never fails oom for memory another autotune process holds on its GPU.
+
+The processes are faked (a GPU is what is expensive): a fake fails oom while another of this search's
+processes lives on its device, as a config that fits alone fails beside one that holds memory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autotune.config import Config
+from autotune.procs import pool as pool_module
+from autotune.procs.pool import TrialPool
+from autotune.procs.trial_process import Outcome
+from autotune.trial.timing import Windows
+
+BESIDE = "oom: asked for 2.00 GiB more, holding 18.02 GiB; 1.25 GiB of 139.81 GiB free"
+
+
+class _Child:
+    """A trial process that holds memory on its device from its start until it has exited."""
+
+    alive: list[_Child] = []
+    started: list[_Child] = []
+
+    def __init__(self, workload_path: Path, device: str, cpu_share: int, log_path: Path, env: object = None) -> None:
+        self.device, self.used, self.holding, self.stopped, self.killed = device, False, False, False, False
+        self.log_path = log_path
+        _Child.alive.append(self)
+        _Child.started.append(self)
+
+    def run(self, config: Config, lr: float, windows: Windows, timeout_s: float, on_window: object = None) -> Outcome:
+        self.used = self.holding = True
+        if any(c is not self and c.device == self.device for c in _Child.alive) or config.batch_size > 1024:
+            return Outcome("failed", reason=BESIDE)
+        return Outcome("complete", result={"samples_per_s": 1.0})
+
+    def release(self) -> bool:
+        self.holding = False  # what it keeps (its context, a small data set) still takes memory
+        return True
+
+    def ask_to_exit(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        self.stopped = True
+        self._exit()
+
+    def kill(self) -> None:
+        self.killed = True
+        self._exit()
+
+    def _exit(self) -> None:
+        if self in _Child.alive:
+            _Child.alive.remove(self)
+
+
+@pytest.fixture
+def children(monkeypatch: pytest.MonkeyPatch) -> type[_Child]:
+    monkeypatch.setattr(pool_module, "TrialProcess", _Child)
+    monkeypatch.setattr(pool_module, "_POOLS", pool_module.weakref.WeakSet())  # other tests' pools are not ours
+    monkeypatch.setattr(pool_module.oom, "free_before", lambda device: 5 * 2**30 if device.startswith("cuda") else None)
+    _Child.alive, _Child.started = [], []
+    return _Child
+
+
+def _pool(tmp_path: Path, device: str, spare: bool = False) -> TrialPool:
+    return TrialPool(tmp_path / "w.py", device, 4, tmp_path / "logs", 60.0, spare=spare)
+
+
+def test_an_oom_beside_other_autotune_processes_is_measured_again_alone(
+    tmp_path: Path, children: type[_Child]
+) -> None:
+    trials, rounds = _pool(tmp_path, "cuda:0", spare=True), _pool(tmp_path, "cuda:0")
+    elsewhere = _pool(tmp_path, "cuda:1")
+    rounds.prestart(2)  # a round pool's fresh processes, started while the trials run
+    elsewhere.prestart(1)  # another GPU's: not in the way
+    outcome = trials.run(Config(batch_size=256), 0.1)
+    assert outcome.state == "complete"
+    *round_children, other_gpu, first, spare, alone = children.started
+    assert first.killed and (spare.stopped, [c.stopped for c in round_children]) == (True, [True, True])
+    assert (other_gpu.stopped, other_gpu in children.alive, alone.used) == (False, True, True)
+    assert (rounds.standby, len(elsewhere.standby), len(trials.standby)) == ([], 1, 0)  # no spare beside the retry
+    # The round pool starts a process when it needs one; beside the trial pool's, it too is measured again alone.
+    assert rounds.run(Config(batch_size=64), 0.1).state == "complete" and alone.stopped
+    for pool in (trials, rounds, elsewhere):
+        pool.stop()
+
+
+def test_an_oom_that_happens_alone_again_says_so(tmp_path: Path, children: type[_Child]) -> None:
+    trials = _pool(tmp_path, "cuda:0", spare=True)
+    outcome = trials.run(Config(batch_size=4096), 0.1)
+    assert (outcome.state, outcome.reason) == (
+        "failed",
+        f"{BESIDE}; 5.00 GiB free before it began; again alone on cuda:0, after 1 other autotune process(es) there "
+        f"exited",
+    )
+    assert len(children.started) == 3  # the first, its spare, and the fresh one measured alone
+    trials.stop()
+
+
+def test_an_oom_with_no_other_process_on_the_device_is_not_measured_again(
+    tmp_path: Path, children: type[_Child]
+) -> None:
+    trials = _pool(tmp_path, "cuda:0")
+    outcome = trials.run(Config(batch_size=4096), 0.1)
+    assert (outcome.reason, len(children.started)) == (f"{BESIDE}; 5.00 GiB free before it began", 1)
+    trials.stop()
+
+
+def test_on_a_cpu_an_oom_is_not_measured_again(tmp_path: Path, children: type[_Child]) -> None:
+    trials = _pool(tmp_path, "cpu", spare=True)
+    outcome = trials.run(Config(batch_size=256), 0.1)  # fails beside its spare
+    assert (outcome.reason, len(children.started), len(trials.standby)) == (BESIDE, 2, 1)
+    trials.stop()
