@@ -10,7 +10,14 @@ from autotune.workloads import Workload
 
 AMP_CHOICES = ("off", "bf16", "fp16")
 PLACEMENT_CHOICES = ("stream", "device")
-LR_RULES = ("linear", "sqrt", "none")
+DECODE_CHOICES = ("cpu", "gpu")  # gpu: workers read JPEG bytes, the device decodes and augments (loop.device_decode)
+LR_RULES = ("linear", "sqrt", "none")  # from the boldest to the gentlest for a larger batch
+# Optimizers that divide each parameter's step by a running estimate of its gradients' scale: a batch k times
+# larger cuts the gradient noise by sqrt(k), and their rate follows sqrt(k) (Malladi et al., NeurIPS'22).
+ADAPTIVE_OPTIMIZERS = (
+    "Adam", "AdamW", "Adamax", "NAdam", "RAdam", "SparseAdam", "Adadelta", "Adagrad", "RMSprop", "Adafactor", "LAMB",
+)
+SGD_OPTIMIZERS = ("SGD", "ASGD", "LARS")  # the step is the gradient times the rate: linear (Goyal et al.)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,6 +34,7 @@ class Config:
     amp: str = "off"
     cuda_graph: bool = False
     placement: str = "stream"
+    decode: str = "cpu"
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -46,6 +54,8 @@ class Config:
             parts.append("device-resident")
         else:
             parts.append(f"workers={self.num_workers}")
+            if self.decode == "gpu":
+                parts.append("gpu-decode")
             if self.pin_memory:
                 parts.append("pinned")
             if self.persistent_workers:
@@ -76,6 +86,49 @@ def baseline_config(workload: Workload, cuda: bool) -> Config:
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class LrRule:
+    """The rule a search scales the learning rate by, and why it is that one."""
+
+    name: str  # one of LR_RULES
+    why: str
+
+    def gentler(self) -> tuple[str, ...]:
+        """The rules to try, in order, when a batch size fails the parity check at this rule's rate.
+
+        >>> LrRule("linear", "").gentler()
+        ('sqrt', 'none')
+        """
+        return LR_RULES[LR_RULES.index(self.name) + 1 :]
+
+
+def lr_rule_for(optimizer: Any, override: str | None = None) -> LrRule:
+    """The learning-rate rule for `optimizer` (an instance or class): linear for SGD, sqrt for adaptive ones.
+
+    `override` (``--lr-scaling``) wins. An optimizer of neither known family counts as
+    adaptive when it has an ``eps`` (it divides its step by a gradient scale), else as SGD.
+
+    >>> import torch
+    >>> lr_rule_for(torch.optim.AdamW).name
+    'sqrt'
+    """
+    if override is not None:
+        if override not in LR_RULES:
+            raise ValueError(f"`override` must be one of {LR_RULES} or None, but got {override!r}.")
+        return LrRule(override, f"--lr-scaling {override}")
+    cls = optimizer if isinstance(optimizer, type) else type(optimizer)
+    for base in cls.__mro__:  # a subclass of AdamW is scaled as AdamW is
+        name = cls.__name__ if base is cls else f"{cls.__name__} (an {base.__name__})"
+        if base.__name__ in ADAPTIVE_OPTIMIZERS:
+            return LrRule("sqrt", f"{name} is an adaptive optimizer: sqrt rule (Malladi et al., NeurIPS'22)")
+        if base.__name__ in SGD_OPTIMIZERS:
+            return LrRule("linear", f"{name} is an SGD-family optimizer: linear rule (Goyal et al., 2017)")
+    defaults = getattr(optimizer, "defaults", None)
+    if isinstance(defaults, dict) and "eps" in defaults:
+        return LrRule("sqrt", f"{cls.__name__} is not a known optimizer, but has eps, so it adapts its step: sqrt rule")
+    return LrRule("linear", f"{cls.__name__} is not a known optimizer and has no eps: linear rule, as for SGD")
+
+
 def scaled_lr(base_lr: float, base_batch: int, batch_size: int, rule: str, lr_max: float | None) -> float:
     """The learning rate for a new batch size: linear (Goyal et al.), sqrt, or none; capped at lr_max.
 
@@ -90,3 +143,21 @@ def scaled_lr(base_lr: float, base_batch: int, batch_size: int, rule: str, lr_ma
     if lr_max is not None and lr > lr_max and lr > base_lr:
         lr = max(base_lr, lr_max)
     return round(lr, 12)
+
+
+def workload_lr_rule(workload: Workload, override: str | None = None) -> LrRule:
+    """The rule for the optimizer `workload` builds, unless `override` (``--lr-scaling``) names one.
+
+    The optimizer is built over one stand-in parameter, which is cheap; one that needs
+    the model's own parameters (named groups, a shape rule) is built over the model's.
+    """
+    if override is not None:
+        return lr_rule_for(None, override)
+    import torch
+
+    lr = float(workload.defaults["lr"])
+    try:
+        optimizer = workload.build_optimizer([torch.nn.Parameter(torch.zeros(2, 2))], lr)
+    except Exception:  # the workload's own code: any error means it wants its model's parameters
+        optimizer = workload.build_optimizer(workload.build_model().parameters(), lr)
+    return lr_rule_for(optimizer)

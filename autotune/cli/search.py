@@ -18,6 +18,7 @@ Examples:
   autotune search --recipe mnist_cnn --trials 8 --time-budget 300
   autotune search --recipe mnist_cnn --fix batch_size=128 --fix num_workers=0..4
   autotune search --recipe mnist_cnn --gpus 0,1
+  autotune search --recipe imagenet_resnet50 --cpus 5
   autotune search --recipe mnist_cnn --lr-scaling sqrt --no-parity-check
   autotune search --recipe ./my_workload.py --storage postgresql://user@db/autotune --study mine
 """
@@ -53,10 +54,11 @@ Examples:
 )
 @click.option(
     "--lr-scaling",
-    default="linear",
-    show_default=True,
+    default=None,
     type=click.Choice(LR_RULES),
-    help="How the learning rate follows a new batch size.",
+    help="How the learning rate follows a new batch size. Default: by the workload's optimizer, linear for "
+    "SGD-family ones, sqrt for adaptive ones (Adam, AdamW, Adadelta, Adagrad, RMSprop, ...). A batch size that "
+    "fails the parity check at its rule's rate is tried at the gentler ones (sqrt, then none).",
 )
 @click.option(
     "--no-parity-check",
@@ -86,6 +88,12 @@ Examples:
     type=click.IntRange(min=1),
     help="Fresh processes each finalist is measured in.",
 )
+@click.option(
+    "--cpus",
+    type=int,
+    help="Run the search on this many of the host's cores (trial processes and their DataLoader workers "
+    "included), to tune for a host that will give the job fewer. Default: every core this process may use.",
+)
 def search(
     recipe: str,
     trials: int,
@@ -94,18 +102,20 @@ def search(
     storage: str | None,
     study_name: str | None,
     trial_timeout: float,
-    lr_scaling: str,
+    lr_scaling: str | None,
     no_parity_check: bool,
     device_index: int,
     gpus: str | None,
     finalists: int,
     rounds: int,
+    cpus: int | None,
 ) -> None:
     """Tune a workload's loader and loop knobs; write recipes/NAME.tuned.toml."""
 
     def say(line: str) -> None:  # a trial's failure reason may quote the workload's own text
         click.echo(printable(line))
 
+    from autotune.procs.cpus import CpusError, restrict
     from autotune.procs.early import StartedEarly, start_early
     from autotune.procs.workers import GpusError, parse_gpus
     from autotune.study.options import SearchOptions
@@ -137,7 +147,13 @@ def search(
         finalists=finalists,
         rounds=rounds,
         command=shlex.join(["autotune", *sys.argv[1:]]),
+        cpus=cpus,
     )
+    if cpus is not None:
+        try:
+            restrict(cpus)  # before any process starts: they inherit the cores
+        except CpusError as exc:
+            raise click.UsageError(str(exc)) from None
     early = start_early(recipe, options, gpus, echo=say)  # before torch is imported: see autotune.procs.early
     try:
         import torch

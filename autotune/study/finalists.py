@@ -1,7 +1,8 @@
 """A search's third step: the finalists, checked for parity and measured again against the baseline.
 
 The contenders are the configs whose trial ran faster than the baseline's,
-fastest first. The parity check (``autotune.study.parity_check``) takes the
+shortest declared run first (the workload's `epochs`, one-time costs included).
+The parity check (``autotune.study.parity_check``) takes the
 first few that train like the baseline; those and the baseline are then
 measured again, interleaved, in fresh processes (``rounds``): the numbers a
 profile states are these, never a single trial's.
@@ -11,15 +12,17 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import math
 import statistics
+from collections.abc import Mapping
 from typing import Any
 
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import Config
 from autotune.procs.pool import TrialPool
 from autotune.study import baseline_run
-from autotune.study.parity import ParityError, ParityRunFailed
+from autotune.study.parity import CHECK_SHARE, ParityError, ParityRunFailed
 from autotune.study.parity_check import ParityCheck
 from autotune.study.pools import SearchPools, Team
 from autotune.study.setup import SearchError, Setup
@@ -31,9 +34,31 @@ PARITY_EXTRA_RUNS = 6  # parity runs beyond one per finalist, for the rejected c
 Results = dict[Config, list[dict[str, Any]]]  # each config's measurements, one per round
 
 
+def declared_run_s(result: Mapping[str, Any], epochs: int, size: int) -> float:
+    """Seconds the workload's declared run (`epochs` epochs of `size` samples) takes at a measurement, one-time costs
+    included: the data set materialised on the device, and the set-up before the first timed step (the first
+    iterator, warm-up, graph capture, cuDNN's autotuning). A measurement without `epoch_s` is timed by its rate.
+
+    >>> declared_run_s({"samples_per_s": 1000.0, "epoch_s": 2.0, "setup_s": 0.5, "materialize_s": 20.0}, 3, 2000)
+    26.5
+    """
+    epoch_s = result.get("epoch_s") or size / result["samples_per_s"]
+    return (result.get("setup_s") or 0.0) + (result.get("materialize_s") or 0.0) + epochs * epoch_s
+
+
+def trial_run_s(setup: Setup, trial: FrozenTrial) -> float:
+    """A complete trial's `declared_run_s`."""
+    result = trial.user_attrs.get("result") or {"samples_per_s": trial.value}
+    return declared_run_s(result, setup.workload.defaults["epochs"], setup.facts.size)
+
+
 def ranked(setup: Setup) -> dict[Config, int]:
-    """Distinct complete configs, fastest first, each with its fastest trial's number; not the baseline."""
-    complete = sorted(setup.study.get_trials(states=(TrialState.COMPLETE,)), key=lambda t: t.value or 0.0, reverse=True)
+    """Distinct complete configs, shortest declared run first, each with that trial's number; not the baseline.
+
+    The workload's declared run decides, not steady samples/s: one-time costs (a data set materialised on the
+    device, a graph captured) count as often as the run pays them.
+    """
+    complete = sorted(setup.study.get_trials(states=(TrialState.COMPLETE,)), key=lambda t: trial_run_s(setup, t))
     chosen: dict[Config, int] = {}
     for t in complete:
         config = setup.config_of(t)
@@ -43,11 +68,40 @@ def ranked(setup: Setup) -> dict[Config, int]:
 
 
 def contenders(setup: Setup) -> dict[Config, int]:
-    """The ranked configs whose trial ran faster than the baseline's: a slower one is never recommended."""
+    """The ranked configs whose trial beat the baseline's declared run or its samples/s: a config slower on both is
+    never recommended; one faster only in samples/s is measured beside the winner, to state what it would cost."""
     complete = setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    floor = max((t.value or 0.0 for t in complete if setup.config_of(t) == setup.baseline), default=0.0)
-    values = {t.number: t.value or 0.0 for t in complete}
-    return {c: n for c, n in ranked(setup).items() if values[n] > floor}
+    own = [t for t in complete if setup.config_of(t) == setup.baseline]
+    floor_rate = max((t.value or 0.0 for t in own), default=0.0)
+    floor_run_s = min((trial_run_s(setup, t) for t in own), default=math.inf)
+    faster = {
+        setup.config_of(t) for t in complete if (t.value or 0.0) > floor_rate or trial_run_s(setup, t) < floor_run_s
+    }
+    return {c: n for c, n in ranked(setup).items() if c in faster}
+
+
+def rate_leader(setup: Setup, found: Mapping[Config, int]) -> Config | None:
+    """The config among `found` whose trial had the highest steady samples/s: what ranking by rate would pick."""
+    best: dict[Config, float] = {}
+    for t in setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        config = setup.config_of(t)
+        if config in found:
+            best[config] = max(best.get(config, 0.0), t.value or 0.0)
+    return max(best, key=lambda c: best[c], default=None)
+
+
+def with_rate_leader(setup: Setup, found: Mapping[Config, int], chosen: list[Config],
+                     check: ParityCheck | None = None) -> list[Config]:
+    """`chosen`, and the rate leader among `found` when it is not in it (and trains like the baseline, when checked).
+
+    Measured in the same rounds as the winner, it lets the profile state both picks from numbers of one run.
+    """
+    leader = rate_leader(setup, found)
+    if not chosen or leader is None or leader in chosen:
+        return chosen
+    if check is None:
+        return [*chosen, leader]
+    return [*chosen, *check.select([leader], want=1, max_runs=1)]
 
 
 def baseline_rate(setup: Setup) -> float | None:
@@ -55,6 +109,23 @@ def baseline_rate(setup: Setup) -> float | None:
     values = [t.value for t in setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
               if t.value is not None and "config" in t.user_attrs and setup.config_of(t) == setup.baseline]
     return statistics.median(values) if values else None
+
+
+def check_budget(setup: Setup) -> float | None:
+    """Seconds the parity check may take: CHECK_SHARE of the search's time budget (None: no budget, no bound)."""
+    budget = setup.options.time_budget_s
+    return None if budget is None else CHECK_SHARE * budget
+
+
+def learning_rate(setup: Setup, best: Config, parity_record: dict[str, Any] | None) -> dict[str, Any]:
+    """The profile's `lr`, `lr_rule` and `lr_reason`: the rate the parity check passed `best` at, and why that one."""
+    if best.batch_size == setup.baseline.batch_size:
+        why = "the workload's own batch size keeps its own learning rate"
+        return {"lr": setup.lr(best), "lr_rule": setup.lr_rule.name, "lr_reason": why}
+    if parity_record is not None and "lr_rule" in parity_record:
+        return {k: parity_record[k] for k in ("lr", "lr_rule", "lr_reason")}
+    why = setup.lr_rule.why if setup.options.parity_check else f"{setup.lr_rule.why}; not checked (--no-parity-check)"
+    return {"lr": setup.lr(best), "lr_rule": setup.lr_rule.name, "lr_reason": why}
 
 
 def new_parity_check(
@@ -82,6 +153,9 @@ def new_parity_check(
         setup.echo,
         max_batch=stored.get("max_batch") if stored is not None else max_batch,
         baseline_rate=baseline_rate(setup),
+        budget_s=check_budget(setup),
+        lr_rule=setup.lr_rule,
+        lr_at=setup.lr,
     )
     setup.echo(
         f"parity: checking the fastest against the baseline ({setup.baseline.describe()}, lr "
@@ -119,13 +193,14 @@ def choose(
         raise SearchError(f"no trial completed in study {setup.study_name!r}; the failures above say why.")
     found = contenders(setup)
     if not (setup.options.parity_check and found):
-        return list(found)[: setup.options.finalists], None
+        return with_rate_leader(setup, found, list(found)[: setup.options.finalists]), None
     check = check or new_parity_check(setup, pools.trials, list(found), team)
     chosen: list[Config] = []
     stopped = False
     try:
         want = setup.options.finalists
         chosen = check.select(list(found), want=want, max_runs=want + PARITY_EXTRA_RUNS)
+        chosen = with_rate_leader(setup, found, chosen, check)
     except ParityError as exc:
         raise SearchError(f"{exc} Run with --no-parity-check to skip the check.") from exc
     except KeyboardInterrupt:
@@ -141,6 +216,13 @@ def choose(
                 )
         if not stopped:
             setup.echo(check.summary())
+    if not chosen and check.conclusive is False:
+        raise SearchError(
+            f"no config faster than the baseline may win: the parity check is inconclusive (the baseline learned "
+            f"too little in it to judge by), so only configs that differ from it in loader knobs, placement or "
+            f"cudnn_benchmark alone may, and none of those ran faster and passed. Narrow the search (e.g. --fix "
+            f"batch_size={setup.baseline.batch_size}), or skip the check with --no-parity-check."
+        )
     if not chosen:
         raise SearchError(
             f"no config faster than the baseline trains like it: all {len(check.verdicts)} checked, the fastest "

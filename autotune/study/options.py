@@ -24,12 +24,13 @@ class SearchOptions:
     storage: str | None = None
     study: str | None = None
     trial_timeout_s: float = 90.0
-    lr_rule: str = "linear"
+    lr_rule: str | None = None  # --lr-scaling; None: the rule of the workload's optimizer (config.lr_rule_for)
     finalists: int = 3  # best configs measured again against the baseline
     parity_check: bool = True  # the winner must train like the baseline (autotune.study.parity)
     rounds: int = 2  # fresh processes each finalist is measured in
     device_index: int = 0
     cpu_share: int | None = None
+    cpus: int | None = None  # --cpus: the search runs on this many of the host's cores (autotune.procs.cpus)
     seed: int = 0  # the sampler's; with a --storage, mixed with the process id so workers of one study differ
     run_id: str = (
         ""  # under --gpus, one id for the search's processes: the writer takes only its own run's baseline parity run

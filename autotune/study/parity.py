@@ -13,9 +13,13 @@ knob family that differs:
 - ``probe_deviation``: the loss of a fixed probe set after the run.
 
 Both are in units of what the baseline learned (``deviation()``). A candidate
-also fails when any loss or parameter is NaN or inf. docs/parity.md gives the
-measurements the tolerances were chosen from. ``ParityCheck``
-(``autotune.study.parity_check``) runs the check over a search's fastest configs.
+also fails when any loss or parameter is NaN or inf. A baseline that learned
+under MIN_PROGRESS of its initial loss (random labels, a plateau) gives no unit
+to judge by: the check is inconclusive (``conclusive()``), and a config that
+changes the math (batch size, amp, CUDA graph, channels_last) cannot pass it.
+docs/parity.md gives the measurements the tolerances were chosen from.
+``ParityCheck`` (``autotune.study.parity_check``) runs the check over a
+search's fastest configs.
 """
 
 from __future__ import annotations
@@ -29,12 +33,20 @@ from autotune.trial.parity_run import ParityRun
 
 LOADER_KNOBS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
 NUMERICS_KNOBS = ("amp", "cuda_graph", "channels_last", "cudnn_benchmark", "placement")
+# Knobs that change speed but not the arithmetic of training: the same samples, in the same order, through the same
+# operations (cudnn.benchmark picks among kernels that compute the same convolution). Only configs that differ from
+# the baseline in these alone may win when the check is inconclusive.
+SAME_MATH_KNOBS = (*LOADER_KNOBS, "placement", "cudnn_benchmark")
 # |deviation| and |probe_deviation| allowed (units: see deviation()); docs/parity.md has the measurements.
 TOLERANCES = {"loader": 0.05, "numerics": 0.05, "batch_size": 0.25}
 FAMILIES = tuple(TOLERANCES)
 BASELINE_STEPS = 512  # the baseline trains at least this many steps: 65,536 samples, 1.1 epochs, for mnist_cnn
 CANDIDATE_STEPS = 8  # and a candidate at least this many, however large its batch
 PARITY_BASELINE_S = 45.0  # the baseline's run is cut to what it trains in this long (its trial's rate)
+CHECK_SHARE = 0.15  # the whole check aims to take at most this share of the search's time budget
+RUNS_IN_SHARE = 4  # the baseline's run is cut to a quarter of the check's share: it and three candidates fit
+MIN_PROGRESS = 0.015  # the baseline must learn this share of its initial loss in the run, else it is inconclusive
+EXTEND_FACTOR = 2  # an inconclusive check's runs are made this much longer, once, if its time allows
 MIN_BASELINE_STEPS = 64  # but never below this many of its steps
 WINDOW_PARTS = 4  # the compared window is the last quarter of the run
 PROGRESS_FLOOR = 0.01  # a baseline that learned less than 1% of its initial loss is measured against 1%
@@ -49,12 +61,14 @@ class ParityRunFailed(RuntimeError):
     """A parity run that crashed, ran out of memory or timed out; the message is the reason."""
 
 
-def run_length(baseline_batch: int, batch: int, baseline_rate: float | None = None) -> tuple[int, int]:
+def run_length(
+    baseline_batch: int, batch: int, baseline_rate: float | None = None, run_s: float = PARITY_BASELINE_S
+) -> tuple[int, int]:
     """Samples to train and the window compared at their end, for two batch sizes.
 
     With `baseline_rate` (samples/s, the baseline's trial), the run is cut to what the
-    baseline trains in PARITY_BASELINE_S, but never below MIN_BASELINE_STEPS of its
-    batches nor CANDIDATE_STEPS of the larger one: a heavy model's check then costs
+    baseline trains in `run_s` (``run_seconds``), but never below MIN_BASELINE_STEPS of
+    its batches nor CANDIDATE_STEPS of the larger one: a heavy model's check then costs
     minutes, not tens of them.
 
     >>> run_length(128, 8192)
@@ -64,9 +78,18 @@ def run_length(baseline_batch: int, batch: int, baseline_rate: float | None = No
     """
     samples = max(BASELINE_STEPS * baseline_batch, CANDIDATE_STEPS * batch)
     if baseline_rate is not None:
-        bounded = int(PARITY_BASELINE_S * baseline_rate)
+        bounded = int(run_s * baseline_rate)
         samples = max(min(samples, bounded), MIN_BASELINE_STEPS * baseline_batch, CANDIDATE_STEPS * batch)
     return samples, samples // WINDOW_PARTS
+
+
+def run_seconds(budget_s: float | None) -> float:
+    """How long the baseline's run may take: PARITY_BASELINE_S, or less when the check's budget is smaller.
+
+    >>> run_seconds(72.0)  # 15% of the default 8-minute search
+    18.0
+    """
+    return PARITY_BASELINE_S if budget_s is None else min(PARITY_BASELINE_S, budget_s / RUNS_IN_SHARE)
 
 
 def family(baseline: Config, candidate: Config) -> str:
@@ -98,21 +121,30 @@ class ParityVerdict:
     probe_deviation: float | None = None
     run_s: float = 0.0  # the candidate's parity run
     reason: str | None = None  # why it failed
+    # False: the baseline learned too little to judge by (MIN_PROGRESS); only a config with its math may pass.
+    conclusive: bool = True
+    lr_rule: str | None = None  # the rule `lr` came from (config.LR_RULES), when the search named one
+    lr_reason: str | None = None  # why that rule: the optimizer's, --lr-scaling, or a bolder rate that failed
 
     @property
     def word(self) -> str:
-        return "pass" if self.passed else "REJECT"
+        if self.passed:
+            return "pass"
+        return "REJECT" if self.conclusive else "inconclusive"
 
     def summary(self) -> str:
         """One line: the decision and its numbers."""
         if self.deviation is None or self.probe_deviation is None:
             return f"{self.word:<6}  {self.reason}"
-        return (
+        line = (
             f"{self.word:<6}  deviation {self.deviation:+.1%}, probe {self.probe_deviation:+.1%} "
             f"(tolerance ±{self.tolerance:.0%}, {self.family}): loss {self.loss:.4g} vs {self.baseline_loss:.4g}, "
             f"probe {self.probe_loss:.4g} vs {self.baseline_probe_loss:.4g} at {self.samples:,} samples "
             f"from {self.initial_loss:.4g}; lr {self.lr:g}"
         )
+        if self.lr_rule is not None:
+            line += f" ({self.lr_rule})"
+        return line if self.conclusive else f"{line}; {self.reason}"
 
     def as_record(self) -> dict[str, Any]:
         """Plain data for the study and the tuned file: finite numbers only, nothing absent as None."""
@@ -206,10 +238,36 @@ def check(runner: Any, baseline: Config, baseline_lr: float, candidate: Config, 
     from autotune.trial.parity_run import probe, train
 
     samples, window = run_length(baseline.batch_size, candidate.batch_size)
-    probe_set = probe(runner.dataset)
-    base = train(runner.build, baseline, baseline_lr, samples, probe_set, baseline.batch_size)
-    run = train(runner.build, candidate, lr, samples, probe_set, baseline.batch_size)
+    workload = runner.workload
+    probe_set = probe(runner.dataset, workload.collate_fn)
+    base = train(runner.build, baseline, baseline_lr, samples, probe_set, baseline.batch_size, workload.count)
+    run = train(runner.build, candidate, lr, samples, probe_set, baseline.batch_size, workload.count)
     return compare(base, run, family(baseline, candidate), samples, window)
+
+
+def changes_math(baseline: Config, candidate: Config) -> list[str]:
+    """The knobs in which `candidate` trains with other arithmetic than `baseline`: outside SAME_MATH_KNOBS."""
+    return [k for k in baseline.as_dict() if k not in SAME_MATH_KNOBS and getattr(candidate, k) != getattr(baseline, k)]
+
+
+def progress(run: ParityRun, samples: int, window: int) -> float:
+    """What a run learned, as a share of its initial loss: the smaller of its window's and its probe's drop.
+
+    The window is the training loss on batches before the step trained on them; the
+    probe is the trained model on samples it has seen: both must fall for learning.
+    """
+    learned = run.initial_loss - max(run.window_loss(samples - window, samples), run.final_loss)
+    return learned / abs(run.initial_loss) if run.initial_loss else 0.0
+
+
+def conclusive(baseline: ParityRun, samples: int, window: int) -> bool:
+    """The baseline learned enough in the run (MIN_PROGRESS of its initial loss) for deviations from it to mean
+    anything.
+
+    >>> conclusive(ParityRun(16, 0.05, 1.391, 1.386, (8192,), (1.387,), True, 0.7), 8192, 2048)  # random labels
+    False
+    """
+    return progress(baseline, samples, window) >= MIN_PROGRESS
 
 
 def numerics(config: Config) -> tuple[Any, ...]:

@@ -19,7 +19,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import Config
 from autotune.study import sharing
-from autotune.study.finalists import Results
+from autotune.study.finalists import Results, declared_run_s, learning_rate
 from autotune.study.parity_check import ParityCheck
 from autotune.study.setup import SearchError, Setup
 from autotune.text import rate
@@ -34,7 +34,8 @@ class SearchResult:
 
 
 def winner(setup: Setup, finalists: list[Config], results: Results) -> Config:
-    """The fastest finalist in the rounds, or the baseline when none beat it there."""
+    """The finalist whose declared run (the workload's `epochs`, one-time costs included) is shortest in the rounds,
+    or the baseline when none beat it there; says so when steady samples/s would have picked another."""
     if not results[setup.baseline]:
         raise SearchError(
             "the baseline (the workload's own settings) failed in every round; no speed-up can be stated."
@@ -46,19 +47,57 @@ def winner(setup: Setup, finalists: list[Config], results: Results) -> Config:
     def median(config: Config) -> float:
         return statistics.median(r["samples_per_s"] for r in results[config])
 
-    best = max(measured, key=median, default=setup.baseline)
-    if best != setup.baseline and median(best) <= median(setup.baseline):
+    best = min(measured, key=lambda c: run_s(setup, results, c), default=setup.baseline)
+    if best != setup.baseline and run_s(setup, results, best) >= run_s(setup, results, setup.baseline):
         setup.echo(
             f"finalists: none beat the baseline when measured again ({rate(median(best))}/s against "
-            f"{rate(median(setup.baseline))}/s); the profile keeps the workload's own settings"
+            f"{rate(median(setup.baseline))}/s; the declared run {run_s(setup, results, best):.1f} s against "
+            f"{run_s(setup, results, setup.baseline):.1f} s); the profile keeps the workload's own settings"
         )
-        return setup.baseline
+        best = setup.baseline
+    steady = steady_choice(setup, best, results)
+    if steady is not None:
+        epochs = setup.workload.defaults["epochs"]
+        setup.echo(
+            f"finalists: {best.describe()} finishes the declared run ({epochs} epoch(s) of {setup.facts.size:,} "
+            f"samples) first: {run_s(setup, results, best):.1f} s at {rate(median(best))}/s; steady samples/s would "
+            f"pick {steady['config']}: {rate(steady['samples_per_s'])}/s, but {steady['run_s']:.1f} s with "
+            f"{steady['setup_s']:.1f} s of one-time costs"
+        )
     return best
+
+
+def run_s(setup: Setup, results: Results, config: Config) -> float:
+    """The median over the rounds of `config`'s declared run, one-time costs included (finalists.declared_run_s)."""
+    epochs = setup.workload.defaults["epochs"]
+    return statistics.median(declared_run_s(r, epochs, setup.facts.size) for r in results[config])
+
+
+def steady_choice(setup: Setup, best: Config, results: Results) -> dict[str, Any] | None:
+    """What steady samples/s alone would have picked among the configs measured in the rounds, if not `best`.
+
+    The profile states it beside the winner: its rate, its declared run and the one-time costs that lost it.
+    """
+    measured = [c for c in results if results[c]]
+
+    def median(config: Config, key: str) -> float:
+        return statistics.median(r.get(key) or 0.0 for r in results[config])
+
+    leader = max(measured, key=lambda c: median(c, "samples_per_s"), default=best)
+    if leader == best or median(leader, "samples_per_s") <= median(best, "samples_per_s"):
+        return None
+    return {
+        "config": leader.describe(),
+        "samples_per_s": round(median(leader, "samples_per_s"), 1),
+        "run_s": round(run_s(setup, results, leader), 2),
+        "setup_s": round(median(leader, "setup_s") + median(leader, "materialize_s"), 3),
+    }
 
 
 def write(setup: Setup, best: Config, results: Results, check: ParityCheck | None) -> SearchResult:
     """Write the winner's profile into the tuned file, and say what it states."""
-    record = check.record(best) if check is not None and best != setup.baseline else None
+    # The baseline needs no check, but a check that could not judge is stated whatever wins.
+    record = check.record(best) if check is not None and (best != setup.baseline or check.conclusive is False) else None
     made = profile(setup, best, results, record)
     tuned_file.write_profile(setup.ref.tuned_path, setup.ref.name, setup.machine.hardware, made)
     setup.echo(
@@ -66,8 +105,16 @@ def write(setup: Setup, best: Config, results: Results, check: ParityCheck | Non
         f"{made['speedup']}x the baseline's {rate(made['baseline_samples_per_s'])}/s "
         f"(noise ±{made['spread']:.1%}), search {made['search_s']:.0f} s"
     )
+    if "tokens_per_s" in made:
+        padding = f"; {made['padding']:.0%} of its token positions are padding" if "padding" in made else ""
+        setup.echo(
+            f"tokens: {rate(made['tokens_per_s'])}/s real tokens against the baseline's "
+            f"{rate(made['baseline_tokens_per_s'])}/s{padding}"
+        )
     parity = made["parity"]
-    if parity.get("checked") and "deviation" not in parity:
+    if parity.get("conclusive") is False:  # the check could not tell: the winner passed on keeping the baseline's math
+        setup.echo(f"parity: inconclusive; the winner passed on its math alone: {parity.get('reason')}")
+    elif parity.get("checked") and "deviation" not in parity:
         setup.echo(f"parity: the winner trains like the baseline: {parity.get('reason')}")
     elif parity.get("checked"):
         setup.echo(
@@ -93,11 +140,8 @@ def profile(
     def noise(config: Config) -> float:
         return spread_of(results[config], autotuned_draws(setup, config))
 
-    def run_s(config: Config) -> float:
-        epochs = setup.workload.defaults["epochs"]
-        return med(config, "setup_s") + med(config, "materialize_s") + epochs * med(config, "epoch_s")
-
     counts = _count(setup.study.trials)
+    steady = steady_choice(setup, best, results)
     value, base = med(best, "samples_per_s"), med(setup.baseline, "samples_per_s")
     return {
         "command": setup.options.command,
@@ -111,21 +155,42 @@ def profile(
         "step_s": med(best, "step_s"),
         "epoch_s": round(med(best, "epoch_s"), 4),
         "setup_s": round(med(best, "setup_s") + med(best, "materialize_s"), 3),
-        "run_s": round(run_s(best), 2),
-        "baseline_run_s": round(run_s(setup.baseline), 2),
+        "run_s": round(run_s(setup, results, best), 2),
+        "baseline_run_s": round(run_s(setup, results, setup.baseline), 2),
+        "run_epochs": setup.workload.defaults["epochs"],  # the declared run that run_s times and that chose the winner
+        **({"steady_choice": steady} if steady is not None else {}),  # what samples/s alone would have picked
+        **tokens(results, best, setup.baseline),
         "search_s": round(setup.elapsed(), 1),
         "trials_complete": counts["complete"],
         "trials_failed": counts["failed"],
         "trials_pruned": counts["pruned"],
         "cpu_share": setup.machine.cpu_share,
-        "lr": setup.lr(best),
-        "lr_rule": setup.options.lr_rule,
+        **learning_rate(setup, best, parity_record),  # lr, lr_rule, lr_reason: the rate parity passed, and why
         "study": setup.study_name,
         "knobs": tuned_file.config_to_knobs(best),
         "excluded": dict(setup.space.excluded),
         "versions": versions(),
         "parity": parity_record or {"checked": False},
     }
+
+
+def tokens(results: Results, best: Config, baseline: Config) -> dict[str, float]:
+    """Tokens/s of the winner and the baseline, and the winner's padding, where the workload counts tokens.
+
+    Padding is the price of a larger batch of varying lengths: a config judged on
+    samples alone may pad more, so the profile states real tokens beside samples.
+    """
+    if any(r.get("tokens_per_sample") is None for c in (best, baseline) for r in results[c]):
+        return {}
+
+    def per_s(config: Config) -> float:
+        return statistics.median(r["samples_per_s"] * r["tokens_per_sample"] for r in results[config])
+
+    made = {"tokens_per_s": round(per_s(best), 1), "baseline_tokens_per_s": round(per_s(baseline), 1)}
+    paddings = [r["padding"] for r in results[best] if r.get("padding") is not None]
+    if paddings:
+        made["padding"] = round(statistics.median(paddings), 4)
+    return made
 
 
 def autotuned_draws(setup: Setup, config: Config) -> list[float]:

@@ -21,8 +21,8 @@ from typing import Any
 
 import optuna
 
-from autotune.config import Config, baseline_config, scaled_lr
-from autotune.study import sharing
+from autotune.config import Config, LrRule, baseline_config, scaled_lr, workload_lr_rule
+from autotune.study import content, sharing
 from autotune.study.options import SearchOptions
 from autotune.study.pruner import ClearlyWorsePruner
 from autotune.study.seeds import seed_configs
@@ -31,6 +31,7 @@ from autotune.study.storage import open_storage, redact
 from autotune.trial.timing import Windows
 from autotune.tuned import file as tuned_file
 from autotune.workloads import RecipeRef, Workload, WorkloadError, load, resolve
+from autotune.workloads.decode import verdict as decode_verdict
 
 DEFAULT_WINDOW_S = 0.2  # seconds of work a timing window aims for
 
@@ -54,14 +55,17 @@ class Prepared:
     study_name: str
     storage_url: str
     windows: Windows  # how each trial is timed
+    lr_rule: LrRule  # how the learning rate follows a new batch size, and why (the optimizer, or --lr-scaling)
     echo: Callable[[str], None]
     started: float  # time.monotonic() when the search began
     started_at: float  # time.time(), compared with other workers' records
 
-    def lr(self, config: Config) -> float:
-        """The learning rate `config` trains at: the workload's, scaled to its batch size by the rule."""
+    def lr(self, config: Config, rule: str | None = None) -> float:
+        """The learning rate `config` trains at: the workload's, scaled to its batch size by `rule` (default: the
+        search's rule; the parity check tries gentler ones when a batch size fails at it)."""
         d = self.workload.defaults
-        return scaled_lr(float(d["lr"]), d["batch_size"], config.batch_size, self.options.lr_rule, self.workload.lr_max)
+        rule = rule or self.lr_rule.name
+        return scaled_lr(float(d["lr"]), d["batch_size"], config.batch_size, rule, self.workload.lr_max)
 
     def config_of(self, trial: optuna.trial.FrozenTrial) -> Config:
         """The config a trial measured, in this space's terms."""
@@ -83,10 +87,12 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
-def default_study_name(recipe: str, hardware: str, fixes: dict[str, tuple[Any, ...]]) -> str:
+def default_study_name(recipe: str, hardware: str, fixes: dict[str, tuple[Any, ...]], cpus: int | None = None) -> str:
     # The fixes are part of the name: a study searches one space, and a narrowed space is another search.
+    # So is --cpus: a study records its CPU share, and a search on fewer cores measures another host.
     fixed = "".join(f"+{k}={','.join(str(v) for v in vs)}" for k, vs in sorted(fixes.items()))
-    return f"{recipe}@{slug(hardware)}{fixed}"
+    restricted = f"+cpus={cpus}" if cpus is not None else ""
+    return f"{recipe}@{slug(hardware)}{fixed}{restricted}"
 
 
 def prepare(recipe: str, options: SearchOptions, echo: Callable[[str], None] = print) -> Prepared:
@@ -100,11 +106,22 @@ def prepare(recipe: str, options: SearchOptions, echo: Callable[[str], None] = p
     from autotune.trial.runner import Runner
 
     try:
-        facts = Runner(workload, torch.device("cpu")).facts()
+        runner = Runner(workload, torch.device("cpu"))
+        facts = runner.facts()
+        # The device decode path, read off the data set's own transform (workloads.decode), or why there is none.
+        derived, refused = decode_verdict(runner.dataset, getattr(workload, "collate_fn", None))
+        facts = dataclasses.replace(facts, gpu_decode=derived, gpu_decode_refused=refused)
     except Exception as exc:  # user code: say where it failed, in one line
         raise WorkloadError(
             f"workload {ref.workload_path}: building or reading its data set failed: "
             f"{where_raised(exc, ref.workload_path)}"
+        ) from exc
+    try:
+        lr_rule = workload_lr_rule(workload, options.lr_rule)
+    except Exception as exc:
+        raise WorkloadError(
+            f"workload {ref.workload_path}: building its optimizer, to choose the learning-rate rule, failed: "
+            f"{where_raised(exc, ref.workload_path)}; --lr-scaling linear|sqrt|none skips this"
         ) from exc
     space = build_space(workload.defaults["batch_size"], machine, facts, options.fixes)
     return Prepared(
@@ -116,9 +133,10 @@ def prepare(recipe: str, options: SearchOptions, echo: Callable[[str], None] = p
         space=space,
         baseline=space.normalise(baseline_config(workload, machine.cuda)),
         device=f"cuda:{options.device_index}" if machine.cuda else "cpu",
-        study_name=options.study or default_study_name(ref.name, machine.hardware, options.fixes),
+        study_name=options.study or default_study_name(ref.name, machine.hardware, options.fixes, options.cpus),
         storage_url=options.storage or f"sqlite:///{(options.state_dir / f'{ref.name}.db').resolve()}",
         windows=Windows(window_s=window_seconds()),
+        lr_rule=lr_rule,
         echo=echo,
         started=started,
         started_at=started_at,
@@ -151,6 +169,10 @@ def announce(p: Prepared) -> None:
         p.echo(f"  {line}")
     for knob, why in p.space.excluded.items():
         p.echo(f"  {knob}: left out ({why})")
+    if "decode" not in p.space.excluded:
+        p.echo(f"  decode gpu: {p.facts.gpu_decode}")
+    if len(p.space.domains["batch_size"]) > 1 or p.space.domains["batch_size"][0] != p.baseline.batch_size:
+        p.echo(f"  learning rate for a new batch size: {p.lr_rule.why}")
     if p.ref.tuned_path.exists():
         tuned_file.read(p.ref.tuned_path)  # a broken file fails now, not after the search
     if p.options.write_tuned_file:
@@ -191,6 +213,7 @@ def open_study(p: Prepared, storage_url: str | None = None, study_name: str | No
         )
         with sharing.study_lock(storage, p.study_name):
             p = _bind(p, study)
+            content.measure_again_if_changed(study, p.ref.workload_path, p.echo)  # stale failures are measured again
             seeds = [
                 {"params": p.space.params(c) or {}, "user_attrs": {"role": "baseline" if c == p.baseline else "seed"}}
                 for c in seed_configs(p.workload, p.machine, p.space)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from autotune.config import AMP_CHOICES, LR_RULES, PLACEMENT_CHOICES
+from autotune.config import AMP_CHOICES, DECODE_CHOICES, LR_RULES, PLACEMENT_CHOICES
 
 PARITY_FAMILIES = ("loader", "numerics", "batch_size")  # autotune.study.parity.TOLERANCES' keys
 SCHEMA_VERSION = 1
@@ -31,13 +31,19 @@ PROFILE_KEYS: dict[str, tuple[type, ...]] = {
     "setup_s": _NUMBER,
     "run_s": _NUMBER,
     "baseline_run_s": _NUMBER,
+    "run_epochs": (int,),  # the declared run: run_s times these epochs, and the shortest run_s chose the winner
+    "steady_choice": (dict,),  # what steady samples/s alone would have picked instead, with its numbers
+    "tokens_per_s": _NUMBER,  # with the workload's tokens_in: real tokens, padding not counted
+    "baseline_tokens_per_s": _NUMBER,
+    "padding": _NUMBER,  # the share of the winner's token positions that were padding
     "search_s": _NUMBER,
     "trials_complete": (int,),
     "trials_failed": (int,),
     "trials_pruned": (int,),
     "cpu_share": (int,),
     "lr": _NUMBER,
-    "lr_rule": (str,),
+    "lr_rule": (str,),  # the rule `lr` came from: the optimizer's, --lr-scaling's, or a gentler one parity passed
+    "lr_reason": (str,),  # why that rule
     "study": (str,),
     "knobs": (dict,),
     "excluded": (dict,),
@@ -56,6 +62,7 @@ KNOB_TYPES: dict[str, tuple[type, ...]] = {
     "amp": (str,),
     "cuda_graph": (bool,),
     "placement": (str,),
+    "decode": (str,),  # absent: cpu (files written before the knob existed)
 }
 
 
@@ -105,13 +112,47 @@ def validate(data: dict[str, Any], source: str = "recipe") -> list[str]:
             problems += _validate_knobs(f"{at}.knobs", knobs)
         if isinstance(profile.get("parity"), dict):
             problems += validate_parity(f"{at}.parity", profile["parity"])
+            problems += _inconclusive_math(at, profile)
+        if isinstance(profile.get("steady_choice"), dict):
+            problems += validate_steady_choice(f"{at}.steady_choice", profile)
+    return problems
+
+
+# The `steady_choice` table: the config steady samples/s would have picked, and why the declared run did not.
+STEADY_CHOICE_KEYS: dict[str, tuple[type, ...]] = {
+    "config": (str,),  # the config, as the search described it
+    "samples_per_s": _NUMBER,  # its steady samples/s in the rounds: above the winner's
+    "run_s": _NUMBER,  # its declared run, one-time costs included: not below the winner's
+    "setup_s": _NUMBER,  # its one-time costs (materialisation, warm-up, capture)
+}
+
+
+def validate_steady_choice(at: str, profile: dict[str, Any]) -> list[str]:
+    """Every problem in a profile's `steady_choice` table, and whether it agrees with the winner's numbers."""
+    record, problems = profile["steady_choice"], []
+    for key, value in record.items():
+        if key not in STEADY_CHOICE_KEYS:
+            problems.append(f"{at} has unknown key {key!r}; known: {', '.join(STEADY_CHOICE_KEYS)}")
+        elif _check_type(f"{at}.{key}", value, STEADY_CHOICE_KEYS[key], problems) and key != "config":
+            problems += _check_range(f"{at}.{key}", "setup_s" if key == "setup_s" else "run_s", value)
+    problems += [f"{at} lacks {key!r}" for key in STEADY_CHOICE_KEYS if key not in record]
+    if problems:
+        return problems
+    rules = (("samples_per_s", "steady samples/s picked it"), ("run_s", "the winner's declared run is shorter"))
+    for key, rule in rules:
+        theirs, ours = record[key], profile.get(key)
+        if isinstance(ours, (int, float)) and not isinstance(ours, bool) and theirs < ours:
+            problems.append(
+                f"`{at}.{key} >= {key}` must hold ({rule}), but got ({at}.{key}={theirs!r}, {key}={ours!r})"
+            )
     return problems
 
 
 # Numbers a run can produce: positive and finite; counts and times not negative.
 POSITIVE = ("samples_per_s", "steady_samples_per_s", "baseline_samples_per_s", "speedup", "lr", "step_s", "epoch_s",
-            "run_s", "baseline_run_s")
-NOT_NEGATIVE = ("spread", "baseline_spread", "setup_s", "search_s", "trials_complete", "trials_failed", "trials_pruned")
+            "run_s", "baseline_run_s", "tokens_per_s", "baseline_tokens_per_s", "run_epochs")
+NOT_NEGATIVE = ("spread", "baseline_spread", "padding", "setup_s", "search_s", "trials_complete", "trials_failed",
+                "trials_pruned")
 MAX_WORKERS = 1024  # no host gives a DataLoader more workers than this; a larger number is a typo or worse
 MAX_BATCH = 2**24  # samples per step; a larger batch is no run's
 
@@ -148,8 +189,10 @@ def _validate_knobs(at: str, knobs: dict[str, Any]) -> list[str]:
             problems.append(f"{at}.amp must be one of {', '.join(AMP_CHOICES)}, but got {value!r}")
         if key == "placement" and value not in PLACEMENT_CHOICES:
             problems.append(f"{at}.placement must be one of {', '.join(PLACEMENT_CHOICES)}, but got {value!r}")
+        if key == "decode" and value not in DECODE_CHOICES:
+            problems.append(f"{at}.decode must be one of {', '.join(DECODE_CHOICES)}, but got {value!r}")
     for key in KNOB_TYPES:
-        if key not in knobs and key != "prefetch_factor":
+        if key not in knobs and key not in ("prefetch_factor", "decode"):
             problems.append(f"{at} lacks knob {key!r}")
     return problems
 
@@ -173,10 +216,32 @@ RECORD_KEYS: dict[str, tuple[tuple[type, ...], bool]] = {
     "probe_deviation": (_NUMBER, False),
     "run_s": (_NUMBER, False),
     "reason": ((str,), False),
+    # False: the baseline learned too little in the check to judge by; only a config with its math may pass.
+    "conclusive": ((bool,), False),
+    "lr_rule": ((str,), False),  # the rule `lr` came from (the search's, or a gentler one after a bolder failed)
+    "lr_reason": ((str,), False),
     "configs_checked": ((int,), True),
     "configs_rejected": ((int,), True),
     "check_s": (_NUMBER, True),
+    "check_budget_s": (_NUMBER, False),  # what the check was allowed to take
 }
+# Knobs whose change makes other arithmetic than the baseline's (fp32, eager, contiguous), whatever its batch size:
+# a config with any of these on cannot pass an inconclusive check (autotune.study.parity.SAME_MATH_KNOBS).
+OTHER_MATH = {"amp": "off", "cuda_graph": False, "channels_last": False}
+
+
+def _inconclusive_math(at: str, profile: dict[str, Any]) -> list[str]:
+    """A winner that passed an inconclusive check must keep the baseline's math: no amp, graph or channels_last."""
+    check, knobs = profile["parity"], profile.get("knobs")
+    if not (check.get("passed") is True and check.get("conclusive") is False and isinstance(knobs, dict)):
+        return []
+    return [
+        f"{at}.knobs.{knob} must be {'off' if value is False else value!r} when {at}.parity says passed and "
+        f"conclusive = false (an inconclusive check passes only configs that leave the math unchanged), but got "
+        f"{knobs[knob]!r}"
+        for knob, value in OTHER_MATH.items()
+        if knob in knobs and knobs[knob] != value
+    ]
 
 
 def validate_parity(at: str, record: dict[str, Any]) -> list[str]:
@@ -201,6 +266,13 @@ def validate_parity(at: str, record: dict[str, Any]) -> list[str]:
         return problems
     if record["family"] not in PARITY_FAMILIES:
         problems.append(f"{at}.family must be one of {', '.join(PARITY_FAMILIES)}, but got {record['family']!r}")
+    if "lr_rule" in record and record["lr_rule"] not in LR_RULES:
+        problems.append(f"{at}.lr_rule must be one of {', '.join(LR_RULES)}, but got {record['lr_rule']!r}")
+    if record["passed"] and record.get("conclusive") is False and record["family"] == "batch_size":
+        problems.append(
+            f"{at} says passed and conclusive = false, but family = 'batch_size': an inconclusive check passes only "
+            f"configs that leave the math unchanged"
+        )
     for key in ("tolerance", "lr", "baseline_lr", "samples", "window"):
         if record[key] <= 0:
             problems.append(f"{at}.{key} must be > 0, but got {record[key]!r}")
@@ -208,7 +280,7 @@ def validate_parity(at: str, record: dict[str, Any]) -> list[str]:
         problems.append(
             f"`window <= samples` must hold in {at}, but got (window={record['window']}, samples={record['samples']})"
         )
-    for key in ("check_s", "run_s", "configs_checked", "configs_rejected"):
+    for key in ("check_s", "check_budget_s", "run_s", "configs_checked", "configs_rejected"):
         if record.get(key, 0) < 0:
             problems.append(f"{at}.{key} must be >= 0, but got {record[key]!r}")
     if record["configs_rejected"] > record["configs_checked"]:

@@ -12,14 +12,20 @@ _ROWS: tuple[tuple[str, str], ...] = (
     ("steady_samples_per_s", "steady samples/s"),
     ("baseline_samples_per_s", "baseline samples/s"),
     ("speedup", "speed-up"),
+    ("tokens_per_s", "tokens/s"),
+    ("baseline_tokens_per_s", "baseline tokens/s"),
+    ("padding", "padding"),
     ("spread", "noise"),
     ("run_s", "declared run, s"),
     ("baseline_run_s", "baseline run, s"),
+    ("run_epochs", "declared run, epochs"),
     ("lr", "learning rate"),
     ("lr_rule", "lr rule"),
     ("cpu_share", "CPU cores"),
     ("search_s", "search, s"),
 )
+
+_ONLY_WHEN_PRESENT = ("tokens_per_s", "baseline_tokens_per_s", "padding")
 
 
 def _cell(key: str, value: Any) -> str:
@@ -27,15 +33,28 @@ def _cell(key: str, value: Any) -> str:
         return "-"
     if isinstance(value, bool):
         return "on" if value else "off"
-    if key in ("samples_per_s", "steady_samples_per_s", "baseline_samples_per_s"):
+    if key in ("samples_per_s", "steady_samples_per_s", "baseline_samples_per_s", "tokens_per_s",
+               "baseline_tokens_per_s"):
         return f"{value:,.0f}"
     if key == "speedup":
         return f"{value:.2f}x"
+    if key == "padding":
+        return f"{value:.0%}"
     if key == "spread":
         return f"±{value:.1%}"
     if isinstance(value, float):
         return f"{value:.4g}"
     return str(value)
+
+
+def _steady_choice(choice: dict[str, Any] | None) -> str:
+    """The config steady samples/s alone would have picked, and the declared run it would have taken; "-": the same."""
+    if not choice:
+        return "-"
+    return (
+        f"{choice['config']}: {choice['samples_per_s']:,.0f}/s, but a {choice['run_s']:.4g} s run "
+        f"({choice['setup_s']:.4g} s one-time)"
+    )
 
 
 def _parity_rows(profiles: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
@@ -51,8 +70,10 @@ def _parity_rows(profiles: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
         if not check.get("checked"):
             values = ["not checked" if check else "-", "-", "-", "-"]
         else:
+            inconclusive = ", inconclusive: same math as the baseline" if check.get("conclusive") is False else ""
             values = [
-                f"{'passed' if check['passed'] else 'REJECTED'} ({check['family']}, ±{check['tolerance']:.0%})",
+                f"{'passed' if check['passed'] else 'REJECTED'} ({check['family']}, ±{check['tolerance']:.0%})"
+                f"{inconclusive}",
                 f"{check['deviation']:+.1%} / {check['probe_deviation']:+.1%}" if "probe_deviation" in check else "-",
                 f"{check['loss']:.4g} ({check['baseline_loss']:.4g}) at {check['samples']:,}"
                 if "loss" in check
@@ -82,7 +103,10 @@ def render(data: dict[str, Any], path: Path) -> str:
             )
         )
     for key, label in _ROWS:
+        if key in _ONLY_WHEN_PRESENT and not any(key in p for p in profiles.values()):
+            continue  # a workload that counts no tokens gets no token rows
         rows.append((label, [_cell(key, p.get(key)) for p in profiles.values()]))
+    rows.append(("samples/s alone picks", [_steady_choice(p.get("steady_choice")) for p in profiles.values()]))
     rows += _parity_rows(list(profiles.values()))
     rows.append(
         (
@@ -110,6 +134,8 @@ def render(data: dict[str, Any], path: Path) -> str:
     for label, cells in rows:
         lines.append(label.ljust(label_w) + "  " + "  ".join(c.ljust(w) for c, w in zip(cells, widths)))
     for name, p in profiles.items():
+        if p.get("lr_reason") and "lr" in p:
+            lines.append(f"{name}: lr {_cell('lr', p['lr'])} ({p.get('lr_rule', '?')}): {p['lr_reason']}")
         if p.get("command"):
             lines.append(f"{name}: made by `{p['command']}` on {p.get('created', '?')}")
     return "\n".join(line.rstrip() for line in lines)

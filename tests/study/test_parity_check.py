@@ -29,7 +29,11 @@ FIXES: dict[str, tuple[Any, ...]] = {
 
 def run(rule: str, check: bool = True) -> tuple[list[str], dict[str, Any]]:
     lines: list[str] = []
-    options = SearchOptions(trials=2, fixes=FIXES, lr_rule=rule, parity_check=check, finalists=1, rounds=1)
+    # One thread per trial process: two contending for two busy cores slow a trial tenfold, and the parity runs'
+    # length follows the baseline trial's rate (the check's share of the time budget).
+    options = SearchOptions(
+        trials=2, fixes=FIXES, lr_rule=rule, parity_check=check, finalists=1, rounds=1, cpu_share=1
+    )
     result = search("tiny", options, echo=lines.append)
     return lines, result.profile
 
@@ -42,7 +46,11 @@ def test_a_rejected_config_cannot_win_and_without_the_check_it_does(project: Pat
         SearchError,
         match="no config faster than the baseline trains like it: all 1 checked, the fastest first, were rejected",
     ):
-        search("tiny", SearchOptions(trials=2, fixes=FIXES, lr_rule="none", finalists=1, rounds=1), echo=lines.append)
+        search(
+            "tiny",
+            SearchOptions(trials=2, fixes=FIXES, lr_rule="none", finalists=1, rounds=1, cpu_share=1),
+            echo=lines.append,
+        )
     rejected = [line for line in lines if line.startswith("  parity REJECT")]
     assert len(rejected) == 1 and rejected[0].endswith("bs=128 workers=0")
     assert "(tolerance ±25%, batch_size)" in rejected[0] and "lr 0.05" in rejected[0]
@@ -198,7 +206,7 @@ def test_a_parity_run_in_a_trial_process_matches_one_in_this_process(
     finally:
         pool.stop()
     assert ok.state == "complete" and parity_run.ParityRun.from_dict(ok.result).samples == 2048
-    assert (oom.state, oom.reason) == ("failed", "oom")
+    assert (oom.state, oom.reason) == ("failed", "oom: asked for 2.00 GiB")
     assert again.state == "complete" and parity_run.ParityRun.from_dict(again.result).losses == here.losses
     assert pool.children_started == 2
 
@@ -207,6 +215,7 @@ class FakePool:
     """Trials and parity runs without processes: larger batches run faster, and above batch 32 learn too little."""
 
     runs: list[Any] = []  # the configs of the parity runs made, in order
+    lrs: list[tuple[Any, float]] = []  # and each with its learning rate
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         pass
@@ -232,6 +241,7 @@ class FakePool:
         from autotune.trial.parity_run import ParityRun
 
         FakePool.runs.append(config)
+        FakePool.lrs.append((config, lr))
         loss = 1.0 if config.batch_size <= 32 else 1.9
         return Outcome(
             "complete", result=ParityRun(config.batch_size, lr, 2.0, loss, (samples,), (loss,), True, 0.1).as_dict()
@@ -253,7 +263,7 @@ class FakePool:
 def test_the_finalists_are_the_fastest_configs_that_pass_checked_before_they_are_measured(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    FakePool.runs = []
+    FakePool.runs, FakePool.lrs = [], []
     monkeypatch.setattr(pools, "TrialPool", FakePool)
     lines: list[str] = []
     fixes = {"batch_size": (16, 32, 64, 128), "placement": ("stream",), "amp": ("off",), "channels_last": (False,)}
@@ -270,9 +280,12 @@ def test_the_finalists_are_the_fastest_configs_that_pass_checked_before_they_are
     assert measured and all(d.startswith(("bs=32", "bs=16 ")) for d in measured), measured
     baseline = FakePool.runs[0]
     assert baseline.batch_size == 16 and FakePool.runs.count(baseline) == 1  # the baseline first, once
-    # Fastest first: both large batches are rejected, then the two fastest that pass are the finalists; the
-    # second, batch 16 with other workers, has the baseline's numerics and passes without a run.
-    assert [c.batch_size for c in FakePool.runs[1:]] == [128, 64, 32]
+    # Fastest first: both large batches are rejected, each at the linear rule's rate, then sqrt's, then none's; the
+    # two fastest that pass are the finalists; the second, batch 16 with other workers, has the baseline's numerics
+    # and passes without a run.
+    assert [(c.batch_size, lr) for c, lr in FakePool.lrs[1:]] == [
+        (128, 0.4), (128, 0.141421356237), (128, 0.05), (64, 0.2), (64, 0.1), (64, 0.05), (32, 0.1)
+    ]
     assert any(line.startswith("  parity pass    the baseline's own numerics") for line in lines), lines
 
 
@@ -284,7 +297,7 @@ def test_under_gpus_the_writer_checks_while_another_worker_ends_its_last_trial(
     from autotune.study import finalists, run
     from autotune.study.setup import open_study, prepare
 
-    FakePool.runs = []
+    FakePool.runs, FakePool.lrs = [], []
     monkeypatch.setattr(pools, "TrialPool", FakePool)
     lines: list[str] = []
     fixes = {"batch_size": (16, 32, 64, 128), "placement": ("stream",), "amp": ("off",), "channels_last": (False,)}
@@ -305,7 +318,8 @@ def test_under_gpus_the_writer_checks_while_another_worker_ends_its_last_trial(
 
     def run_and_say(self: FakePool, *args: Any) -> Any:
         outcome = parity_run(self, *args)
-        if len(FakePool.runs) == 4:  # the baseline's and three contenders' (a fourth has its numerics)
+        if len(FakePool.runs) == 8:  # the baseline's, two contenders' at three rates each, a third's (a fourth
+            # has its numerics)
             checked.set()
         return outcome
 
@@ -325,7 +339,8 @@ def test_under_gpus_the_writer_checks_while_another_worker_ends_its_last_trial(
     )
     assert lines[waiting + 1].startswith("parity: checking the fastest against the baseline")
     early = list(FakePool.runs)
-    assert [c.batch_size for c in early] == [16, 128, 64, 32]  # the baseline, then the fastest first
+    # The baseline, then the fastest first, each batch size that fails at every rate (linear, sqrt, none).
+    assert [c.batch_size for c in early] == [16, 128, 128, 128, 64, 64, 64, 32]
 
     chosen, _ = finalists.choose(setup, search_pools, team, began)
     assert [c.batch_size for c in chosen] == [32, 16]

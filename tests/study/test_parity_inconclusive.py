@@ -1,0 +1,261 @@
+"""A parity check that cannot tell: a baseline that learned too little is run once longer, then only configs with
+its math may pass; the verdict says inconclusive, the profile conclusive = false.
+
+Runs are fabricated, then a real search on tests/fixtures/random_labels.py.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from autotune.config import Config
+from autotune.study import SearchOptions, parity, search
+from autotune.study.parity_check import ParityCheck
+from autotune.trial.parity_run import ParityRun
+from autotune.tuned import file as tuned_file
+from autotune.tuned.schema import validate, validate_parity
+from autotune.tuned.show import render
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+BASE = Config(batch_size=16)
+
+
+def run_of(batch: int, window_loss: float, final: float, initial: float = 2.0, samples: int = 8192) -> ParityRun:
+    """A run whose every step reports `window_loss`, and whose probe goes from `initial` to `final`."""
+    return ParityRun(batch, 0.1, initial, final, (samples,), (window_loss,), True, 0.0)
+
+
+def test_progress_is_the_smaller_of_the_window_s_and_the_probe_s_drop() -> None:
+    assert parity.progress(run_of(16, 1.0, 1.5), 8192, 2048) == pytest.approx(0.25)  # the probe fell less
+    assert parity.progress(run_of(16, 1.9, 1.0), 8192, 2048) == pytest.approx(0.05)  # the window fell less
+    assert parity.progress(run_of(16, 2.1, 1.0), 8192, 2048) == pytest.approx(-0.05)  # the training loss rose
+
+
+@pytest.mark.parametrize(
+    ("initial", "window_loss", "final", "expected"),
+    [
+        (1.391, 1.386, 1.384, False),  # random labels: 0.4% (measured on tests/fixtures/random_labels.py)
+        (2.0, 1.97, 1.97, True),  # 1.5%, just enough
+        (2.0, 1.971, 1.5, False),  # the probe fell, but the training loss on unseen batches did not: memorised
+        (1.385, 0.004, 0.004, True),  # tiny.py converges
+    ],
+)
+def test_conclusive_needs_min_progress_of_the_initial_loss(
+    initial: float, window_loss: float, final: float, expected: bool
+) -> None:
+    assert parity.conclusive(run_of(16, window_loss, final, initial), 8192, 2048) is expected
+
+
+@pytest.mark.parametrize(
+    ("candidate", "changed"),
+    [
+        (Config(batch_size=16, num_workers=2, prefetch_factor=4, persistent_workers=True), []),
+        (Config(batch_size=16, placement="device", cudnn_benchmark=True), []),
+        (Config(batch_size=64), ["batch_size"]),
+        (Config(batch_size=16, amp="bf16", channels_last=True), ["channels_last", "amp"]),
+        (Config(batch_size=16, cuda_graph=True), ["cuda_graph"]),
+    ],
+)
+def test_only_batch_size_amp_graph_and_channels_last_change_the_math(candidate: Config, changed: list[str]) -> None:
+    assert parity.changes_math(BASE, candidate) == changed
+
+
+def fake_make_run(
+    learned: Callable[[int], float], candidate_loss: Callable[[Config, float], float] | None = None
+) -> tuple[Callable[[Config, float, int], ParityRun], list[tuple[Config, float, int]]]:
+    """The baseline learns `learned(samples)` of its initial loss 2.0; a candidate ends at `candidate_loss`
+    (default: the baseline's loss)."""
+    calls: list[tuple[Config, float, int]] = []
+
+    def make_run(config: Config, lr: float, samples: int) -> ParityRun:
+        calls.append((config, lr, samples))
+        loss = 2.0 * (1 - learned(samples))
+        if config != BASE and candidate_loss is not None:
+            loss = candidate_loss(config, lr)
+        return ParityRun(config.batch_size, lr, 2.0, loss, (samples,), (loss,), True, 0.0)
+
+    return make_run, calls
+
+
+def test_an_inconclusive_baseline_is_run_once_longer_then_only_configs_with_its_math_pass() -> None:
+    make_run, calls = fake_make_run(lambda samples: 0.004)  # random labels: 0.4% whatever the length
+    larger, bf16, device, workers = (
+        Config(batch_size=64),
+        Config(batch_size=16, amp="bf16"),
+        Config(batch_size=16, placement="device"),
+        Config(batch_size=16, num_workers=2, prefetch_factor=2),
+    )
+    ranked = [workers, larger, bf16, device]
+    lines: list[str] = []
+    gate = ParityCheck(BASE, lambda c: 0.05 * c.batch_size / 16, make_run, ranked, lines.append)
+    assert gate.select(ranked, want=3, max_runs=5) == [workers, device]
+    # The baseline at 8,192 samples, then once at twice that; the config with other math is never run.
+    assert calls == [(BASE, 0.05, 8192), (BASE, 0.05, 16384), (device, 0.05, 16384)]
+    assert (gate.samples, gate.window, gate.conclusive, gate.extended) == (16384, 4096, False, True)
+    assert [gate.verdicts[c].word for c in ranked] == ["pass", "inconclusive", "inconclusive", "pass"]
+    # Loader knobs alone are judged before the baseline runs, by its numerics; the record corrects it below.
+    assert [gate.verdicts[c].conclusive for c in ranked] == [True, False, False, False]
+    assert lines[0].startswith("  parity pass    the baseline's own numerics")
+    assert lines[1] == (
+        "parity: the baseline learned 0.4% of its initial loss 2 in 8,192 samples, under the 1.5% a verdict needs; "
+        "running it again for 16,384"
+    )
+    assert lines[2] == (
+        "parity: inconclusive: the baseline learned 0.4% of its initial loss 2 in 16,384 samples, run once longer; "
+        "a verdict needs 1.5%. Only configs that leave the math unchanged (loader knobs, placement, cudnn_benchmark) "
+        "may win"
+    )
+    assert lines[3] == (
+        "  parity inconclusive  it changes batch_size, and the baseline learned 0.4% of its initial loss 2 in 16,384 "
+        "samples, run once longer; a verdict needs 1.5%: cannot be judged  bs=64 workers=0"
+    )
+    assert lines[4].startswith("  parity inconclusive  it changes amp, and the baseline learned 0.4%")
+    assert lines[5].startswith("  parity pass    deviation +0.0%, probe +0.0% (tolerance ±5%, numerics)")
+    assert "; it keeps the baseline's math, and the baseline learned 0.4%" in lines[5]
+    assert gate.summary().startswith(
+        "parity: 4 config(s) checked, 2 rejected (2 of them inconclusive); 1 run(s) and the baseline's took "
+    )
+    assert gate.summary().endswith(
+        "each compared with the baseline (bs=16 workers=0, lr 0.05) over 16,384 samples: the training loss over "
+        "the last 4,096 and the probe set's after them"
+    )
+    for config in (device, workers):
+        record = gate.record(config)
+        assert (record["passed"], record["conclusive"], record["samples"]) == (True, False, 16384)
+        assert validate_parity("parity", record) == []
+    assert gate.record(bf16)["conclusive"] is False and not gate.record(bf16)["passed"]
+    baseline_record = gate.record(BASE)  # the workload's own settings may win too: the record still says so
+    assert (baseline_record["passed"], baseline_record["conclusive"], baseline_record["family"]) == (
+        True, False, "loader"
+    )
+
+
+def test_a_baseline_that_learns_in_the_longer_run_makes_the_check_conclusive() -> None:
+    make_run, calls = fake_make_run(lambda samples: 0.01 if samples <= 8192 else 0.1, lambda c, lr: 1.9)
+    larger = Config(batch_size=64)
+    lines: list[str] = []
+    gate = ParityCheck(BASE, lambda c: 0.1, make_run, [larger], lines.append)
+    assert gate.select([larger], want=1, max_runs=1) == []
+    assert [samples for _, _, samples in calls] == [8192, 16384, 16384]
+    assert gate.conclusive is True and gate.verdicts[larger].word == "REJECT"
+    assert lines[1] == "parity: the baseline learned 10.0% of its initial loss in 16,384 samples"
+    assert gate.record(larger)["conclusive"] is True
+
+
+@pytest.mark.parametrize(
+    ("budget_s", "longer"),
+    [
+        (None, 16384),  # no budget: twice as long
+        (72.0, 16384),  # 15% of the default 8 minutes: 10 s spent, twice 10 s for the run and as much for a candidate
+        (35.0, 10240),  # (35 - 10) / (2 x 10) = 1.25 times
+        (30.0, None),  # 1.0 times: not worth a run
+    ],
+)
+def test_the_extension_fits_in_the_check_s_budget(budget_s: float | None, longer: int | None) -> None:
+    make_run, calls = fake_make_run(lambda samples: 0.004)
+    lines: list[str] = []
+    gate = ParityCheck(BASE, lambda c: 0.1, make_run, [Config(batch_size=64)], lines.append, budget_s=budget_s)
+    gate.adopt_baseline(ParityRun(16, 0.1, 2.0, 1.992, (8192,), (1.992,), True, 10.0), "made elsewhere")
+    gate.select([Config(batch_size=64)], want=1, max_runs=1)
+    assert [samples for _, _, samples in calls] == ([longer] if longer else [])
+    assert gate.conclusive is False and gate.samples == (longer or 8192)
+    if longer is None:
+        assert lines[0] == (
+            "parity: the check's budget (30 s, 10.0 s spent) leaves no time to run the baseline longer"
+        )
+
+
+def test_no_candidate_run_starts_once_the_check_s_budget_is_spent() -> None:
+    make_run, calls = fake_make_run(lambda samples: 0.5, lambda c, lr: 1.9)  # every candidate is rejected
+    ranked = [Config(batch_size=128), Config(batch_size=64), Config(batch_size=32)]
+    lines: list[str] = []
+    gate = ParityCheck(BASE, lambda c: 0.1, make_run, ranked, lines.append, budget_s=15.0)
+    gate.adopt_baseline(ParityRun(16, 0.1, 2.0, 1.0, (8192,), (1.0,), True, 10.0), "made elsewhere")
+    assert gate.select(ranked, want=1, max_runs=9) == []
+    # The first candidate always runs; the next would take the check past 15 s (10 s spent, 10 s more expected).
+    assert [c.batch_size for c, _, _ in calls] == [128]
+    assert lines[-1] == (
+        "parity: the check's time is spent (10.0 s of its 15 s, 15% of the search's budget); the configs not yet "
+        "checked cannot be finalists"
+    )
+    assert list(gate.verdicts) == [Config(batch_size=128)]
+
+
+def test_the_run_length_follows_the_model_s_speed_within_the_check_s_share() -> None:
+    assert parity.run_seconds(None) == 45.0
+    assert parity.run_seconds(480 * parity.CHECK_SHARE) == pytest.approx(18.0)
+    assert parity.run_seconds(1000.0) == 45.0
+    # ResNet-50 at 1,310 samples/s: 18 s of it, above 64 of its batches of 256.
+    assert parity.run_length(256, 256, 1310.0, parity.run_seconds(72.0)) == (23580, 5895)
+    # A model 10x slower: 64 batches, whatever the budget.
+    assert parity.run_length(256, 256, 131.0, parity.run_seconds(72.0)) == (16384, 4096)
+
+
+def test_the_schema_refuses_an_inconclusive_pass_that_changes_the_math() -> None:
+    record = {
+        "checked": True,
+        "passed": True,
+        "conclusive": False,
+        "family": "batch_size",
+        "tolerance": 0.25,
+        "samples": 8192,
+        "window": 2048,
+        "lr": 0.4,
+        "baseline_lr": 0.05,
+        "configs_checked": 1,
+        "configs_rejected": 0,
+        "check_s": 1.0,
+        "lr_rule": "cubic",
+    }
+    assert validate_parity("p", record) == [
+        "p.lr_rule must be one of linear, sqrt, none, but got 'cubic'",
+        "p says passed and conclusive = false, but family = 'batch_size': an inconclusive check passes only configs "
+        "that leave the math unchanged",
+    ]
+    profile = {
+        "samples_per_s": 2.0,
+        "baseline_samples_per_s": 1.0,
+        "speedup": 2.0,
+        "versions": {},
+        "knobs": {
+            "batch_size": 16,
+            "num_workers": 0,
+            "pin_memory": False,
+            "persistent_workers": False,
+            "cudnn_benchmark": False,
+            "channels_last": False,
+            "amp": "bf16",
+            "cuda_graph": False,
+            "placement": "device",
+        },
+        "parity": {**record, "family": "numerics", "tolerance": 0.05, "lr": 0.05, "lr_rule": "linear"},
+    }
+    assert validate({"schema": 1, "profiles": {"cpu": profile}}) == [
+        "profiles.'cpu'.knobs.amp must be 'off' when profiles.'cpu'.parity says passed and conclusive = false (an "
+        "inconclusive check passes only configs that leave the math unchanged), but got 'bf16'"
+    ]
+
+
+def test_random_labels_keep_the_workload_s_batch_size_and_the_profile_says_inconclusive(project: Path) -> None:
+    shutil.copy(FIXTURES / "random_labels.py", project / "recipes" / "random_labels.py")
+    # Batch 16 (the workload's) and 128, the data set on the "device" (this CPU): batch 128 runs several times faster.
+    fixes = {"batch_size": (16, 128), "placement": ("device",), "amp": ("off",), "channels_last": (False,)}
+    lines: list[str] = []
+    # One thread per trial process: two contending for two shared cores slow a trial tenfold.
+    options = SearchOptions(trials=2, fixes=fixes, finalists=1, rounds=1, cpu_share=1)
+    profile = search("random_labels", options, echo=lines.append).profile
+    assert profile["knobs"]["batch_size"] == 16 and profile["lr"] == 0.05
+    check = profile["parity"]
+    assert (check["checked"], check["passed"], check["conclusive"]) == (True, True, False)
+    assert (check["samples"], check["window"]) == (16384, 4096)  # 512 baseline steps, then once twice as long
+    assert "parity: inconclusive: the baseline learned " in "\n".join(lines)
+    judged = [line for line in lines if line.startswith("  parity ") and "bs=128" in line]
+    assert judged and all(line.startswith("  parity inconclusive  it changes batch_size") for line in judged)
+    path = project / "recipes" / "random_labels.tuned.toml"
+    assert tuned_file.read(path)["profiles"]["cpu"]["parity"] == check
+    table = render(tuned_file.read(path), path)
+    assert "inconclusive: same math as the baseline" in table
