@@ -16,9 +16,11 @@ from typing import Any
 import torch
 
 from autotune.diagnosis.cputime import cpu_times
+from autotune.loop.batch import leaves, map_tensors, samples_in
 from autotune.trial.gpu import GpuSampler, nvml_index
 from autotune.trial.timing import Windows, measure
 
+Count = Callable[[Any], int]
 LOW_UTIL_PERCENT = 50  # the health check reports the share of GPU samples below this
 SYNTHETIC_EPOCH = 1_000_000  # steps: a repeated batch has no epoch, so a window is never cut short by one
 
@@ -43,9 +45,9 @@ class Probe:
 class Repeat:
     """The same few batches over and over, shaped like a loader for `measure` (len, iter, dataset)."""
 
-    def __init__(self, batches: list[tuple[torch.Tensor, torch.Tensor]], steps: int = SYNTHETIC_EPOCH) -> None:
+    def __init__(self, batches: list[Any], steps: int = SYNTHETIC_EPOCH, count: Count = samples_in) -> None:
         self.batches, self.steps = batches, max(2, steps)
-        self.batch_size = int(batches[0][0].shape[0])
+        self.batch_size = count(batches[0])
         self.drop_last = True
         self.dataset = range(self.steps * self.batch_size)
 
@@ -56,22 +58,45 @@ class Repeat:
         return (self.batches[i % len(self.batches)] for i in range(self.steps))
 
 
-def synthetic(x: torch.Tensor, y: torch.Tensor, n: int = 2) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Batches shaped like (x, y), made on x's device: random inputs at x's scale, y's labels shuffled."""
-    g = torch.Generator(device=x.device).manual_seed(0)
-    batches = []
+def synthetic(batch: Any, n: int = 2) -> list[Any]:
+    """Batches of `batch`'s structure, made on its device: random floats at each tensor's scale, the rest shuffled.
+
+    Integer tensors (labels, token ids, masks) keep their values, with their rows
+    drawn in another order: one permutation for the whole batch, so a token row
+    keeps its own mask.
+    """
+    tensors = list(leaves(batch))
+    if not tensors:
+        raise ValueError(f"a batch of type {type(batch).__name__} holds no tensor to imitate")
+    device = tensors[0].device
+    g = torch.Generator(device=device).manual_seed(0)
+    made = []
     for _ in range(n):
-        perm = torch.randperm(len(x), generator=g, device=x.device)
-        if x.is_floating_point():
-            xf = x.float()
-            xs = (torch.randn(x.shape, generator=g, device=x.device) * xf.std() + xf.mean()).to(x.dtype)
-        else:
-            xs = x[perm].clone()
-        batches.append((xs.contiguous(), y[perm].clone()))
-    return batches
+        rows = samples_in(batch)
+        perm = torch.randperm(rows, generator=g, device=device)
+
+        def imitate(t: torch.Tensor) -> torch.Tensor:
+            if t.is_floating_point() and t.numel() > 1:
+                tf = t.float()
+                noise = torch.randn(t.shape, generator=g, device=t.device)
+                return (noise * tf.std() + tf.mean()).to(t.dtype).contiguous(memory_format=_layout(t))
+            if t.dim() > 0 and t.shape[0] == rows:
+                return t[perm.to(t.device)].clone()
+            return t.clone()
+
+        made.append(map_tensors(batch, imitate))
+    return made
 
 
-def probe(label: str, step: Callable, loader: Any, device: torch.device, windows: Windows) -> Probe:
+def _layout(t: torch.Tensor) -> torch.memory_format:
+    if t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous():
+        return torch.channels_last
+    return torch.contiguous_format
+
+
+def probe(
+    label: str, step: Callable, loader: Any, device: torch.device, windows: Windows, count: Count = samples_in
+) -> Probe:
     cuda = device.type == "cuda"
     if cuda:
         torch.cuda.synchronize(device)
@@ -80,7 +105,7 @@ def probe(label: str, step: Callable, loader: Any, device: torch.device, windows
     sampler = GpuSampler(nvml_index(device.index or 0)) if cuda else None
     before, start = cpu_times(), time.perf_counter()
     with sampler or contextlib.nullcontext():
-        m = measure(step, loader, windows, sync=sync)
+        m = measure(step, loader, windows, sync=sync, count=count)
     wall, after = time.perf_counter() - start, cpu_times()
     workers = None
     if after.children_s is not None and before.children_s is not None:

@@ -25,6 +25,7 @@ import torch
 from autotune.config import Config, baseline_config
 from autotune.diagnosis.bottleneck import Bottleneck, Measured, decide
 from autotune.diagnosis.feeds import Probe, Repeat, probe, synthetic
+from autotune.loop.batch import to_device
 from autotune.study.space import build_space, detect_machine
 from autotune.trial.runner import Runner, classify_failure
 from autotune.trial.timing import Windows
@@ -100,26 +101,30 @@ class _Feeds:
     def __init__(self, runner: Runner, config: Config, lr: float, device: torch.device, windows: Windows) -> None:
         self.runner, self.config, self.lr, self.device, self.windows = runner, config, lr, device, windows
         self.non_blocking = config.pin_memory and device.type == "cuda"
-        self.kept: list[tuple[torch.Tensor, torch.Tensor]] = []  # the first host batch, and its device copy
+        self.count = runner.workload.count
+        self.kept: list[Any] = []  # the first host batch, and its device copy
 
-    def copy(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        xd, yd = x.to(self.device, non_blocking=self.non_blocking), y.to(self.device, non_blocking=self.non_blocking)
+    def copy(self, batch: Any) -> Any:
+        on_device = to_device(batch, self.device, self.non_blocking)
         if not self.kept:
-            self.kept.extend([(x, y), (xd, yd)])
-        return xd, yd
+            self.kept.extend([batch, on_device])
+        return on_device
 
     def run(self, name: str) -> Probe:
         label = self.LABELS[name]
         if name in ("loop", "input"):
             loader, step, _ = self.runner.build(self.config, self.lr)
-            return probe(label, step if name == "loop" else self.copy, loader, self.device, self.windows)
+            feed = step if name == "loop" else self.copy
+            return probe(label, feed, loader, self.device, self.windows, self.count)
         if not self.kept:
             raise DiagnoseError("the input ceiling (b) failed, so no real batch is at hand to copy or imitate")
         if name == "transfer":
-            return probe(label, self.copy, Repeat([self.kept[0]]), self.device, self.windows)
+            return probe(label, self.copy, Repeat([self.kept[0]], count=self.count), self.device, self.windows,
+                         self.count)
         graphed = dataclasses.replace(self.config, cuda_graph=True) if name == "graphed" else self.config
         _, step, _ = self.runner.build(graphed, self.lr)
-        return probe(label, step, Repeat(synthetic(*self.kept[1])), self.device, self.windows)
+        made = Repeat(synthetic(self.kept[1]), count=self.count)
+        return probe(label, step, made, self.device, self.windows, self.count)
 
 
 def _skipped(cuda: bool, config: Config) -> dict[str, str]:

@@ -1,8 +1,8 @@
 """The loader a config describes: a DataLoader, or the whole data set on the device.
 
-The loader is a ``torch.utils.data.DataLoader`` (placement ``stream``) or a
-``DeviceLoader`` whose whole transformed data set lives on the device
-(placement ``device``). The same objects serve the trials and the user's
+The loader is a ``torch.utils.data.DataLoader`` (placement ``stream``), with the
+workload's own ``collate_fn``, or a ``DeviceLoader`` whose whole transformed data
+set lives on the device (placement ``device``). The same objects serve the trials and the user's
 training code (``autotune.tuned.api``).
 """
 
@@ -17,41 +17,57 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from autotune.config import Config
+from autotune.loop import batch as batches
+
+Collate = Callable[[list[Any]], Any]
 
 
-def materialize(dataset: Dataset, device: torch.device, workers: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Run the data set's transform over every sample once and stack the results on `device`."""
+def materialize(dataset: Dataset, device: torch.device, workers: int, collate_fn: Collate | None = None) -> Any:
+    """Run the data set's transform over every sample once and keep the batches' rows on `device`.
+
+    Returns one structure like a batch (``autotune.loop.batch``) whose every tensor
+    holds the whole data set, one row per sample. Raises ``BatchError`` for batches
+    that cannot be kept that way (a list of per-sample targets, rows of varying shape).
+    """
     # Iterating a DataLoader draws a seed from the global generator; materialising must not
     # shift the data order of the training that follows it (a runner materialises only once).
     with torch.random.fork_rng(devices=[]):
-        return _materialize_now(dataset, device, workers)
+        return _materialize_now(dataset, device, workers, collate_fn)
 
 
-def _materialize_now(dataset: Dataset, device: torch.device, workers: int) -> tuple[torch.Tensor, torch.Tensor]:
-    loader = DataLoader(dataset, batch_size=1024, num_workers=workers, shuffle=False)
-    inputs: torch.Tensor | None = None
-    targets: torch.Tensor | None = None
+def _materialize_now(dataset: Dataset, device: torch.device, workers: int, collate_fn: Collate | None) -> Any:
+    loader = DataLoader(dataset, batch_size=1024, num_workers=workers, shuffle=False, collate_fn=collate_fn)
+    resident: Any = None
     start = 0
-    for x, y in loader:
-        y = torch.as_tensor(y)
-        if inputs is None:
-            inputs = torch.empty((len(dataset), *x.shape[1:]), dtype=x.dtype, device=device)
-            targets = torch.empty((len(dataset), *y.shape[1:]), dtype=y.dtype, device=device)
-        inputs[start : start + len(x)].copy_(x)
-        targets[start : start + len(x)].copy_(y)  # type: ignore[index]
-        start += len(x)
-    assert inputs is not None and targets is not None, "cannot materialize an empty data set"
-    return inputs, targets
+    for batch in loader:
+        rows = min(1024, len(dataset) - start)  # type: ignore[arg-type]
+        reason = batches.why_not_stackable(batch, rows)
+        if reason is not None:
+            raise batches.BatchError(f"cannot keep the data set on the device: {reason}")
+        if resident is None:
+            # Filled in place, batch by batch: the host never holds the whole data set at once.
+            resident = batches.map_tensors(
+                batch, lambda t: torch.empty((len(dataset), *t.shape[1:]), dtype=t.dtype, device=device)
+            )
+        try:
+            batches.copy_into(batches.index(resident, slice(start, start + rows)), batch)
+        except RuntimeError as exc:  # a row of another shape than the first batch's
+            raise batches.BatchError(f"cannot keep the data set on the device: rows differ in shape ({exc})") from None
+        start += rows
+    if resident is None:
+        raise batches.BatchError("cannot materialize an empty data set")
+    return resident
 
 
 class DeviceLoader:
     """A data set materialised once on the device, batches sliced there; no DataLoader at all.
 
     Iterates like a DataLoader (``len``, ``iter``, ``batch_size``, ``drop_last``,
-    ``shuffle``) and yields ``(inputs, targets)`` already on the device. Its shuffled
-    order is drawn exactly as a (non-persistent) DataLoader draws it, so under the same
-    seed both loaders visit the samples in the same order, epoch after epoch; with a
-    ``generator`` it is drawn from that, as RandomSampler(generator=...) does.
+    ``shuffle``) and yields batches of the data set's own structure, already on the
+    device. Its shuffled order is drawn exactly as a (non-persistent) DataLoader draws
+    it, so under the same seed both loaders visit the samples in the same order, epoch
+    after epoch; with a ``generator`` it is drawn from that, as RandomSampler(generator=...)
+    does. ``augment(x)`` transforms the input of each ``(x, y)`` batch on the device.
 
     For example::
 
@@ -67,8 +83,9 @@ class DeviceLoader:
         device: str | torch.device = "cuda",
         augment: Callable[[torch.Tensor], torch.Tensor] | None = None,
         workers: int = 0,
-        tensors: tuple[torch.Tensor, torch.Tensor] | None = None,
+        resident: Any = None,
         generator: torch.Generator | None = None,
+        collate_fn: Collate | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"`batch_size >= 1` must hold, but got {batch_size=}.")
@@ -79,18 +96,19 @@ class DeviceLoader:
         self.generator = generator
         self.device = torch.device(device)
         start = time.perf_counter()
-        self.inputs, self.targets = tensors if tensors is not None else materialize(dataset, self.device, workers)
+        self.resident = resident if resident is not None else materialize(dataset, self.device, workers, collate_fn)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.materialize_s = time.perf_counter() - start  # one-time cost, reported with the trial
+        self.rows = batches.samples_in(self.resident)
         self.dataset = dataset
 
     def __len__(self) -> int:
-        n = len(self.inputs)
+        n = self.rows
         return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        n = len(self.inputs)
+    def __iter__(self) -> Iterator[Any]:
+        n = self.rows
         order = None
         if self.shuffle:
             generator = self.generator
@@ -103,14 +121,23 @@ class DeviceLoader:
             order = torch.randperm(n, generator=generator).to(self.device, non_blocking=True)
         for i in range(len(self)):
             lo, hi = i * self.batch_size, min(n, (i + 1) * self.batch_size)
-            if order is None:
-                x, y = self.inputs[lo:hi], self.targets[lo:hi]
-            else:
-                idx = order[lo:hi]
-                x, y = self.inputs[idx], self.targets[idx]
+            batch = batches.index(self.resident, slice(lo, hi) if order is None else order[lo:hi])
             if self.augment is not None:
-                x = self.augment(x)
-            yield x, y
+                batch = _augmented(batch, self.augment)
+            yield batch
+
+
+def _augmented(batch: Any, augment: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
+        raise batches.BatchError(
+            f"device_augment(x) transforms the input of an (x, y) batch, but the batch is a {type(batch).__name__}"
+        )
+    x, y = batch
+    return type(batch)((augment(x), y)) if isinstance(batch, tuple) else [augment(x), y]
+
+
+# The DataLoader arguments a workload (or a user's tuned_loader call) brings, kept as they are.
+USER_LOADER_ARGS = ("collate_fn", "sampler", "batch_sampler", "worker_init_fn", "generator", "timeout")
 
 
 def build_loader(
@@ -120,15 +147,32 @@ def build_loader(
     drop_last: bool,
     device: torch.device,
     augment: Callable[[torch.Tensor], torch.Tensor] | None = None,
-    device_tensors: tuple[torch.Tensor, torch.Tensor] | None = None,
+    resident: Any = None,
     materialize_workers: int = 0,
+    collate_fn: Collate | None = None,
+    **user_args: Any,
 ) -> DataLoader | DeviceLoader:
-    """The loader a config describes."""
+    """The loader a config describes; `user_args` are the workload's own DataLoader arguments, kept."""
+    unknown = sorted(set(user_args) - set(USER_LOADER_ARGS))
+    if unknown:
+        raise TypeError(f"build_loader got unknown DataLoader argument(s) {unknown}; it keeps {USER_LOADER_ARGS}")
     if config.placement == "device":
         return DeviceLoader(
-            dataset, config.batch_size, shuffle, drop_last, device, augment, materialize_workers, device_tensors
+            dataset,
+            config.batch_size,
+            shuffle,
+            drop_last,
+            device,
+            augment,
+            materialize_workers,
+            resident,
+            collate_fn=collate_fn,
         )
-    kwargs: dict[str, Any] = {}
+    if config.decode == "gpu":  # the workers read JPEG bytes; the device decodes and augments (loop.device_decode)
+        from autotune.loop.device_decode import decoding_loader
+
+        return decoding_loader(dataset, config, shuffle, drop_last, device, collate_fn, **user_args)
+    kwargs: dict[str, Any] = {key: value for key, value in user_args.items() if value is not None}
     if config.num_workers > 0:
         kwargs["persistent_workers"] = config.persistent_workers
         kwargs["prefetch_factor"] = config.prefetch_factor or 2
@@ -139,5 +183,6 @@ def build_loader(
         drop_last=drop_last,
         num_workers=config.num_workers,
         pin_memory=config.pin_memory and device.type == "cuda",
+        collate_fn=collate_fn,
         **kwargs,
     )

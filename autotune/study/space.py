@@ -12,7 +12,7 @@ import math
 import os
 from typing import TYPE_CHECKING, Any
 
-from autotune.config import AMP_CHOICES, PLACEMENT_CHOICES, Config
+from autotune.config import AMP_CHOICES, DECODE_CHOICES, PLACEMENT_CHOICES, Config
 
 if TYPE_CHECKING:
     import optuna
@@ -24,6 +24,7 @@ KNOBS = (
     "pin_memory",
     "persistent_workers",
     "prefetch_factor",
+    "decode",
     "cudnn_benchmark",
     "channels_last",
     "amp",
@@ -56,12 +57,16 @@ class DataFacts:
     """What the data set allows; measured once in the parent before the study."""
 
     size: int  # samples
-    sample_bytes: int  # bytes of one transformed (input, target) pair
-    image_4d: bool  # batches are N x C x H x W
-    static_shapes: bool  # every sample has one shape
+    sample_bytes: int  # bytes of one transformed sample, as its batch holds it
+    image_4d: bool  # a batch holds an N x C x H x W floating tensor
+    static_shapes: bool  # batches of one size have one signature: a graph can replay them
     deterministic: bool  # the transform gives the same tensor twice
     device_dataset: bool  # the workload gives a deterministic data set + device_augment
     load_cpu_share: float = 1.0  # CPU time over wall time of loading a sample: below 1, a worker waits (on I/O)
+    varying: str = ""  # how batches differed in shape or structure, when they did
+    unstackable: str = ""  # why a batch's rows cannot be kept as tensors on the device, when they cannot
+    gpu_decode: str = ""  # the device decode path derived from the transform (workloads.decode), in one line
+    gpu_decode_refused: str = ""  # why there is none, when the transform was read and could not be translated
 
 
 def max_workers(cpu_share: int, load_cpu_share: float) -> int:
@@ -112,6 +117,7 @@ class Space:
         if values["placement"] == "stream":
             values["num_workers"] = self._pick(trial, "num_workers")
             values["pin_memory"] = self._pick(trial, "pin_memory")
+            values["decode"] = self._pick(trial, "decode")
             if values["num_workers"] > 0:
                 values["persistent_workers"] = self._pick(trial, "persistent_workers")
                 values["prefetch_factor"] = self._pick(trial, "prefetch_factor")
@@ -134,7 +140,7 @@ class Space:
             if knob == "prefetch_factor" and value is None:
                 continue
             if (
-                knob in ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
+                knob in ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "decode")
                 and config.placement == "device"
             ):
                 continue
@@ -150,7 +156,9 @@ class Space:
         """Knobs that do not apply take their neutral value, so equal loops compare equal."""
         changes: dict[str, Any] = {}
         if config.placement == "device":
-            changes.update(num_workers=0, pin_memory=False, persistent_workers=False, prefetch_factor=None)
+            changes.update(
+                num_workers=0, pin_memory=False, persistent_workers=False, prefetch_factor=None, decode="cpu"
+            )
         elif config.num_workers == 0:
             changes.update(persistent_workers=False, prefetch_factor=None)
         elif config.prefetch_factor is None:
@@ -216,7 +224,9 @@ def build_space(
     if not facts.image_4d:
         excluded["channels_last"] = "input is not a 4-D image batch"
     if machine.cuda and not facts.static_shapes:
-        excluded["cuda_graph"] = "samples differ in shape; a graph replays static shapes"
+        excluded["cuda_graph"] = (
+            f"batches differ in shape ({facts.varying or 'from sample to sample'}); a graph replays one shape"
+        )
     domains["placement"] = PLACEMENT_CHOICES
     fits = facts.size * facts.sample_bytes <= DEVICE_MEMORY_SHARE * machine.memory_bytes
     if not fits:
@@ -224,8 +234,15 @@ def build_space(
             f"the data set ({facts.size * facts.sample_bytes / 2**30:.1f} GiB) exceeds "
             f"{DEVICE_MEMORY_SHARE:.0%} of {'device' if machine.cuda else 'host'} memory"
         )
+    elif facts.unstackable:
+        excluded["placement"] = f"a batch cannot be kept on the device as rows of tensors: {facts.unstackable}"
     elif not (facts.deterministic or facts.device_dataset):
         excluded["placement"] = "the transform is random and the workload gives no device_augment"
+    domains["decode"] = DECODE_CHOICES
+    if not machine.cuda:
+        excluded["decode"] = "needs CUDA"
+    elif not facts.gpu_decode:
+        excluded["decode"] = facts.gpu_decode_refused or "the data set's transform was not read"
     for knob in excluded:
         domains[knob] = (domains[knob][0],)
     for knob, allowed in (fixes or {}).items():
@@ -284,7 +301,7 @@ def _parse_value(knob: str, raw: str) -> Any:
             return int(raw)
         except ValueError:
             raise SpaceError(f"--fix {knob}: expected an integer, but got {raw!r}.") from None
-    choices = {"amp": AMP_CHOICES, "placement": PLACEMENT_CHOICES}[knob]
+    choices = {"amp": AMP_CHOICES, "placement": PLACEMENT_CHOICES, "decode": DECODE_CHOICES}[knob]
     if raw not in choices:
         raise SpaceError(f"--fix {knob}: expected one of {', '.join(choices)}, but got {raw!r}.")
     return raw

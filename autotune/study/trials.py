@@ -44,6 +44,8 @@ KEPT_RESULT = (
     "peak_memory_bytes",
     "backlog_steps",
     "reliable",
+    "tokens_per_sample",
+    "padding",
 )
 
 
@@ -246,7 +248,8 @@ def learn_failures(setup: Setup, learned: Learned) -> None:
             t.state in (TrialState.COMPLETE, TrialState.PRUNED),
             t.user_attrs.get("reason"),
         )
-        for t in setup.study.get_trials(deepcopy=False)
+        # Not a trial queued again (its worker died, or the workload changed since it failed): its retry stands for it.
+        for t in sharing.counted(setup.study.get_trials(deepcopy=False))
         if t.state.is_finished() and "duplicate_of" not in t.user_attrs  # a duplicate's failure is its original's
     ]
     found = hopeless_values(finished)

@@ -13,14 +13,15 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import RandomSampler
+from torch.utils.data import RandomSampler, default_collate
 
 from autotune.config import Config
 from autotune.loop import Step
+from autotune.loop.batch import samples_in
 
 ORDER_SEED = 0  # seeds the generator that orders the data of every parity run
 PROBE_SAMPLES = 4096  # the fixed samples both runs are evaluated on, before and after training
@@ -82,27 +83,46 @@ def _own_order(loader: Any, seed: int) -> None:
     without, and RandomSampler draws from its generator more than the one
     permutation it uses; a fresh generator per epoch makes the epoch's order
     the first permutation of `seed` in every loader (DeviceLoader draws as
-    RandomSampler does).
+    RandomSampler does). A workload's own sampler with a ``generator`` attribute
+    (a length-bucketing sampler, say) is seeded the same way; one without draws
+    from the global generator, which the build seeded alike in both runs.
     """
     generator = torch.Generator()
     generator.manual_seed(seed)
     sampler = getattr(loader, "sampler", None)
-    if isinstance(sampler, RandomSampler):
+    if isinstance(sampler, RandomSampler) or hasattr(sampler, "generator"):
         sampler.generator = generator
     elif hasattr(loader, "generator") and getattr(loader, "shuffle", False):
         loader.generator = generator
 
 
-def probe(dataset: Any, samples: int = PROBE_SAMPLES) -> tuple[Any, Any]:
-    """The first `samples` of the data set, transformed under a fixed seed: the same tensors in every run."""
+@dataclasses.dataclass(frozen=True)
+class ProbeSet:
+    """Fixed samples both runs are evaluated on, batched by the workload's own collate_fn."""
+
+    samples: list[Any]
+    collate: Callable[[list[Any]], Any]
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def batches(self, batch: int) -> Iterator[tuple[Any, int]]:
+        """Host batches of up to `batch` samples, with how many samples each holds."""
+        for lo in range(0, len(self.samples), batch):
+            part = self.samples[lo : lo + batch]
+            yield self.collate(part), len(part)
+
+
+def probe(dataset: Any, collate_fn: Callable[[list[Any]], Any] | None = None, samples: int = PROBE_SAMPLES) -> ProbeSet:
+    """The first `samples` of the data set, transformed under a fixed seed: the same samples in every run."""
     n = min(samples, len(dataset))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(ORDER_SEED)  # a random transform draws the same augmentation every time
-        pairs = [dataset[i] for i in range(n)]
-    return torch.stack([torch.as_tensor(x) for x, _ in pairs]), torch.stack([torch.as_tensor(y) for _, y in pairs])
+        drawn = [dataset[i] for i in range(n)]
+    return ProbeSet(drawn, collate_fn or default_collate)
 
 
-def probe_loss(step: Step, probe_set: tuple[Any, Any], batch: int) -> float:
+def probe_loss(step: Step, probe_set: ProbeSet, batch: int) -> float:
     """The model's mean loss on the probe set, fp32, no autocast, no update; computed by us, not by the step.
 
     Evaluated in batches of the baseline's size in every run: it fits wherever the
@@ -110,24 +130,29 @@ def probe_loss(step: Step, probe_set: tuple[Any, Any], batch: int) -> float:
     """
     model = step.model
     saved = [b.detach().clone() for b in model.buffers()]  # batch-norm statistics move even under no_grad
-    inputs, targets = probe_set
     total = 0.0
     with torch.no_grad():
-        for lo in range(0, len(inputs), batch):
-            x, y = step.to_device(inputs[lo : lo + batch], targets[lo : lo + batch])
-            total += float(step.loss_fn(model(x), y)) * len(x)
+        for host, samples in probe_set.batches(batch):
+            total += float(step.loss(step.to_device(host))) * samples
     for buffer, value in zip(model.buffers(), saved):
         buffer.copy_(value)
-    return total / len(inputs)
+    return total / len(probe_set)
 
 
 def train(
-    build: Builder, config: Config, lr: float, samples: int, probe_set: tuple[Any, Any], probe_batch: int
+    build: Builder,
+    config: Config,
+    lr: float,
+    samples: int,
+    probe_set: ProbeSet,
+    probe_batch: int,
+    count: Callable[[Any], int] = samples_in,
 ) -> ParityRun:
     """Build `config` from the seed and train it for `samples`, recording every step's loss.
 
     `build` is ``Runner.build``: it seeds, then builds the loader and step. The
     probe set is evaluated, in batches of `probe_batch`, before and after the run.
+    `count(batch)` is the workload's count of a batch's samples.
     """
     loader, step, _ = build(config, lr)
     start = time.perf_counter()
@@ -139,9 +164,9 @@ def train(
         before = seen
         _own_order(loader, ORDER_SEED + epoch)
         epoch += 1
-        for x, y in loader:
-            loss = step(x, y)
-            seen += len(x)
+        for batch in loader:
+            loss = step(batch)
+            seen += count(batch)
             ends.append(seen)
             # A graph step returns the same tensor every replay: keep a copy, and sync only once, at the end.
             losses.append(loss.detach().float().clone())

@@ -16,7 +16,10 @@ import torch
 
 from autotune.config import Config
 from autotune.loop import Step, build_loader, materialize
+from autotune.loop.batch import leaves
 from autotune.study.space import DataFacts
+from autotune.trial import capture, oom
+from autotune.trial.facts import read_facts
 from autotune.trial.gpu import GpuSampler, nvml_index
 from autotune.trial.timing import Windows, measure
 from autotune.workloads import Workload
@@ -27,13 +30,17 @@ KEEP_SHARE = 0.05  # an idle trial process keeps a device-resident data set smal
 
 
 def classify_failure(exc: BaseException) -> str:
-    """A one-line reason for a failed trial: oom, cuda error, worker died, or error."""
+    """A one-line reason for a failed trial: oom (with its numbers), worker died, a host sync that a CUDA graph
+    capture refused (``autotune.trial.capture``), cuda error, or error."""
     text = str(exc).strip()
     first = text.splitlines()[0] if text else type(exc).__name__
-    if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in text.lower():
-        return "oom"
+    if oom.is_oom(exc):
+        return oom.oom_reason(text, oom.free_at_failure())
     if "DataLoader worker" in text and ("exited unexpectedly" in text or "killed by signal" in text):
         return f"worker died: {first[:200]}"
+    sync = capture.host_sync_reason(exc)
+    if sync is not None:
+        return sync
     if "CUDA error" in text or "cuda runtime error" in text.lower():
         return f"cuda error: {first[:200]}"
     return f"error: {type(exc).__name__}: {first[:200]}"
@@ -54,7 +61,7 @@ class Runner:
         self.workload, self.device = workload, device
         self.cpu_share = cpu_share or 1
         self._dataset: Any = None
-        self._device_tensors: dict[str, tuple[tuple[torch.Tensor, torch.Tensor], float]] = {}
+        self._device_tensors: dict[str, tuple[Any, float]] = {}  # a batch-like structure of whole-data-set tensors
 
     @property
     def dataset(self) -> Any:
@@ -63,26 +70,15 @@ class Runner:
         return self._dataset
 
     def facts(self) -> DataFacts:
-        """What the data set allows: size, sample bytes, shape, and whether the transform is deterministic."""
-        ds = self.dataset
-        x0, y0 = ds[0]
-        x0b, y0b = ds[0]
-        x1, _ = ds[1 if len(ds) > 1 else 0]
-        tx, ty = torch.as_tensor(x0), torch.as_tensor(y0)
-        deterministic = self.workload.deterministic_transform
-        if deterministic is None:  # not declared: prove it by transforming one sample twice
-            deterministic = bool(torch.equal(tx, torch.as_tensor(x0b)) and torch.equal(ty, torch.as_tensor(y0b)))
-        return DataFacts(
-            load_cpu_share=load_cpu_share(ds),
-            size=len(ds),
-            sample_bytes=tx.element_size() * tx.numel() + max(ty.element_size() * ty.numel(), 8),
-            image_4d=tx.dim() == 3,
-            static_shapes=tuple(tx.shape) == tuple(torch.as_tensor(x1).shape),
-            deterministic=bool(deterministic),
-            device_dataset=self.workload.build_device_dataset is not None,
-        )
+        """What the data set allows, read from a few small batches made the workload's way.
 
-    def _resident(self) -> tuple[tuple[torch.Tensor, torch.Tensor], float, Callable | None]:
+        Size, bytes per sample, whether batches hold 4-D images, whether their
+        shapes repeat (a CUDA graph replays one shape), whether their rows can live
+        on the device, and whether the transform is deterministic.
+        """
+        return read_facts(self.dataset, self.workload)
+
+    def _resident(self) -> tuple[Any, float, Callable | None]:
         """The data set on the device, built once per runner; its build time is a one-time cost."""
         augment = None
         key = "plain"
@@ -91,7 +87,7 @@ class Runner:
         if key not in self._device_tensors:
             start = time.perf_counter()
             source = self.dataset if key == "plain" else self.workload.build_device_dataset(self.root)  # type: ignore[misc]
-            tensors = materialize(source, self.device, min(self.cpu_share, 8))
+            tensors = materialize(source, self.device, min(self.cpu_share, 8), self.workload.collate_fn)
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             self._device_tensors[key] = (tensors, time.perf_counter() - start)
@@ -107,7 +103,9 @@ class Runner:
         switch would cost more search time than its memory is worth. Returns how many
         data sets were dropped.
         """
-        held = sum(t.element_size() * t.numel() for (tensors, _) in self._device_tensors.values() for t in tensors)
+        held = sum(
+            t.element_size() * t.numel() for (tensors, _) in self._device_tensors.values() for t in leaves(tensors)
+        )
         dropped = 0
         if self.device.type != "cuda" or held > KEEP_SHARE * torch.cuda.get_device_properties(self.device).total_memory:
             dropped = len(self._device_tensors)
@@ -122,17 +120,20 @@ class Runner:
         torch.manual_seed(SEED)
         model = self.workload.build_model().to(self.device)
         optimizer = self.workload.build_optimizer(model.parameters(), lr)
-        step = Step(model, self.workload.build_loss(), optimizer, config, self.device)
+        loss_fn = self.workload.build_loss() if self.workload.build_loss is not None else None
+        step = Step(model, loss_fn, optimizer, config, self.device, compute_loss=self.workload.compute_loss)
         shuffle = bool(self.workload.default("shuffle"))
         drop_last = bool(self.workload.default("drop_last"))
         materialize_s = 0.0
         if config.placement == "device":
             tensors, materialize_s, augment = self._resident()
-            loader = build_loader(
-                self.dataset, config, shuffle, drop_last, self.device, augment, device_tensors=tensors
-            )
+            loader = build_loader(self.dataset, config, shuffle, drop_last, self.device, augment, resident=tensors)
         else:
-            loader = build_loader(self.dataset, config, shuffle, drop_last, self.device)
+            sampler = self.workload.build_sampler(self.dataset) if self.workload.build_sampler else None
+            loader = build_loader(
+                self.dataset, config, shuffle, drop_last, self.device, collate_fn=self.workload.collate_fn,
+                sampler=sampler,
+            )
         return loader, step, materialize_s
 
     def run(
@@ -151,7 +152,10 @@ class Runner:
         build_s = time.perf_counter() - start
         sync = (lambda: torch.cuda.synchronize(self.device)) if cuda else (lambda: None)
         with GpuSampler(nvml_index(self.device.index or 0)) if cuda else _NoSampler() as gpu:
-            m = measure(step, loader, windows, sync=sync, on_window=on_window)
+            m = measure(
+                step, loader, windows, sync=sync, on_window=on_window, count=self.workload.count,
+                tokens=self.workload.tokens_in,
+            )
         result = m.as_dict()
         result.update(
             build_s=build_s,
@@ -173,17 +177,3 @@ class _NoSampler:
 
     def __exit__(self, *exc: object) -> None:
         return None
-
-
-def load_cpu_share(dataset: Any, samples: int = 8, min_wall_s: float = 0.005) -> float:
-    """CPU time over wall time while loading a few samples in this process: 1.0 when it cannot be told.
-
-    A share well below 1 means loading waits (on a disk, a network): more workers than cores can help.
-    Loads too quick to time (under `min_wall_s` together) count as CPU-bound.
-    """
-    n = min(samples, len(dataset))
-    cpu0, wall0 = time.process_time(), time.perf_counter()
-    for i in range(n):
-        dataset[(i * 7919) % len(dataset)]  # spread over the data set, not only its first files
-    cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
-    return 1.0 if wall < min_wall_s else min(1.0, cpu / wall)

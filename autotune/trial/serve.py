@@ -101,9 +101,9 @@ class _Answer:
         config = Config.from_dict(request["config"])
         if request.get("cmd") == "parity":
             if self.probe_set is None:
-                self.probe_set = parity_run.probe(self.runner.dataset)
+                self.probe_set = parity_run.probe(self.runner.dataset, self.runner.workload.collate_fn)
             run = parity_run.train(self.runner.build, config, request["lr"], request["samples"], self.probe_set,
-                                   request["probe_batch"])
+                                   request["probe_batch"], count=self.runner.workload.count)
             self.send(event="parity_run", run=run.as_dict())
             return
 

@@ -34,9 +34,11 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from autotune.loop import batch as batches
 from autotune.trial import backlog
 
 Clock = Callable[[], float]
+Counter = Callable[[Any], Any]  # a batch's samples (an int) or real tokens (an int, or a 0-d tensor)
 DRY_WAIT_S = 1e-3  # a batch that took this long to arrive was not waiting in a queue: the loop ran dry
 
 
@@ -54,6 +56,12 @@ class Measurement:
     stopped_early: bool  # on_window asked to stop
     backlog_steps: int = 0  # batches taken untimed after warm-up: what the workers had prefetched
     reliable: bool = True  # False: the windows kept disagreeing beyond `Windows.noisy`, even measured longer
+    tokens_per_sample: float | None = None  # real tokens (the workload's tokens_in) per sample, over the windows
+    padding: float | None = None  # the share of the batches' token positions that were padding
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return None if self.tokens_per_sample is None else self.samples_per_s * self.tokens_per_sample
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -83,14 +91,33 @@ def spread(rates: Iterable[float]) -> float:
 
 
 class _Feed:
-    """Batches across epochs; knows how far into the epoch it is and how long the last batch kept it waiting."""
+    """Batches across epochs; knows how far into the epoch it is and how long the last batch kept it waiting.
 
-    def __init__(self, loader: Any, clock: Clock) -> None:
-        self.loader, self.clock = loader, clock
+    It counts the samples of each batch it hands out, and, with `tokens`, their real
+    tokens and token positions since the last `reset_tokens`: kept as tensors where
+    `tokens` returns one, so counting never synchronises the device inside a window.
+    """
+
+    def __init__(self, loader: Any, clock: Clock, count: Counter = batches.samples_in,
+                 tokens: Counter | None = None) -> None:
+        self.loader, self.clock, self.count, self.tokens = loader, clock, count, tokens
         self.steps_per_epoch = len(loader)
         self.iterator: Iterator | None = iter(loader)
         self.position = 0
         self.last_wait = 0.0
+        self.token_sum: Any = 0
+        self.slot_sum = 0
+
+    def take(self) -> tuple[Any, int]:
+        """The next batch and its samples; its tokens are added up."""
+        batch = self.next()
+        if self.tokens is not None:
+            self.token_sum = self.token_sum + self.tokens(batch)
+            self.slot_sum += batches.token_slots(batch)
+        return batch, self.count(batch)
+
+    def reset_tokens(self) -> None:
+        self.token_sum, self.slot_sum = 0, 0
 
     def next(self) -> Any:
         if self.position >= self.steps_per_epoch:
@@ -122,6 +149,8 @@ class _Window:
     steps: int
     samples: int
     drained: int  # how far the backlog shrank over the window, in batches (negative: it grew)
+    tokens: float = 0.0  # real tokens in the window's batches (with a tokens counter)
+    slots: int = 0  # token positions in the window's batches, padding included
 
     @property
     def made(self) -> float:
@@ -142,18 +171,13 @@ class _Window:
         return self.seconds * self.samples / self.made / self.steps
 
 
-def _batch_len(batch: Any) -> int:
-    first = batch[0] if isinstance(batch, (tuple, list)) else batch
-    return int(first.shape[0])
-
-
 def _run(feed: _Feed, step: Callable[..., Any], n: int) -> int:
     """`n` steps; the samples they took."""
     samples = 0
     for _ in range(n):
-        batch = feed.next()
-        samples += _batch_len(batch)
-        step(*batch)
+        batch, count = feed.take()
+        samples += count
+        step(batch)
     return samples
 
 
@@ -178,6 +202,7 @@ def _timed(feed: _Feed, step: Callable[..., Any], n: int, clock: Clock, sync: Ca
            restart: bool = False) -> _Window:
     """One window of `n` steps, timed from synchronised device to synchronised device."""
     before = None if restart else feed.ready()
+    feed.reset_tokens()
     t0 = clock()
     if restart:
         feed.restart()
@@ -186,7 +211,7 @@ def _timed(feed: _Feed, step: Callable[..., Any], n: int, clock: Clock, sync: Ca
     seconds = max(clock() - t0, 1e-12)
     after = feed.ready()
     drained = before - after if before is not None and after is not None else 0
-    return _Window(seconds, n, samples, drained)
+    return _Window(seconds, n, samples, drained, float(feed.token_sum), feed.slot_sum)  # read after the sync
 
 
 def measure(
@@ -197,18 +222,22 @@ def measure(
     clock: Clock = time.perf_counter,
     sync: Callable[[], None] = lambda: None,
     on_window: Callable[[int, float], bool] | None = None,
+    count: Counter = batches.samples_in,
+    tokens: Counter | None = None,
 ) -> Measurement:
     """Time `step` over batches from `loader`; see the module docstring for what counts.
 
     ``on_window(i, samples_per_s)`` is called after each steady window; returning
-    True stops measuring (a pruned trial).
+    True stops measuring (a pruned trial). ``count(batch)`` gives a batch's samples;
+    with ``tokens(batch)`` (real tokens: an int, or a tensor read only at window
+    edges) the measurement states tokens per sample and the share of padding.
 
     For example::
 
         m = measure(step, loader, sync=torch.cuda.synchronize)
     """
     start = clock()
-    feed = _Feed(loader, clock)
+    feed = _Feed(loader, clock, count, tokens)
     if feed.steps_per_epoch < 1:
         raise ValueError(f"the loader yields no batch: `len(loader) >= 1` must hold, but got {feed.steps_per_epoch}.")
     _run(feed, step, windows.warmup_steps)
@@ -231,6 +260,12 @@ def measure(
     tail_step_s = statistics.median(w.seconds / w.steps for w in steady.tails) if steady.tails else step_s
     epoch_s = (feed.steps_per_epoch - tail) * step_s + tail * tail_step_s + epoch_overhead
     rates = [w.rate for w in steady.windows]
+    tokens_per_sample = padding = None
+    if tokens is not None:
+        taken = sum(w.tokens for w in steady.windows)
+        tokens_per_sample = taken / sum(w.samples for w in steady.windows)
+        slots = sum(w.slots for w in steady.windows)
+        padding = max(0.0, 1 - taken / slots) if slots else None
     return Measurement(
         samples_per_s=_epoch_samples(loader) / epoch_s,
         steady_samples_per_s=pooled(steady.windows),
@@ -244,6 +279,8 @@ def measure(
         stopped_early=stopped,
         backlog_steps=skipped,
         reliable=stopped or steady.settled(windows.noisy),
+        tokens_per_sample=tokens_per_sample,
+        padding=padding,
     )
 
 

@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from autotune.config import Config, baseline_config
 from autotune.loop import DeviceLoader, Step, build_loader
+from autotune.loop.loader import USER_LOADER_ARGS
 from autotune.tuned import file as tuned_file
 from autotune.workloads import Workload, load, resolve
 from autotune.workloads.locate import data_root
@@ -97,32 +98,45 @@ def load_tuned(recipe: str, device: torch.device | str | None = None) -> Tuned:
 
 
 def tuned_loader(
-    dataset: Dataset, recipe: str, device: torch.device | str | None = None, **overrides: Any
+    dataset: Dataset, recipe: str, device: torch.device | str | None = None, **kwargs: Any
 ) -> DataLoader | DeviceLoader:
     """A loader built from the tuned profile matching this machine.
 
     A ``torch.utils.data.DataLoader``, or, when the profile places the data on the
     device, a ``DeviceLoader`` with the same iteration contract whose batches are
-    already on the device. Keyword overrides (``batch_size=256``, ``shuffle=True``)
-    win over the profile. A workload that gives ``build_device_dataset`` and
-    ``device_augment`` has its device-resident copy built from those, not from
-    `dataset`, so its random augmentation still runs (on the device).
+    already on the device. Keyword arguments are either knobs (``batch_size=256``),
+    which win over the profile, ``shuffle``/``drop_last``, or your own DataLoader
+    arguments (``collate_fn``, ``sampler``, ``batch_sampler``, ``worker_init_fn``,
+    ``generator``, ``timeout``), kept as you give them; without a ``collate_fn`` the
+    workload's own is used. An argument the profile cannot honour is one clear error.
+    A workload that gives ``build_device_dataset`` and ``device_augment`` has its
+    device-resident copy built from those, not from `dataset`, so its random
+    augmentation still runs (on the device).
 
     For example::
 
         loader = tuned_loader(train_dataset, recipe="mnist_cnn")
+        loader = tuned_loader(texts, recipe="text_transformer", collate_fn=pad_batch)
     """
     device = torch.device(device) if device is not None else _default_device()
     tuned = load_tuned(recipe, device)
     workload = tuned.workload
-    shuffle = overrides.pop("shuffle", workload.default("shuffle"))
-    drop_last = overrides.pop("drop_last", workload.default("drop_last"))
+    user = {key: kwargs.pop(key) for key in USER_LOADER_ARGS if key in kwargs}
+    user.setdefault("collate_fn", workload.collate_fn)
+    if workload.build_sampler is not None and "sampler" not in user and "batch_sampler" not in user:
+        user["sampler"] = workload.build_sampler(dataset)  # the workload's order, as its search measured it
+    shuffle = kwargs.pop("shuffle", workload.default("shuffle"))
+    drop_last = kwargs.pop("drop_last", workload.default("drop_last"))
     try:
-        config = dataclasses.replace(tuned.config, **overrides)
+        config = dataclasses.replace(tuned.config, **kwargs)
     except TypeError as exc:
         raise TypeError(
-            f"tuned_loader: unknown override in {sorted(overrides)}; overrides are knob names or shuffle/drop_last."
+            f"tuned_loader: unknown argument(s) {sorted(kwargs)}; it takes the knobs "
+            f"({', '.join(f.name for f in dataclasses.fields(Config))}), shuffle, drop_last, "
+            f"and the DataLoader arguments {', '.join(USER_LOADER_ARGS)}."
         ) from exc
+    _refuse_conflicts(config, user, shuffle, recipe)
+    workers = min(4, len(os.sched_getaffinity(0)))
     if (
         config.placement == "device"
         and workload.build_device_dataset is not None
@@ -130,32 +144,49 @@ def tuned_loader(
     ):
         source = workload.build_device_dataset(data_root())
         return build_loader(
-            source,
-            config,
-            shuffle,
-            drop_last,
-            device,
-            workload.device_augment,
-            materialize_workers=min(4, len(os.sched_getaffinity(0))),
+            source, config, shuffle, drop_last, device, workload.device_augment, materialize_workers=workers, **user
         )
-    return build_loader(
-        dataset, config, shuffle, drop_last, device, materialize_workers=min(4, len(os.sched_getaffinity(0)))
-    )
+    return build_loader(dataset, config, shuffle, drop_last, device, materialize_workers=workers, **user)
+
+
+def _refuse_conflicts(config: Config, user: dict[str, Any], shuffle: bool, recipe: str) -> None:
+    """One error for a DataLoader argument the tuned config cannot honour, naming both sides."""
+    given = sorted(key for key, value in user.items() if value is not None and key != "collate_fn")
+    if config.placement == "device" and given:
+        raise ValueError(
+            f"tuned_loader: {', '.join(given)} cannot apply: {recipe}'s profile keeps the data set on the device "
+            "(placement=device), which slices its own batches there without a DataLoader; pass "
+            "placement='stream' to keep your DataLoader arguments."
+        )
+    if user.get("batch_sampler") is not None:
+        raise ValueError(
+            f"tuned_loader: batch_sampler fixes the batch size, which {recipe}'s profile tunes "
+            f"(batch_size={config.batch_size}); pass sampler= instead, so the tuned batch size applies."
+        )
+    if user.get("sampler") is not None and shuffle:
+        raise ValueError(
+            f"tuned_loader: sampler= and shuffle=True both choose the order (shuffle=True is given, or is "
+            f"{recipe}'s default); pass shuffle=False with your sampler."
+        )
 
 
 def tuned_step(
     model: torch.nn.Module,
-    loss_fn: Callable,
+    loss_fn: Callable | None,
     optimizer: torch.optim.Optimizer,
     recipe: str,
     device: torch.device | str | None = None,
+    compute_loss: Callable[[torch.nn.Module, Any], torch.Tensor] | None = None,
 ) -> Step:
     """A step that applies the profile's loop knobs to your model, loss and optimizer.
 
     amp (with a GradScaler for fp16), channels_last, cudnn.benchmark, and CUDA graph
-    capture of the whole step. ``loss = step(x, y)`` returns the loss tensor without a
-    host sync. Build the optimizer with the learning rate the recipe states
-    (``load_tuned(recipe).lr``) when the tuned batch size differs from yours.
+    capture of the whole step. ``loss = step(x, y)``, or ``loss = step(batch)`` for a
+    batch of any structure, returns the loss tensor without a host sync. The loss is
+    ``loss_fn(model(x), y)``, or ``compute_loss(model, batch)`` when given (with
+    neither, the workload's own ``compute_loss``). Build the optimizer with the
+    learning rate the recipe states (``load_tuned(recipe).lr``) when the tuned batch
+    size differs from yours.
 
     For example::
 
@@ -163,4 +194,10 @@ def tuned_step(
     """
     device = torch.device(device) if device is not None else _default_device()
     tuned = load_tuned(recipe, device)
-    return Step(model, loss_fn, optimizer, tuned.config, device)
+    if loss_fn is None and compute_loss is None:
+        compute_loss = tuned.workload.compute_loss
+        if compute_loss is None:
+            raise ValueError(
+                f"tuned_step: give loss_fn or compute_loss; {recipe}'s workload declares no compute_loss(model, batch)"
+            )
+    return Step(model, loss_fn, optimizer, tuned.config, device, compute_loss=compute_loss)

@@ -9,10 +9,20 @@ A workload is a plain Python file, ``recipes/<name>.py``, that declares::
     def build_loss(): ...                 # an nn.Module or callable (output, target) -> loss
     def build_optimizer(params, lr): ...  # a torch.optim.Optimizer
 
-and optionally ``DETERMINISTIC_TRANSFORM`` (bool), ``LR_MAX`` (float: the cap of
-the learning-rate rule) and, for a workload with random augmentation, a pair
-``build_device_dataset(root)`` + ``device_augment(x)`` that lets its data live on
-the GPU. It is the only place user code runs; nothing is inherited.
+and optionally:
+
+- ``DETERMINISTIC_TRANSFORM`` (bool), ``LR_MAX`` (float: the cap of the learning-rate rule);
+- for batches that are not ``(input, target)`` pairs: ``collate_fn(samples)`` (passed to
+  the DataLoader as it is), ``compute_loss(model, batch)`` (returns the loss tensor; with
+  it, ``build_loss`` may be left out), ``samples_in(batch)`` (default: the leading
+  dimension of the batch's first tensor) and ``tokens_in(batch)`` (real tokens, not
+  padding: autotune then states tokens/s and the share of padding), and
+  ``build_sampler(dataset)`` (a sampler that orders the samples, e.g. by length;
+  with it, ``shuffle`` stays False);
+- for a workload with random augmentation, a pair ``build_device_dataset(root)`` +
+  ``device_augment(x)`` that lets its data live on the GPU.
+
+It is the only place user code runs; nothing is inherited.
 """
 
 from __future__ import annotations
@@ -42,7 +52,9 @@ DEFAULT_KEYS: dict[str, type | tuple[type, ...]] = {
     "prefetch_factor": int,
 }
 REQUIRED_DEFAULTS = ("batch_size", "lr", "epochs")
-REQUIRED_FUNCTIONS = ("build_dataset", "build_model", "build_loss", "build_optimizer")
+REQUIRED_FUNCTIONS = ("build_dataset", "build_model", "build_optimizer")
+# Optional, for batches of any structure and loops with an order of their own.
+BATCH_HOOKS = ("collate_fn", "compute_loss", "samples_in", "tokens_in", "build_sampler")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,12 +66,25 @@ class Workload:
     defaults: dict[str, Any]
     build_dataset: Callable[[Path], Any]
     build_model: Callable[[], Any]
-    build_loss: Callable[[], Any]
+    build_loss: Callable[[], Any] | None
     build_optimizer: Callable[[Any, float], Any]
     deterministic_transform: bool | None
     lr_max: float | None
     build_device_dataset: Callable[[Path], Any] | None
     device_augment: Callable[[Any], Any] | None
+    collate_fn: Callable[[list[Any]], Any] | None = None
+    compute_loss: Callable[[Any, Any], Any] | None = None
+    samples_in: Callable[[Any], int] | None = None
+    tokens_in: Callable[[Any], int] | None = None
+    build_sampler: Callable[[Any], Any] | None = None
+
+    def count(self, batch: Any) -> int:
+        """Samples in a batch: the workload's own count, else the leading dimension of its first tensor."""
+        if self.samples_in is not None:
+            return int(self.samples_in(batch))
+        from autotune.loop.batch import samples_in  # torch is imported only when batches are counted
+
+        return samples_in(batch)
 
     def default(self, key: str) -> Any:
         """The workload's own value for a DataLoader setting, else DataLoader's default."""
@@ -115,6 +140,15 @@ def load(ref: RecipeRef) -> Workload:
     for name in REQUIRED_FUNCTIONS:
         if not callable(getattr(module, name, None)):
             problems.append(f"missing function {name}()")
+    for name in BATCH_HOOKS:
+        if getattr(module, name, None) is not None and not callable(getattr(module, name)):
+            problems.append(f"{name} must be a function, but got {type(getattr(module, name)).__name__}")
+    if callable(getattr(module, "build_sampler", None)) and defaults.get("shuffle") is True:
+        problems.append("DEFAULTS['shuffle'] is True and build_sampler() gives an order too: set shuffle=False")
+    if not callable(getattr(module, "build_loss", None)) and not callable(getattr(module, "compute_loss", None)):
+        problems.append(
+            "missing function build_loss() (for (input, target) batches) or compute_loss(model, batch) (for any batch)"
+        )
     has_dev_ds = callable(getattr(module, "build_device_dataset", None))
     has_aug = callable(getattr(module, "device_augment", None))
     if has_dev_ds != has_aug:
@@ -129,12 +163,13 @@ def load(ref: RecipeRef) -> Workload:
         defaults=dict(defaults),
         build_dataset=module.build_dataset,
         build_model=module.build_model,
-        build_loss=module.build_loss,
+        build_loss=getattr(module, "build_loss", None),
         build_optimizer=module.build_optimizer,
         deterministic_transform=getattr(module, "DETERMINISTIC_TRANSFORM", None),
         lr_max=getattr(module, "LR_MAX", None),
         build_device_dataset=getattr(module, "build_device_dataset", None),
         device_augment=getattr(module, "device_augment", None),
+        **{name: getattr(module, name, None) for name in BATCH_HOOKS},
     )
 
 

@@ -23,9 +23,10 @@ MNIST = DataFacts(
 )
 
 
-def test_gpu_space_has_all_ten_knobs() -> None:
-    space = build_space(128, GPU, MNIST)
+def test_gpu_space_has_every_knob() -> None:
+    space = build_space(128, GPU, dataclasses.replace(MNIST, gpu_decode="decode JPEG on the device, then ..."))
     assert space.excluded == {}
+    assert space.domains["decode"] == ("cpu", "gpu")
     assert space.domains["batch_size"] == (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
     assert space.domains["num_workers"] == tuple(range(17))
     assert space.domains["prefetch_factor"] == tuple(range(1, 9))
@@ -35,7 +36,9 @@ def test_gpu_space_has_all_ten_knobs() -> None:
 
 def test_cpu_leaves_out_cuda_knobs_with_reasons() -> None:
     space = build_space(128, CPU, MNIST)
-    assert space.excluded == {"pin_memory": "needs CUDA", "cudnn_benchmark": "needs CUDA", "cuda_graph": "needs CUDA"}
+    assert space.excluded == {
+        "pin_memory": "needs CUDA", "cudnn_benchmark": "needs CUDA", "cuda_graph": "needs CUDA", "decode": "needs CUDA"
+    }
     assert space.domains["pin_memory"] == (False,)
     assert space.domains["amp"] == ("off", "bf16")
     assert space.domains["num_workers"] == (0, 1, 2)
@@ -48,7 +51,7 @@ def test_cpu_leaves_out_cuda_knobs_with_reasons() -> None:
         (
             DataFacts(1000, 40, True, False, True, False),
             "cuda_graph",
-            "samples differ in shape; a graph replays static shapes",
+            "batches differ in shape (from sample to sample); a graph replays one shape",
         ),
         (
             DataFacts(1000, 40, True, True, False, False),
@@ -185,7 +188,7 @@ def test_fix_outside_the_domain_names_the_domain_and_why() -> None:
 def test_workers_may_outnumber_the_cores_when_loading_a_sample_mostly_waits() -> None:
     import time
 
-    from autotune.trial.runner import load_cpu_share
+    from autotune.trial.facts import load_cpu_share
 
     class Waiting(torch.utils.data.Dataset):  # a network file system: each sample waits 5 ms
         def __len__(self) -> int:

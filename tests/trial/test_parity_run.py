@@ -33,14 +33,14 @@ class StaleInputStep(Step):
     (on a CPU) the same bug is emulated by keeping the first batch.
     """
 
-    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def __call__(self, batch: Any) -> torch.Tensor:
         if self.use_graph:
             if self.static is not None:
-                x, y = self.static  # copies the buffers onto themselves: the new batch never arrives
-            return super().__call__(x, y)
+                batch = self.static  # copies the buffers onto themselves: the new batch never arrives
+            return super().__call__(batch)
         if not hasattr(self, "first"):
-            self.first = (x, y)
-        return super().__call__(*self.first)
+            self.first = batch
+        return super().__call__(self.first)
 
 
 class NoScalerStep(Step):

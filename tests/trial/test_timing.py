@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 import torch
@@ -38,7 +39,7 @@ class FakeLoader:
 
 
 def _step(clock: Clock, seconds: float):
-    def step(x: torch.Tensor, y: torch.Tensor) -> None:
+    def step(batch: Any) -> None:
         clock.now += seconds
 
     return step
@@ -95,7 +96,7 @@ def test_sync_is_called_at_window_edges_only() -> None:
     clock = Clock()
     calls = {"sync": 0, "step": 0}
 
-    def step(x: torch.Tensor, y: torch.Tensor) -> None:
+    def step(batch: Any) -> None:
         calls["step"] += 1
         clock.now += 0.01
 
@@ -130,7 +131,7 @@ def test_a_window_calibrated_on_prefetched_batches_is_cut_to_length_after_the_fi
     clock = Clock()
     calls = {"step": 0}
 
-    def step(x: torch.Tensor, y: torch.Tensor) -> None:
+    def step(batch: Any) -> None:
         calls["step"] += 1
         clock.now += 0.001 if calls["step"] <= 10 else 0.05
 
@@ -177,7 +178,7 @@ def _slow_model(warmup_steps: int, warmup_s: float, step_s: float):
     """A step slow for its first calls (cuDNN autotuning, graph capture), then `step_s` each (a slow model)."""
     calls = [0]
 
-    def step(x: torch.Tensor, y: torch.Tensor) -> None:
+    def step(batch: Any) -> None:
         calls[0] += 1
         time.sleep(warmup_s if calls[0] <= warmup_steps else step_s)
 
@@ -189,17 +190,17 @@ def _by_hand(loader: torch.utils.data.DataLoader, step, warmup_steps: int, secon
     waiting (the queue ran dry), timed for `seconds`."""
     batches = iter(loader)
     for _ in range(warmup_steps + 2 * loader.num_workers * loader.prefetch_factor):
-        step(*next(batches))
+        step(next(batches))
     waited = 0.0
     while waited < 0.005:
         asked = time.perf_counter()
         batch = next(batches)
         waited = time.perf_counter() - asked
-        step(*batch)
+        step(batch)
     samples, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         x, y = next(batches)
-        step(x, y)
+        step((x, y))
         samples += len(x)
     return samples / (time.perf_counter() - start)
 

@@ -1,0 +1,100 @@
+"""What a workload's data allows, read from a few small batches made the workload's way.
+
+The search space depends on it (``autotune.study.space.DataFacts``): a CUDA
+graph needs batches of one signature, channels_last a 4-D image batch, device
+placement rows that can be kept as tensors and a transform that gives the same
+sample twice. All of it is read from batches collated by the workload's own
+``collate_fn``, so a dict of padded tokens or a list of detection targets is
+judged as it really arrives, not guessed from its type.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from torch.utils.data import default_collate
+
+from autotune.loop import batch as batches
+from autotune.study.space import DataFacts
+from autotune.workloads import Workload
+from autotune.workloads.locate import WorkloadError
+
+PROBE_BATCHES = 4  # small batches read; their shapes decide whether a graph can replay them
+PROBE_SAMPLES = 8  # samples in each
+
+
+def read_facts(dataset: Any, workload: Workload) -> DataFacts:
+    """The facts of `dataset` as `workload` batches it; a wrong sample count is a WorkloadError."""
+    n = len(dataset)
+    if n < 1:
+        raise WorkloadError(f"workload {workload.path}: build_dataset() returned an empty data set")
+    collate = workload.collate_fn or default_collate
+    k = min(PROBE_SAMPLES, n)
+    probes = [collate([dataset[(j * k + i) % n] for i in range(k)]) for j in range(PROBE_BATCHES)]
+    for probe in probes:
+        counted = workload.count(probe)
+        if counted != k:
+            hook = "samples_in(batch)" if workload.samples_in is not None else "the first tensor's leading dimension"
+            raise WorkloadError(
+                f"workload {workload.path}: a batch of {k} samples counts {counted} by {hook}; "
+                "declare samples_in(batch) to count a batch's samples"
+            )
+    first = probes[0]
+    deterministic = workload.deterministic_transform
+    if deterministic is None:  # not declared: prove it by transforming one sample twice
+        deterministic = _equal(collate([dataset[0]]), collate([dataset[0]]))
+    unstackable = batches.why_not_stackable(first, k)
+    varying = _varying(probes)
+    if unstackable is None and varying is not None and _rows_vary(probes):
+        unstackable = f"rows differ in shape from batch to batch ({varying})"
+    if unstackable is None and workload.build_sampler is not None:
+        unstackable = "the workload's build_sampler() orders the samples, and the device slices its own order"
+    return DataFacts(
+        load_cpu_share=load_cpu_share(dataset),
+        size=n,
+        sample_bytes=max(1, sum(t.element_size() * t.numel() for t in batches.leaves(first)) // k),
+        image_4d=any(t.dim() == 4 and t.is_floating_point() for t in batches.leaves(first)),
+        static_shapes=varying is None,
+        deterministic=bool(deterministic),
+        device_dataset=workload.build_device_dataset is not None,
+        varying=varying or "",
+        unstackable=unstackable or "",
+    )
+
+
+def _equal(a: Any, b: Any) -> bool:
+    if batches.signature(a) != batches.signature(b):
+        return False
+    return all(torch.equal(x, y) for x, y in zip(batches.leaves(a), batches.leaves(b)))
+
+
+def _varying(probes: list[Any]) -> str | None:
+    """How the probe batches differ in signature (shapes, structure, non-tensor values), or None."""
+    first = batches.signature(probes[0])
+    for other in probes[1:]:
+        difference = batches.difference(first, batches.signature(other))
+        if difference is not None:
+            return difference
+    return None
+
+
+def _rows_vary(probes: list[Any]) -> bool:
+    """Rows of the probe batches differ in shape beyond the sample dimension."""
+    shapes = {tuple(tuple(t.shape[1:]) for t in batches.leaves(p)) for p in probes}
+    return len(shapes) > 1
+
+
+def load_cpu_share(dataset: Any, samples: int = 8, min_wall_s: float = 0.005) -> float:
+    """CPU time over wall time while loading a few samples in this process: 1.0 when it cannot be told.
+
+    A share well below 1 means loading waits (on a disk, a network): more workers than cores can help.
+    Loads too quick to time (under `min_wall_s` together) count as CPU-bound.
+    """
+    n = min(samples, len(dataset))
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    for i in range(n):
+        dataset[(i * 7919) % len(dataset)]  # spread over the data set, not only its first files
+    cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    return 1.0 if wall < min_wall_s else min(1.0, cpu / wall)
