@@ -93,6 +93,8 @@ def _trials(setup: Setup, pools: SearchPools, team: Team) -> ParityCheck | None:
     if team.round_devices and writes:
         pools.prestart_rounds()  # under --gpus, the other devices' round processes start beside the first trials
     learned = run_trials(setup, pools.trials)
+    if learned.loader is not None and (learned.loader.skipped or learned.loader.wrong):
+        setup.echo(learned.loader.summary())
     if not writes:
         return None
     pools.prestart_rounds()

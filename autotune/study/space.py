@@ -65,6 +65,7 @@ class DataFacts:
     load_cpu_share: float = 1.0  # CPU time over wall time of loading a sample: below 1, a worker waits (on I/O)
     varying: str = ""  # how batches differed in shape or structure, when they did
     unstackable: str = ""  # why a batch's rows cannot be kept as tensors on the device, when they cannot
+    load_cpu_s: float = 0.0  # CPU seconds one process spends to make one sample (0: not measured)
     gpu_decode: str = ""  # the device decode path derived from the transform (workloads.decode), in one line
     gpu_decode_refused: str = ""  # why there is none, when the transform was read and could not be translated
 

@@ -27,6 +27,7 @@ from autotune.study import sharing
 from autotune.study.failures import Finished, Hopeless, blocks, hopeless_values
 from autotune.study.finalists import baseline_rate
 from autotune.study.parity import run_length
+from autotune.study.predict import PREDICTED, LoaderModel
 from autotune.study.setup import SearchError, Setup
 from autotune.text import elapsed, rate
 
@@ -55,18 +56,27 @@ class Learned:
 
     hopeless: list[Hopeless] = dataclasses.field(default_factory=list)
     sampler: optuna.samplers.BaseSampler | None = None  # the study's own, before any value was fixed
+    loader: LoaderModel | None = None  # each streaming config's loader ceiling (autotune.study.predict)
+
+
+def loader_model(setup: Setup) -> LoaderModel:
+    """The loader ceilings of this search: the data set's measured cost per sample, over the cores it may use."""
+    ratio = getattr(setup.study.pruner, "ratio", 0.5)  # what the pruner calls clearly worse, skipped alike
+    return LoaderModel(setup.facts.load_cpu_s, setup.machine.cpu_share, ratio)
 
 
 def run_trials(setup: Setup, pool: TrialPool, learned: Learned | None = None) -> Learned:
     """Take tickets until none is left or the time budget is spent; returns what was learned on the way."""
     learned = learned or Learned(sampler=setup.study.sampler)
+    if learned.loader is None:
+        learned.loader = loader_model(setup)
     while not out_of_time(setup):
         check_baseline(setup)
         learn_failures(setup, learned)
         ticket = sharing.take_ticket(setup.study, setup.storage)
         if ticket is None:
             break
-        _run_trial(setup, ticket, pool, learned.hopeless)
+        _run_trial(setup, ticket, pool, learned.hopeless, learned.loader)
     check_baseline(setup)
     return learned
 
@@ -118,7 +128,9 @@ def wait_for_other_workers(setup: Setup, pool: TrialPool, learned: Learned, whil
         time.sleep(0.25)
 
 
-def _run_trial(setup: Setup, ticket: sharing.Ticket, pool: TrialPool, hopeless: list[Hopeless]) -> None:
+def _run_trial(
+    setup: Setup, ticket: sharing.Ticket, pool: TrialPool, hopeless: list[Hopeless], loader: LoaderModel | None = None
+) -> None:
     """Measure the config a ticket holds (or the sampler fills in) and tell the study how it went."""
     study, storage, trial = setup.study, setup.storage, ticket.trial
     interval, _ = sharing.heartbeat_settings()
@@ -142,6 +154,8 @@ def _run_trial(setup: Setup, ticket: sharing.Ticket, pool: TrialPool, hopeless: 
                 trial.set_user_attr("duplicate_of", same.number)
             elif blocked is not None:  # known not to work: record it, spend no time on it
                 outcome = Outcome("failed", reason=f"skipped: {blocked.short()}")
+            elif (skip := _predicted(setup, trial, config, loader)) is not None:  # cannot win: not run
+                outcome = Outcome("pruned", reason=skip)
             else:
 
                 def on_window(i: int, samples_per_s: float) -> bool:
@@ -172,11 +186,24 @@ def _run_trial(setup: Setup, ticket: sharing.Ticket, pool: TrialPool, hopeless: 
         trial.set_user_attr("result", {k: outcome.result.get(k) for k in KEPT_RESULT})
     trial.set_user_attr("reason", outcome.reason)  # None: nothing went wrong
     _progress(setup, trial.number, config, outcome, same)
+    if outcome.state == "complete" and loader is not None and same is None:
+        assert outcome.result is not None
+        wrong = loader.check(config, float(outcome.result["samples_per_s"]))
+        if wrong:
+            setup.echo(wrong)
     if outcome.state == "complete":
         assert outcome.result is not None
         study.tell(trial, float(outcome.result["samples_per_s"]))
     else:
         study.tell(trial, state=TrialState.PRUNED if outcome.state == "pruned" else TrialState.FAIL)
+
+
+def _predicted(setup: Setup, trial: optuna.Trial, config: Config, loader: LoaderModel | None) -> str | None:
+    """Why the loader's ceiling rules `config` out against the best trial so far; None to measure it."""
+    if loader is None or trial.user_attrs.get("role") == "baseline":  # every speed-up is stated against it
+        return None
+    values = [t.value for t in setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value]
+    return loader.why_skip(config, max(values, default=None))
 
 
 def earlier_trial_of(setup: Setup, number: int, config: Config) -> FrozenTrial | None:
@@ -227,6 +254,8 @@ def _progress(setup: Setup, number: int, config: Config, outcome: Outcome, same:
             flag = "" if outcome.result.get("reliable", True) else " unreliable"
             what = f"{rate(value):>12}/s ±{outcome.result['spread']:.1%}{flag}"
         tail = f"best {rate(best)}/s"
+    elif outcome.state == "pruned" and (outcome.reason or "").startswith(PREDICTED):
+        what, _, tail = (outcome.reason or "").partition(": ")  # the config, then why it cannot win
     elif outcome.state == "pruned":
         windows = outcome.windows
         what = f"pruned at window {len(windows)}: {rate(statistics.median(windows)) + '/s' if windows else '-'}"

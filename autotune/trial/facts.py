@@ -61,6 +61,7 @@ def read_facts(dataset: Any, workload: Workload) -> DataFacts:
         device_dataset=workload.build_device_dataset is not None,
         varying=varying or "",
         unstackable=unstackable or "",
+        load_cpu_s=load_cpu_s(dataset, collate),
     )
 
 
@@ -84,6 +85,25 @@ def _rows_vary(probes: list[Any]) -> bool:
     """Rows of the probe batches differ in shape beyond the sample dimension."""
     shapes = {tuple(tuple(t.shape[1:]) for t in batches.leaves(p)) for p in probes}
     return len(shapes) > 1
+
+
+def load_cpu_s(dataset: Any, collate: Any, samples: int = 16) -> float:
+    """CPU seconds one process spends to make one sample, read warm and collated, on one thread.
+
+    One thread, as in a DataLoader worker (it sets torch's threads to 1): a transform
+    that spreads over several threads here would cost more CPU per sample than there.
+    The samples are read once untimed first, so a cold file cache does not count.
+    """
+    indices = [(i * 7919) % len(dataset) for i in range(min(samples, len(dataset)))]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        collate([dataset[i] for i in indices])
+        start = time.process_time()
+        collate([dataset[i] for i in indices])
+        return (time.process_time() - start) / len(indices)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def load_cpu_share(dataset: Any, samples: int = 8, min_wall_s: float = 0.005) -> float:
