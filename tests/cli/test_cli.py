@@ -43,10 +43,11 @@ def test_search_writes_the_recipe_then_resumes_and_show_prints_it(project: Path)
             "  amp: off",
         ][:8]
     )
-    assert lines[8:11] == [
+    assert lines[8:12] == [
         "  pin_memory: left out (needs CUDA)",
         "  cudnn_benchmark: left out (needs CUDA)",
         "  cuda_graph: left out (needs CUDA)",
+        "  decode: left out (needs CUDA)",
     ]
     trials = [line for line in lines if line.startswith("[")]
     assert [int(TRIAL_LINE.match(line).group(1)) for line in trials] == [1, 2, 3, 4], trials
@@ -66,6 +67,7 @@ def test_search_writes_the_recipe_then_resumes_and_show_prints_it(project: Path)
         "pin_memory": "needs CUDA",
         "cudnn_benchmark": "needs CUDA",
         "cuda_graph": "needs CUDA",
+        "decode": "needs CUDA",
     }
     assert profile["knobs"]["amp"] == "off" and profile["cpu_share"] == cores
     assert profile["speedup"] == pytest.approx(
@@ -93,7 +95,7 @@ def test_bad_input_is_one_message_and_exit_status_2(project: Path) -> None:
     assert (
         result.stderr.strip().splitlines()[-1]
         == "Error: --fix names unknown knob 'turbo'; the knobs are: placement, batch_size, num_workers, pin_memory, "
-        "persistent_workers, prefetch_factor, cudnn_benchmark, channels_last, amp, cuda_graph."
+        "persistent_workers, prefetch_factor, decode, cudnn_benchmark, channels_last, amp, cuda_graph."
     )
     assert "Traceback" not in result.stderr
     assert not (project / ".autotune").exists()

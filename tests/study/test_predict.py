@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -56,7 +57,9 @@ def test_a_search_skips_streaming_configs_whose_loader_cannot_reach_the_best(pro
                             parity_check=False)
     result = search("heavy_reads", options, echo=lines.append)
     out = "\n".join(lines)
-    skipped = [line for line in lines if "skipped by prediction: its loader makes at most" in line]
+    skipped = [line for line in lines if re.search(r"trial \d+ +skipped by prediction +bs=.* its loader makes at most "
+                                                     r"[\d,]+/s \(2 core\(s\) x [\d,]+ samples/s each\), under 50% "
+                                                     r"of the best [\d,]+/s$", line)]
     assert skipped, out
     summary = [line for line in lines if line.startswith("prediction: ")]
     assert len(summary) == 1 and summary[0].startswith(f"prediction: {len(skipped)} config(s) skipped"), out
