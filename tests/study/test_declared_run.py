@@ -1,0 +1,40 @@
+"""The declared run decides when one-time costs matter: a data set read once costs as much as a one-epoch run."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from autotune.study import SearchOptions, search
+from autotune.text import rate
+from autotune.tuned import file as tuned_file
+
+SLOW_READS = Path(__file__).parents[1] / "fixtures" / "slow_reads.py"
+
+
+@pytest.mark.slow
+def test_materialising_costs_more_than_the_declared_run_saves_so_streaming_wins(project: Path) -> None:
+    shutil.copy(SLOW_READS, project / "recipes" / "slow_reads.py")
+    lines: list[str] = []
+    # Two cores: the device copy is materialised by at most two processes, the stream read by four workers.
+    # The seeds alone (the workload's own loop, a larger streaming batch, two device-resident ones), in fp32.
+    options = SearchOptions(
+        trials=4, parity_check=False, rounds=1, cpu_share=2, time_budget_s=None, fixes={"amp": ("off",)}
+    )
+    profile = search("slow_reads", options, echo=lines.append).profile
+
+    config = tuned_file.knobs_to_config(profile["knobs"])
+    steady = profile["steady_choice"]
+    assert (config.placement, config.num_workers >= 1, profile["run_epochs"]) == ("stream", True, 1)
+    assert "device-resident" in steady["config"]
+    assert steady["samples_per_s"] > profile["samples_per_s"] and steady["run_s"] > profile["run_s"]
+    assert steady["setup_s"] > 0.5  # 1,024 reads of 1 ms by at most two processes, before the first step
+    said = [line for line in lines if "steady samples/s would pick" in line]
+    assert said == [
+        f"finalists: {config.describe()} finishes the declared run (1 epoch(s) of 1,024 samples) first: "
+        f"{profile['run_s']:.1f} s at {rate(profile['samples_per_s'])}/s; steady samples/s would pick "
+        f"{steady['config']}: {rate(steady['samples_per_s'])}/s, but {steady['run_s']:.1f} s with "
+        f"{steady['setup_s']:.1f} s of one-time costs"
+    ], lines
