@@ -28,7 +28,7 @@ QUICK = Windows(warmup_steps=2, window_s=0.05, min_windows=2, max_windows=3, bou
 @pytest.mark.parametrize(
     ("fail", "config", "reason"),
     [
-        ("oom", Config(batch_size=64), r"oom"),
+        ("oom", Config(batch_size=64), r"oom: asked for 2\.00 GiB"),
         (
             "kill_worker",
             Config(batch_size=16, num_workers=1),
@@ -71,7 +71,7 @@ def test_after_a_failed_trial_the_next_one_runs_in_a_fresh_child(
     monkeypatch.setenv("TINY_FAIL", "oom")
     pool = TrialPool(project / "recipes" / "tiny.py", "cpu", 2, project / "logs", timeout_s=30.0)
     try:
-        assert pool.run(Config(batch_size=64), 0.05, QUICK).reason == "oom"
+        assert pool.run(Config(batch_size=64), 0.05, QUICK).reason == "oom: asked for 2.00 GiB"
         # A small batch: the fault does not fire.
         outcome = pool.run(Config(batch_size=16), 0.05, QUICK)
         assert outcome.state == "complete" and outcome.result is not None and outcome.result["samples_per_s"] > 0

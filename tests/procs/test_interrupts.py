@@ -143,7 +143,10 @@ def test_sigkill_mid_trial_then_the_same_command_resumes(project: Path, quick_he
     assert trials[1].user_attrs["reason"].startswith("interrupted: its worker ")
     retry = [t for t in trials if t.system_attrs.get("retry_history") == [1]]
     assert len(retry) == 1 and retry[0].params == trials[1].params, "the killed trial's config was queued again"
-    assert (retry[0].state, retry[0].user_attrs["reason"]) == (TrialState.FAIL, "oom"), "and measured"
+    assert (retry[0].state, retry[0].user_attrs["reason"]) == (
+        TrialState.FAIL,
+        "oom: asked for 2.00 GiB",
+    ), "and measured"
     assert not [t for t in trials if not t.state.is_finished()], "no trial left RUNNING or WAITING"
     counted = sharing.counted(trials)
     assert len(counted) == 4 and trials[0] in counted and trials[1] not in counted

@@ -16,6 +16,7 @@ from autotune.procs.trial_process import INTERRUPTED, Outcome
 from autotune.trial.timing import Windows
 
 QUICK = Windows(warmup_steps=1, window_s=0.01, min_windows=2, max_windows=3, boundaries=1)
+TINY_OOM = "oom: asked for 2.00 GiB"  # tests/fixtures/tiny.py's fake "CUDA out of memory. Tried to allocate 2.00 GiB"
 
 
 def _pool(project: Path, timeout_s: float = 60.0) -> TrialPool:
@@ -94,13 +95,13 @@ def test_a_spare_started_beside_the_first_child_replaces_a_failed_one_at_once(
         assert pool.run(Config(batch_size=16), 0.05, QUICK).state == "complete"
         assert (pool.children_started, len(pool.standby)) == (2, 1)  # the first child and its spare, started together
         spare_pid = pool.standby[0].proc.pid
-        assert pool.run(Config(batch_size=64), 0.05, QUICK).reason == "oom"
+        assert pool.run(Config(batch_size=64), 0.05, QUICK).reason == TINY_OOM
         after = pool.run(Config(batch_size=16), 0.05, QUICK)
         assert after.state == "complete"
         assert pool.child is not None and pool.child.proc.pid == spare_pid  # the spare took over
         # It was waited for by no one, so no new spare started beside it: none starts while a trial measures.
         assert (pool.children_started, pool.standby) == (2, [])
-        assert pool.run(Config(batch_size=64), 0.05, QUICK).reason == "oom"
+        assert pool.run(Config(batch_size=64), 0.05, QUICK).reason == TINY_OOM
         assert pool.run(Config(batch_size=16), 0.05, QUICK).state == "complete"  # a start waited for, with a new spare
         assert (pool.children_started, len(pool.standby)) == (4, 1)
     finally:

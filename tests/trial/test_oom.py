@@ -1,0 +1,46 @@
+"""An `oom` reason says how much the config asked for and how much was free, as torch's error states it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autotune.trial.runner import classify_failure
+
+# torch's allocator, word for word (c10/cuda/CUDACachingAllocator.cpp), on a GPU another process fills.
+BESIDE_ANOTHER = (
+    "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 139.81 GiB of which 1.25 GiB is "
+    "free. Process 4242 has 120.50 GiB memory in use. Including non-PyTorch memory, this process has 18.02 GiB memory "
+    "in use. Of the allocated memory 17.10 GiB is allocated by PyTorch, and 412.00 MiB is reserved by PyTorch but "
+    "unallocated. If reserved but unallocated memory is large try setting "
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory "
+    "Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+)
+# In a container NVML gives the host's pids: torch cannot tell its own process among them.
+IN_A_CONTAINER = (
+    "CUDA out of memory. Tried to allocate 768.00 MiB. GPU 1 has a total capacity of 79.15 GiB of which 301.94 MiB is "
+    "free. Process 90001 has 1.50 GiB memory in use. Process 90002 has 77.30 GiB memory in use. Of the allocated "
+    "memory 76.80 GiB is allocated by PyTorch, and 20.00 MiB is reserved by PyTorch but unallocated."
+)
+
+
+@pytest.mark.parametrize(
+    ("exc", "reason"),
+    [
+        (
+            torch.OutOfMemoryError(BESIDE_ANOTHER),
+            "oom: asked for 2.00 GiB more, holding 18.02 GiB; 1.25 GiB of 139.81 GiB free; "
+            "other processes held 120.50 GiB (pid 4242)",
+        ),
+        (
+            torch.OutOfMemoryError(IN_A_CONTAINER),
+            "oom: asked for 768.00 MiB; 301.94 MiB of 79.15 GiB free; "
+            "processes on the GPU held 1.50 GiB + 77.30 GiB (pid 90001, 90002)",
+        ),
+        (RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"), "oom: asked for 2.00 GiB"),
+        (RuntimeError("CUDA out of memory."), "oom"),  # no numbers to state, and no CUDA here to ask
+    ],
+    ids=["beside another process", "in a container", "only the allocation", "no numbers"],
+)
+def test_an_oom_reason_states_what_was_asked_and_what_was_free(exc: BaseException, reason: str) -> None:
+    assert classify_failure(exc) == reason
