@@ -14,6 +14,7 @@ import optuna
 import pytest
 from _procs import child_env
 
+from autotune.config import Config
 from autotune.procs.workers import GpusError, cpu_share, parse_gpus
 from autotune.study import SearchError, SearchOptions, baseline_run, search_parallel, sharing
 from autotune.study.setup import open_study, prepare, slug
@@ -102,18 +103,20 @@ def test_gpus_runs_a_worker_per_device_and_the_parent_writes(project: Path) -> N
     )
     # How many configs the gate checks depends on the measured numbers (a noisy fastest brings a runner-up along).
     summary = [line for line in lines if re.match(r"parity: \d+ config\(s\) checked", line)]
-    assert len(summary) == 1 and summary[0].endswith(f", run by worker {study_worker} before its trials)"), out
-    assert (
-        sum(line.startswith("  round 1: ") for line in lines) == 2
-        and sum(line.startswith("  round 2: ") for line in lines) == 2
-    ), out
+    assert len(summary) == 1 and f", run by worker {study_worker} before its trials)" in summary[0], out
+    # The baseline and each finalist once a round (the declared run's choice may bring the rate leader along).
+    firsts, seconds = (sum(line.startswith(f"  round {r}: ") for line in lines) for r in (1, 2))
+    assert firsts == seconds and firsts in (2, 3), out
     trials = check_study(study, 6)
     assert study.user_attrs["cpu_share"] == 1 and study.user_attrs["writer"]["owner"] == sharing.owner()
     profile = tuned_file.read(result.tuned_path)["profiles"]["cpu"]
     assert profile["cpu_share"] == 1, "the profile states the share it was tuned for"
     assert profile["trials_complete"] + profile["trials_failed"] + profile["trials_pruned"] == 6
     assert profile["knobs"]["num_workers"] <= 1
-    assert profile["parity"]["checked"] and profile["parity"]["check_s"] >= round(stored["parity_run"]["seconds"], 1)
+    # tiny's declared run (1,024 samples) is short: its own settings may finish it first, and then need no check.
+    if profile["knobs"] != tuned_file.config_to_knobs(Config(batch_size=16)):
+        assert profile["parity"]["checked"]
+        assert profile["parity"]["check_s"] >= round(stored["parity_run"]["seconds"], 1)
     assert len(trials) == 6
 
 
@@ -139,7 +142,7 @@ def test_the_writer_waits_for_the_baseline_run_of_a_worker_that_joins_late(
     # How many configs the gate checks depends on the measured numbers (a noisy fastest brings a runner-up along).
     summary = [line for line in lines if re.match(r"parity: \d+ config\(s\) checked", line)]
     assert len(made) == 1 and waited < made[0], lines
-    assert len(summary) == 1 and summary[0].endswith(" before its trials)"), lines
+    assert len(summary) == 1 and " before its trials)" in summary[0], lines
     assert not any(line.startswith("cpu1 | [") for line in lines), "the parent took every ticket"
 
 
