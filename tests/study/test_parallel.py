@@ -205,7 +205,9 @@ def test_two_commands_share_one_postgres_study(project: Path, postgres_url: str)
     ]
     outputs = [w.communicate(timeout=300)[0] for w in workers]
     assert [w.returncode for w in workers] == [0, 0], outputs
-    writers = [out for out in outputs if f"wrote {project / 'recipes' / 'tiny.tuned.toml'}" in out]
+    # The other command waits for the writer and then says who wrote it ("worker vm:N wrote ..."): not a writer.
+    wrote = f"wrote {project / 'recipes' / 'tiny.tuned.toml'}"
+    writers = [out for out in outputs if any(line.startswith(wrote) for line in out.splitlines())]
     assert len(writers) == 1, outputs
     other = outputs[1 - outputs.index(writers[0])]
     assert f"study {study_name!r} is done; worker " in other, other
