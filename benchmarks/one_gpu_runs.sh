@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The open GPU measurements on a host with one GPU, in parts that each fit one 10-minute command.
+#
+#     bash benchmarks/one_gpu_runs.sh OUT first    # GPU tests, both decode paths on 5 cores and the gpu path on
+#                                                  # all cores (truth benchmark), the Adadelta MNIST search
+#     bash benchmarks/one_gpu_runs.sh OUT search   # autotune search --recipe imagenet_resnet50, default options
+#     bash benchmarks/one_gpu_runs.sh OUT check    # the search's winner and the best hand sweep rows through the
+#                                                  # truth benchmark; autotune search --recipe text_transformer
+#
+# The synthetic ImageNet folder (51,200 JPEGs) is written once per host, under /tmp, while the GPU tests run;
+# later parts on the same host reuse it. Each step's output goes, stamped, to OUT/<step>.log, and a step is
+# given only the seconds left of the part's budget (PART_S, default 570), so one that hangs cannot take the rest.
+set -u
+OUT=$(realpath -m "$1")
+PART=$2
+mkdir -p "$OUT"
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+export PYTHONUNBUFFERED=1 AUTOTUNE_DATA=/tmp/autotune-data
+END=$(($(date +%s) + ${PART_S:-570}))
+NCPU=$(nproc)
+
+stamp() { while IFS= read -r line; do printf '%s %s\n' "$(date +%T)" "$line"; done; }
+left() { echo $((END - $(date +%s))); }
+step() {  # step NAME COMMAND...: in its own folder under /tmp, at most the seconds left, output to OUT/NAME.log
+    local name=$1
+    shift
+    if [ "$(left)" -lt 10 ]; then
+        echo "$(date +%T) [$name: skipped, the part's time is spent]" >>"$OUT/progress.log"
+        return
+    fi
+    mkdir -p "/tmp/runs/$name"
+    local t0=$SECONDS
+    (cd "/tmp/runs/$name" && timeout "$(left)" "$@") 2>&1 | stamp >>"$OUT/$name.log"
+    echo "$(date +%T) [$name: exit ${PIPESTATUS[0]}, $((SECONDS - t0)) s]" | tee -a "$OUT/$name.log" >>"$OUT/progress.log"
+}
+DATA="python3 -c \"from autotune.workloads.imagenet import imagenet_folder; print(len(imagenet_folder('$AUTOTUNE_DATA')))\";
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv"
+budget() { local s=$(($(left) - 45)); echo $((s > 30 ? s : 30)); }  # a search's --time-budget: what is left, less its tail
+echo "$(date +%T) $PART on $NCPU cores, commit $(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null)" >>"$OUT/progress.log"
+
+case $PART in
+first)
+    step data bash -c "$DATA" &
+    step pytest_gpu bash -c "cd $REPO && python3 -m pytest -q -m gpu -p no:cacheprovider -rs"
+    wait
+    step truth_5cores taskset -c 0-4 python3 "$REPO/benchmarks/truth.py" --configs decode --seconds 15 --out .
+    cp /tmp/runs/truth_5cores/truth.json "$OUT/truth_5cores.json" 2>/dev/null
+    step truth_gpu_path python3 "$REPO/benchmarks/truth.py" --configs decode --match gpu --seconds 15 --out .
+    cp /tmp/runs/truth_gpu_path/truth.json "$OUT/truth_gpu_path.json" 2>/dev/null
+    step adadelta bash -c "python3 -m autotune search --recipe $REPO/benchmarks/workloads/mnist_adadelta.py \
+        --time-budget $(budget) && python3 -m autotune show --recipe $REPO/benchmarks/workloads/mnist_adadelta.py"
+    cp "$REPO/benchmarks/workloads/mnist_adadelta.tuned.toml" "$OUT/" 2>/dev/null
+    ;;
+search)
+    [ -d "$AUTOTUNE_DATA/imagenet-synthetic" ] || step data bash -c "$DATA"
+    step imagenet_search bash -c "python3 -m autotune search --recipe imagenet_resnet50 \
+        && python3 -m autotune show --recipe imagenet_resnet50"
+    cp /tmp/runs/imagenet_search/recipes/imagenet_resnet50.tuned.toml "$OUT/" 2>/dev/null
+    ;;
+check)
+    [ -d "$AUTOTUNE_DATA/imagenet-synthetic" ] || step data bash -c "$DATA"
+    # The winner as the search wrote it (in the search's folder), else the committed one.
+    cd /tmp/runs/imagenet_search 2>/dev/null || cd "$REPO"
+    step winner bash -c "cd $PWD && python3 $REPO/benchmarks/truth.py --configs tuned --seconds 20 --out /tmp/runs/winner"
+    cp /tmp/runs/winner/truth.json "$OUT/winner.json" 2>/dev/null
+    step sweep python3 "$REPO/benchmarks/truth.py" --configs sweep --match "1[56] workers, bf16" --seconds 20 --out .
+    cp /tmp/runs/sweep/truth.json "$OUT/sweep.json" 2>/dev/null
+    step text bash -c "python3 -m autotune search --recipe text_transformer --time-budget $(budget) \
+        && python3 -m autotune show --recipe text_transformer"
+    cp /tmp/runs/text/recipes/text_transformer.tuned.toml "$OUT/" 2>/dev/null
+    ;;
+*)
+    echo "unknown part $PART: first, search or check" >&2
+    exit 2
+    ;;
+esac
+echo "$(date +%T) $PART done" >>"$OUT/progress.log"
