@@ -25,7 +25,7 @@ from autotune.procs.pool import TrialPool
 from autotune.procs.trial_process import Outcome
 from autotune.study import sharing
 from autotune.study.failures import Finished, Hopeless, blocks, hopeless_values
-from autotune.study.finalists import baseline_rate
+from autotune.study.finalists import baseline_rate, check_budget
 from autotune.study.parity import run_length
 from autotune.study.predict import PREDICTED, LoaderModel
 from autotune.study.setup import SearchError, Setup
@@ -85,24 +85,27 @@ def out_of_time(setup: Setup) -> bool:
     """No trial may start: the time left in the budget would not cover the end of the search.
 
     The end is the parity check (the baseline's run at its trial's rate, each candidate's guessed at
-    half that) and the finalists' rounds (each config measured once per round, as long as a trial's
-    measurement took, the median so far; a process's start-up is not counted, the fork server makes
-    it short).
+    half that, and never more than the check's own share of the budget, which bounds it) and the
+    finalists' rounds (each config measured once per round, as long as a measurement took: the median
+    of the trials that completed; a process's start-up is not counted, the fork server makes it short).
+    A failed or pruned trial's time is not what a round costs: on an H200, one ResNet-50 trial that ran
+    out of memory after a minute of filling batch 2048 made the median a round's cost and ended the
+    search after two trials.
     """
     budget = setup.options.time_budget_s
     if budget is None:
         return False
-    durations = [t.user_attrs["duration_s"] for t in setup.study.get_trials(deepcopy=False)
-                 if t.state.is_finished() and "duration_s" in t.user_attrs]
-    if not durations:
+    complete = setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    measured = [t.user_attrs["duration_s"] for t in complete if "duration_s" in t.user_attrs]
+    if not measured:
         return setup.elapsed() >= budget
-    trial_s = statistics.median(durations)
+    trial_s = statistics.median(measured)
     finalists = setup.options.finalists
     check_s = 0.0
     rate = baseline_rate(setup)
     if setup.options.parity_check and rate:
         samples, _ = run_length(setup.baseline.batch_size, max(setup.space.domains["batch_size"]), rate)
-        check_s = samples / rate * (1 + 0.5 * finalists)
+        check_s = min(samples / rate * (1 + 0.5 * finalists), check_budget(setup) or float("inf"))
     rounds_s = (finalists + 1) * setup.options.rounds * trial_s
     return setup.elapsed() + trial_s + check_s + rounds_s >= budget
 

@@ -6,6 +6,8 @@ processes lives on its device, as a config that fits alone fails beside one that
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -115,3 +117,24 @@ def test_on_a_cpu_an_oom_is_not_measured_again(tmp_path: Path, children: type[_C
     outcome = trials.run(Config(batch_size=256), 0.1)  # fails beside its spare
     assert (outcome.reason, len(children.started), len(trials.standby)) == (BESIDE, 2, 1)
     trials.stop()
+
+
+ORPHAN = """
+import os, sys, time
+if os.fork() == 0:  # a DataLoader worker that outlives its trial process, in the trial's process group
+    time.sleep(60)
+    os._exit(0)
+sys.exit(0)
+"""
+
+
+def test_a_killed_trial_is_gone_with_its_whole_group_before_the_next_process_starts() -> None:
+    # A worker forked from a trial process holds the device's files: the driver frees the trial's memory only
+    # once it has exited too. Here the trial has exited already and left its worker behind.
+    from autotune.procs import lifecycle
+
+    proc = subprocess.Popen([sys.executable, "-c", ORPHAN], start_new_session=True)
+    proc.wait()
+    assert len(lifecycle.group_members(proc.pid)) == 1
+    lifecycle.kill(proc, group=True)
+    assert lifecycle.group_members(proc.pid) == []

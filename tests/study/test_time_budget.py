@@ -1,0 +1,56 @@
+"""When a search stops starting trials: the end it reserves time for is costed from measurements, not failures."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from types import SimpleNamespace
+
+import optuna
+from optuna.distributions import FloatDistribution
+from optuna.trial import TrialState, create_trial
+
+from autotune.config import Config
+from autotune.study.options import SearchOptions
+from autotune.study.trials import out_of_time
+
+BASELINE = Config(256, num_workers=4, pin_memory=True)
+
+
+def _setup(trials: list[tuple[TrialState, float]], elapsed_s: float, budget_s: float = 480.0) -> SimpleNamespace:
+    """A search `elapsed_s` into its budget whose study holds `trials`: (state, seconds each took)."""
+    study = optuna.create_study(direction="maximize")
+    for state, seconds in trials:
+        study.add_trial(create_trial(
+            state=state, value=1_100.0 if state == TrialState.COMPLETE else None,
+            params={"x": 0.0}, distributions={"x": FloatDistribution(0, 1)},
+            user_attrs={"duration_s": seconds, "config": dataclasses.asdict(BASELINE)},
+        ))
+    return SimpleNamespace(
+        options=SearchOptions(time_budget_s=budget_s),
+        study=study,
+        baseline=BASELINE,
+        space=SimpleNamespace(domains={"batch_size": [64, 8192]}, normalise=lambda config: config),
+        config_of=lambda t: Config.from_dict(t.user_attrs["config"]),
+        started=time.monotonic() - elapsed_s,
+        elapsed=lambda: elapsed_s,
+    )
+
+
+def test_a_long_failed_trial_does_not_set_what_a_round_costs() -> None:
+    # The H200 ResNet-50 search: the baseline's trial took 10 s, a batch-2048 trial ran out of memory after 63 s,
+    # 79 s in. Costing the rounds at the median (36 s) and the check at its uncapped length ended the search there.
+    setup = _setup([(TrialState.COMPLETE, 10.0), (TrialState.FAIL, 63.0)], elapsed_s=79.0)
+    assert not out_of_time(setup)
+
+
+def test_the_parity_check_is_reserved_at_most_its_share_of_the_budget() -> None:
+    # 8 rounds of 10 s plus a trial, 90 s; the check is capped at 15% of 480 s, 72 s: 162 s of end to reserve.
+    assert not out_of_time(_setup([(TrialState.COMPLETE, 10.0)], elapsed_s=480.0 - 163.0))
+    assert out_of_time(_setup([(TrialState.COMPLETE, 10.0)], elapsed_s=480.0 - 161.0))
+
+
+def test_with_only_failures_the_search_runs_until_the_budget() -> None:
+    failed = [(TrialState.FAIL, 63.0), (TrialState.PRUNED, 40.0)]
+    assert not out_of_time(_setup(failed, elapsed_s=479.0))
+    assert out_of_time(_setup(failed, elapsed_s=480.0))
