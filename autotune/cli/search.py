@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from autotune.config import LR_RULES
-from autotune.study.options import DEFAULT_TIME_BUDGET_S
+from autotune.study.options import DEFAULT_TIME_BUDGET_S, SearchOptions
 from autotune.text import printable
 
 EPILOG = """\b
@@ -111,33 +111,10 @@ def search(
     cpus: int | None,
 ) -> None:
     """Tune a workload's loader and loop knobs; write recipes/NAME.tuned.toml."""
-
-    def say(line: str) -> None:  # a trial's failure reason may quote the workload's own text
-        click.echo(printable(line))
-
-    from autotune.procs.cpus import CpusError, restrict
-    from autotune.procs.early import StartedEarly, start_early
-    from autotune.procs.workers import GpusError, parse_gpus
-    from autotune.study.options import SearchOptions
-    from autotune.study.sharing import SharingError
-    from autotune.study.space import SpaceError, parse_fix
-    from autotune.tuned.file import TunedFileError
-    from autotune.workloads import WorkloadError
-
-    parsed: dict[str, Any] = {}
-    try:
-        for text in fixes:
-            knob, values = parse_fix(text)
-            if knob in parsed and parsed[knob] != values:
-                raise SpaceError(f"--fix {knob} is given twice, with different values ({text!r} after "
-                                 f"{knob}={','.join(map(str, parsed[knob]))}); give each knob once.")
-            parsed[knob] = values
-    except SpaceError as exc:
-        raise click.UsageError(printable(str(exc))) from None
     options = SearchOptions(
         trials=trials,
         time_budget_s=time_budget or None,
-        fixes=parsed,
+        fixes=_parse_fixes(fixes),
         storage=storage,
         study=study_name,
         trial_timeout_s=trial_timeout,
@@ -150,11 +127,54 @@ def search(
         cpus=cpus,
     )
     if cpus is not None:
-        try:
-            restrict(cpus)  # before any process starts: they inherit the cores
-        except CpusError as exc:
-            raise click.UsageError(str(exc)) from None
-    early = start_early(recipe, options, gpus, echo=say)  # before torch is imported: see autotune.procs.early
+        _restrict_cpus(cpus)  # before any process starts: they inherit the cores
+    _run(recipe, options, gpus)
+
+
+def _say(line: str) -> None:
+    click.echo(printable(line))  # a trial's failure reason may quote the workload's own text
+
+
+def _parse_fixes(fixes: tuple[str, ...]) -> dict[str, Any]:
+    """The --fix options by knob; a knob given twice with other values is bad input, not the last one winning."""
+    from autotune.study.space import SpaceError, parse_fix
+
+    parsed: dict[str, Any] = {}
+    try:
+        for text in fixes:
+            knob, values = parse_fix(text)
+            if knob in parsed and parsed[knob] != values:
+                raise SpaceError(f"--fix {knob} is given twice, with different values ({text!r} after "
+                                 f"{knob}={','.join(map(str, parsed[knob]))}); give each knob once.")
+            parsed[knob] = values
+    except SpaceError as exc:
+        raise click.UsageError(printable(str(exc))) from None
+    return parsed
+
+
+def _restrict_cpus(cpus: int) -> None:
+    """Pin this process, and so every process it starts, to `cpus` cores; a count it cannot have is bad input."""
+    from autotune.procs.cpus import CpusError, restrict
+
+    try:
+        restrict(cpus)
+    except CpusError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _run(recipe: str, options: SearchOptions, gpus: str | None) -> None:
+    """Start the trial processes (and the --gpus workers) early, then search on one GPU or on several.
+
+    Whatever was started is stopped on the way out, however the search ends.
+    """
+    from autotune.procs.early import StartedEarly, start_early
+    from autotune.procs.workers import GpusError, parse_gpus
+    from autotune.study.sharing import SharingError
+    from autotune.study.space import SpaceError
+    from autotune.tuned.file import TunedFileError
+    from autotune.workloads import WorkloadError
+
+    early = start_early(recipe, options, gpus, echo=_say)  # before torch is imported: see autotune.procs.early
     try:
         import torch
 
@@ -168,10 +188,10 @@ def search(
                 early.stop()
                 early = StartedEarly(early.options)
             search_parallel(
-                recipe, early.options, devices, echo=say, early=early.pool, workers=early.workers or None
+                recipe, early.options, devices, echo=_say, early=early.pool, workers=early.workers or None
             )
         else:
-            run_search(recipe, options, echo=say, early=early.pool)
+            run_search(recipe, options, echo=_say, early=early.pool)
     except (WorkloadError, SpaceError, SearchError, SharingError, GpusError, TunedFileError) as exc:
         raise click.UsageError(printable(str(exc))) from None
     except KeyboardInterrupt:

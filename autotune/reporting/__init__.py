@@ -1,6 +1,8 @@
 """`autotune report`: the second seed's stage 3 from the study a search stored.
 
-- ``study``: read the study, group its trials, compute importances (``report``);
+- ``study``: find the study, draw its figures, put the report together (``report``, ``render``);
+- ``trials``: its trials as the tables' rows: the fastest configs, failures by cause, importances;
+- ``rounds``: the winner's numbers, from the finalists the search measured again;
 - ``files``: the Markdown and HTML report files;
 - ``figures``: the PNG heat map, history and importances.
 """

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 from autotune.text import percent, rate
 
 if TYPE_CHECKING:
-    from autotune.reporting.study import Rounds, StudyReport
+    from autotune.reporting.rounds import Rounds
+    from autotune.reporting.study import StudyReport
 
 CAPTIONS = {
     "heatmap": (

@@ -6,6 +6,10 @@ or under ``out``: a heat map of samples/s over batch_size x num_workers (the
 seed's sensitivity map), the optimisation history, the parameter importances,
 and a Markdown report that links them beside an HTML report that embeds them.
 
+This module finds the study, draws the figures and puts the report together;
+the rows of its tables come from ``autotune.reporting.trials``, the winner's
+numbers from ``autotune.reporting.rounds``.
+
     autotune report --recipe mnist_cnn
 """
 
@@ -13,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import statistics
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +25,6 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.config import Config
 from autotune.reporting.files import (
     best_table,
     failure_table,
@@ -32,69 +34,24 @@ from autotune.reporting.files import (
     write_html,
     write_markdown,
 )
-from autotune.study.pruner import ClearlyWorsePruner
+from autotune.reporting.rounds import Rounds, read_rounds
+from autotune.reporting.trials import (
+    FailureGroup,
+    Row,
+    failure_groups,
+    fastest,
+    param_importances,
+    parity_verdicts,
+    row_of,
+)
 from autotune.study.sharing import SharingError
 from autotune.study.storage import open_storage, redact
 from autotune.text import bar, percent, table
 from autotune.workloads import resolve
 
-MIN_IMPORTANCE_TRIALS = 5  # fewer complete trials than this say nothing about importances
-EXAMPLES = 3  # configs quoted per failure group
-
 
 class ReportError(RuntimeError):
     """A report that cannot be made; the message says why and what to do."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Row:
-    """One complete trial in the best-configs table."""
-
-    trial: int
-    role: str  # "baseline", "seed" (queued first by the search), or "" (sampled)
-    samples_per_s: float  # one measurement: the trial's own; a speed-up is stated from the rounds only
-    spread: float | None
-    config: dict[str, Any]
-    lr: float | None
-    parity: str | None = None  # "pass" or "REJECT" from the search's parity check; None: not checked
-    rank: int = 0  # among the study's distinct configs by samples/s, the baseline left out; 0 for the baseline
-
-    @property
-    def describe(self) -> str:
-        return Config.from_dict(self.config).describe()
-
-
-@dataclasses.dataclass(frozen=True)
-class FailureGroup:
-    state: str  # "failed" or "pruned"
-    reason: str  # what the group shares
-    example: str  # one full recorded reason
-    trials: tuple[int, ...]
-    configs: tuple[str, ...]  # up to EXAMPLES of their configs, described
-
-
-@dataclasses.dataclass(frozen=True)
-class Finalist:
-    """One config as the search measured it again, beside the baseline, in fresh processes."""
-
-    config: str  # described
-    role: str  # "winner", "baseline" or "finalist"
-    rounds: int  # rounds it completed
-    samples_per_s: float | None  # the median of its rounds; None when it failed in every round
-    vs_baseline: float | None  # that median over the baseline's, as the tuned file states the winner's
-
-
-@dataclasses.dataclass(frozen=True)
-class Rounds:
-    """The rounds the tuned file's numbers come from, as the search kept them on the study."""
-
-    winner: str  # described
-    samples_per_s: float
-    baseline_samples_per_s: float
-    speedup: float  # exactly the tuned file's
-    spread: float
-    tuned_file: str
-    finalists: tuple[Finalist, ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,109 +98,29 @@ def _pick_study(storage: optuna.storages.BaseStorage, recipe: str, wanted: str |
     return mine[0]
 
 
-def _row(t: FrozenTrial, verdicts: dict[str, bool] | None = None) -> Row:
-    result = t.user_attrs.get("result") or {}
-    config = t.user_attrs["config"]
-    passed = (verdicts or {}).get(Config.from_dict(config).describe())
-    return Row(
-        t.number,
-        t.user_attrs.get("role", ""),
-        float(t.value or 0.0),
-        result.get("spread"),
-        config,
-        t.user_attrs.get("lr"),
-        None if passed is None else "pass" if passed else "REJECT",
-    )
-
-
-ROUNDS_ATTRIBUTE = "rounds"  # as autotune.study.run keeps them (not imported: a report loads no search)
-
-
-def _rounds(study: optuna.Study) -> Rounds | None:
-    """The finalists measured again, as the search that wrote the tuned file kept them; None if it kept none."""
-    kept = study.user_attrs.get(ROUNDS_ATTRIBUTE)
-    if not isinstance(kept, dict):
-        return None
-    try:
-        medians = {
-            c["config"]: statistics.median(c["samples_per_s"]) if c["samples_per_s"] else None for c in kept["configs"]
-        }
-        # The winner and the baseline as the tuned file states them; the other finalists by the file's own rule,
-        # the median of the rounds over the baseline's, to two places.
-        stated = {kept["baseline"]: (float(kept["baseline_samples_per_s"]), 1.0),
-                  kept["winner"]: (float(kept["samples_per_s"]), float(kept["speedup"]))}
-        base = medians[kept["baseline"]]
-
-        def finalist(c: dict[str, Any]) -> Finalist:
-            name, median = c["config"], medians[c["config"]]
-            role = "winner" if name == kept["winner"] else "baseline" if name == kept["baseline"] else "finalist"
-            value, ratio = stated.get(name, (median, round(median / base, 2) if median and base else None))
-            return Finalist(name, role, len(c["samples_per_s"]), value, ratio)
-
-        return Rounds(
-            kept["winner"], float(kept["samples_per_s"]), float(kept["baseline_samples_per_s"]),
-            float(kept["speedup"]), float(kept["spread"]), str(kept["tuned_file"]),
-            tuple(finalist(c) for c in kept["configs"]),
-        )
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):
-        return None  # not what this version keeps: stated as "no rounds", never as numbers half read
-
-
-def _verdicts(study: optuna.Study) -> dict[str, bool]:
-    """The parity check's verdicts, by config: the search keeps them on the study (finished trials are read-only)."""
-    return {
-        v["config"]: bool(v["passed"])
-        for k, v in study.user_attrs.items()
-        if k.startswith("parity:trial-") and isinstance(v, dict) and "config" in v and "passed" in v
-    }
-
-
-def _group_key(reason: str) -> str:
-    """Failures that share a cause share a key: the kind, and for an exception its type."""
-    head, _, rest = reason.partition(": ")
-    if head == "error":
-        return f"error: {rest.partition(':')[0]}"
-    if head in ("timeout", "crashed", "worker died", "cuda error"):
-        return head
-    return reason
-
-
-def _failures(trials: list[FrozenTrial]) -> tuple[FailureGroup, ...]:
-    pruner = ClearlyWorsePruner()
-    groups: dict[tuple[str, str], list[FrozenTrial]] = {}
-    for t in trials:
-        if t.state == TrialState.FAIL:
-            reason = t.user_attrs.get("reason", "no reason recorded (its search process stopped while it ran)")
-            groups.setdefault(("failed", _group_key(reason)), []).append(t)
-        elif t.state == TrialState.PRUNED:
-            groups.setdefault(
-                ("pruned", f"windows ran below {pruner.ratio:.0%} of the best trial's samples/s"), []
-            ).append(t)
-    out = []
-    for (state, key), members in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
-        example = members[0].user_attrs.get("reason", key)
-        configs = tuple(Config.from_dict(t.user_attrs["config"]).describe() for t in members[:EXAMPLES])
-        out.append(FailureGroup(state, key, example, tuple(t.number for t in members), configs))
-    return tuple(out)
-
-
-def _importances(study: optuna.Study, complete: int) -> tuple[dict[str, float] | None, str | None]:
-    if complete < MIN_IMPORTANCE_TRIALS:
-        return (
-            None,
-            f"parameter importances need at least {MIN_IMPORTANCE_TRIALS} complete trials; the study has {complete}.",
-        )
+def _open_study(
+    recipe: str, name: str, storage: str | None, study: str | None, state_dir: Path
+) -> tuple[optuna.Study, str]:
+    if storage is None:
+        db = state_dir / f"{name}.db"
+        if not db.is_file():
+            raise ReportError(
+                f"there is no study storage at {db}: run `autotune search --recipe {recipe}` here first, or pass "
+                f"--storage URL."
+            )
+        storage = f"sqlite:///{db.resolve()}"
+    where = redact(storage)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # PED-ANOVA warns about thin regimes; the note below says it plainly
-            values = optuna.importance.get_param_importances(
-                study, evaluator=optuna.importance.PedAnovaImportanceEvaluator()
-            )
-    except (ValueError, RuntimeError) as exc:
-        return None, f"parameter importances could not be computed: {exc}"
-    if not values:
-        return None, "parameter importances: no knob took more than one value in the complete trials."
-    return dict(sorted(values.items(), key=lambda kv: -kv[1])), None
+            warnings.simplefilter(
+                "ignore", optuna.exceptions.ExperimentalWarning
+            )  # heartbeats: what the search relies on
+            store = open_storage(storage)
+    except SharingError as exc:
+        raise ReportError(str(exc)) from exc
+    chosen = _pick_study(store, name, study, where)
+    return optuna.load_study(study_name=chosen, storage=store), where
 
 
 # -- the figures' data -------------------------------------------------------------------------
@@ -283,31 +160,6 @@ def heatmap_data(
 def _stem(study: str) -> str:
     """A file name stem per study: mnist_cnn@nvidia-h200 -> mnist_cnn.nvidia-h200."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", study.replace("@", ".", 1)).strip("-")
-
-
-def _open_study(
-    recipe: str, name: str, storage: str | None, study: str | None, state_dir: Path
-) -> tuple[optuna.Study, str]:
-    if storage is None:
-        db = state_dir / f"{name}.db"
-        if not db.is_file():
-            raise ReportError(
-                f"there is no study storage at {db}: run `autotune search --recipe {recipe}` here first, or pass "
-                f"--storage URL."
-            )
-        storage = f"sqlite:///{db.resolve()}"
-    where = redact(storage)
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter(
-                "ignore", optuna.exceptions.ExperimentalWarning
-            )  # heartbeats: what the search relies on
-            store = open_storage(storage)
-    except SharingError as exc:
-        raise ReportError(str(exc)) from exc
-    chosen = _pick_study(store, name, study, where)
-    return optuna.load_study(study_name=chosen, storage=store), where
 
 
 def _draw(
@@ -356,27 +208,6 @@ def _draw(
     return written, notes
 
 
-def _best(complete: list[FrozenTrial], base_trial: FrozenTrial | None, verdicts: dict[str, bool],
-          top: int) -> tuple[list[Row], list[str]]:
-    """The `top` fastest distinct configs beside the baseline, and the notes they call for."""
-    ranked: list[Row] = []
-    for t in complete:
-        row = _row(t, verdicts)
-        if t is not base_trial and row.describe not in {r.describe for r in ranked}:
-            ranked.append(dataclasses.replace(row, rank=len(ranked) + 1))
-    best = ranked[:top]
-    if any(r.parity == "REJECT" for r in best) and not any(r.parity == "pass" for r in best):
-        # The fastest were rejected: show the fastest that may win too, at its own rank.
-        best += [r for r in ranked[top:] if r.parity == "pass"][:1]
-    notes: list[str] = []
-    if any(r.parity == "REJECT" for r in best):
-        notes.append("parity REJECT: the search's parity check found the config trains differently from the "
-                     "baseline; it cannot win.")
-    if base_trial is None:
-        notes.append("the baseline (the workload's own settings) has no complete trial in this study.")
-    return best, notes
-
-
 def report(
     recipe: str,
     storage: str | None = None,
@@ -423,13 +254,13 @@ def report(
         (t for t in sorted(complete, key=lambda t: t.number) if t.user_attrs.get("role") == "baseline"), None
     )
     base_value = float(base_trial.value) if base_trial is not None and base_trial.value else None
-    best, notes = _best(complete, base_trial, _verdicts(loaded), top)
-    rounds = _rounds(loaded)
+    best, notes = fastest(complete, base_trial, parity_verdicts(loaded), top)
+    rounds = read_rounds(loaded)
     if rounds is None:
         notes.append("no speed-up is stated: the study holds no finalists measured again beside the baseline (its "
                      "search has not written a tuned file, or an earlier autotune version did); each trial's "
                      "samples/s is one measurement.")
-    importances, why = _importances(loaded, len(complete))
+    importances, why = param_importances(loaded, len(complete))
     notes += [why] if why else []
 
     hardware = str(loaded.user_attrs.get("hardware", "?"))
@@ -443,11 +274,11 @@ def report(
         where,
         hardware,
         counts,
-        _row(base_trial) if base_trial else None,
+        row_of(base_trial) if base_trial else None,
         tuple(best),
         importances,
         tuple(notes + more),
-        _failures(trials),
+        failure_groups(trials),
         written,
         out / f"{stem}.report.md",
         out / f"{stem}.report.html",

@@ -5,7 +5,8 @@
 - ``setup``: the workload, the machine, the ``space`` of knobs, the study and its ``seeds``;
 - ``trials``: take tickets (``sharing``), measure each config, learn hopeless values (``failures``),
   stop clearly worse trials early (``pruner``);
-- ``finalists``: the ``parity_check`` (verdicts by ``parity``) and the rounds measured again;
+- ``finalists``: the ``parity_check`` (verdicts by ``parity``, those without a run and their wording in
+  ``parity_verdicts``, its time in ``parity_budget``) and the rounds measured again;
 - ``profile``: the winner and its profile, written to the tuned file.
 
 Around them: ``options`` (what a search is asked to do), ``storage`` (SQLite or

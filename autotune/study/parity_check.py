@@ -10,21 +10,19 @@ rejected. A baseline that learns too little to judge by is run once more, longer
 if it still has, the check is inconclusive and only configs with the baseline's
 math may pass. Every parity run is made by a caller-given function (in a search,
 in a trial process); the check keeps what each cost and stops running once its
-budget is spent.
+budget is spent (``autotune.study.parity_budget``). The verdicts it states
+without a run, and the reasons a verdict gives, are in
+``autotune.study.parity_verdicts``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from autotune.config import Config, LrRule
 from autotune.study.parity import (
-    CHECK_SHARE,
-    EXTEND_FACTOR,
     INITIAL_RTOL,
     MIN_PROGRESS,
     TOLERANCES,
@@ -42,9 +40,9 @@ from autotune.study.parity import (
     run_length,
     run_seconds,
 )
+from autotune.study.parity_budget import ParityBudget
+from autotune.study.parity_verdicts import cannot_judge, explained, inconclusive_reason, same_as_baseline
 from autotune.trial.parity_run import ParityRun
-
-MIN_EXTENSION = 1.25  # an extension shorter than this many times the run is not worth a run: the check stays as is
 
 
 class ParityCheck:
@@ -75,23 +73,20 @@ class ParityCheck:
         lr_at: Callable[[Config, str], float] | None = None,
     ) -> None:
         self.baseline, self.lr_of, self.make_run, self.echo = baseline, lr_of, make_run, echo
-        self.lr_rule, self.lr_at, self.budget_s = lr_rule, lr_at, budget_s
+        self.lr_rule, self.lr_at = lr_rule, lr_at
+        self.budget = ParityBudget(budget_s, echo)  # every run's time, the baseline's included: the check's cost
         # `max_batch`: the largest batch any candidate may have, when the runs begin before all are known.
         largest = max_batch if max_batch is not None else max([c.batch_size for c in candidates], default=1)
         self.samples, self.window = run_length(baseline.batch_size, largest, baseline_rate, run_seconds(budget_s))
         self.verdicts: dict[Config, ParityVerdict] = {}
         self.runs = 0  # candidates' runs; a config with the numerics (or hopeless batch) of a run reuses its verdict
-        self.seconds = 0.0  # wall time of every parity run, the baseline's included: the check's cost
-        self.baseline_seconds = 0.0
         self.conclusive: bool | None = None  # None until the baseline has run; False: only the same math may pass
         self.extended = False
         self._base: ParityRun | None = None
         self._base_from = ""  # where an adopted baseline run was made, for the summary
-        self._last_base_s = 0.0  # the latest baseline run's time: what a candidate's run is expected to take
         self._by_numerics: dict[tuple[Any, ...], tuple[Config, ParityVerdict]] = {}
         # (batch size, learning rate) pairs rejected by a margin: every config with that batch at that rate fails too.
         self._batch_rejected: dict[tuple[int, float], tuple[Config, ParityVerdict]] = {}
-        self._told_spent = False
 
     def adopt_baseline(self, run: ParityRun, where: str) -> None:
         """Use a baseline run made elsewhere (`where` says by whom), of this gate's length, instead of making one."""
@@ -105,15 +100,7 @@ class ParityCheck:
                 f"{self.samples:,} samples, but got batch {run.batch_size} and {run.samples:,} samples."
             )
         self._base, self._base_from = run, where
-        self.baseline_seconds = self._last_base_s = run.seconds
-        self.seconds += run.seconds  # the check's cost, wherever it was paid
-
-    def _timed(self, config: Config, lr: float) -> ParityRun:
-        start = time.perf_counter()
-        try:
-            return self.make_run(config, lr, self.samples)
-        finally:
-            self.seconds += time.perf_counter() - start
+        self.budget.adopt_baseline(run.seconds)
 
     def select(self, ranked: Sequence[Config], want: int, max_runs: int) -> list[Config]:
         """The first `want` configs of `ranked` that pass, running at most `max_runs` more candidates."""
@@ -137,7 +124,7 @@ class ParityCheck:
                     f"  parity {verdict.word:<6}  (batch {config.batch_size} at lr {verdict.lr:g} is too far "
                     f"whatever the numerics: see {twin.describe()})  {config.describe()}"
                 )
-            elif self.runs >= limit or self._spent():
+            elif self.runs >= limit or self.budget.spent(self.runs):
                 break
             else:
                 verdict = self._judge(config, limit)
@@ -164,25 +151,16 @@ class ParityCheck:
         found = [self._batch_rejected.get((config.batch_size, lr)) for _, lr in self._rates(config)]
         return found[-1] if found and all(f is not None for f in found) else None  # type: ignore[return-value]
 
-    def _spent(self) -> bool:
-        """The check's budget cannot pay for one more run (expected to take as long as the baseline's)."""
-        if self.budget_s is None or self.runs == 0 or self.seconds + self._last_base_s <= self.budget_s:
-            return False
-        if not self._told_spent:
-            self._told_spent = True
-            self.echo(
-                f"parity: the check's time is spent ({self.seconds:.1f} s of its {self.budget_s:.0f} s, "
-                f"{CHECK_SHARE:.0%} of the search's budget); the configs not yet checked cannot be finalists"
-            )
-        return True
-
     def _judge(self, config: Config, limit: int) -> ParityVerdict:
         """Run `config` at its rule's rate, then at the gentler ones while a batch size fails and a rate may help."""
         self._ensure_baseline()
         assert self._base is not None and self.conclusive is not None
         changed = changes_math(self.baseline, config)
         if not self.conclusive and changed:
-            verdict = self._inconclusive(config, changed)
+            verdict = cannot_judge(
+                self.baseline, config, changed, self.lr_of(config), self.lr_of(self.baseline), self.samples,
+                self.window, self._inconclusive_reason(),
+            )
             self.echo(f"  parity {verdict.summary()}  {config.describe()}")
             return verdict
         failed: list[tuple[str | None, ParityVerdict]] = []
@@ -191,11 +169,12 @@ class ParityCheck:
             if (config.batch_size, lr) in self._batch_rejected:
                 failed.append((rule, self._batch_rejected[(config.batch_size, lr)][1]))
                 continue
-            if verdict is not None and (self.runs >= limit or self._spent()):
+            if verdict is not None and (self.runs >= limit or self.budget.spent(self.runs)):
                 break
             self.runs += 1
             verdict, may_help = self._check(config, lr)
-            verdict = self._explained(verdict, rule, failed)
+            unjudged = None if self.conclusive else self._inconclusive_reason()  # what a pass of it must state
+            verdict = explained(verdict, rule, self.lr_rule, failed, unjudged)
             self.echo(f"  parity {verdict.summary()}  [{verdict.run_s:.1f} s]  {config.describe()}")
             if clearly_too_far(verdict):
                 self._batch_rejected[(config.batch_size, lr)] = (config, verdict)
@@ -205,22 +184,20 @@ class ParityCheck:
         assert verdict is not None  # _hopeless() ruled out a config with no rate left to try
         return verdict
 
-    def _explained(
-        self, verdict: ParityVerdict, rule: str | None, failed: list[tuple[str | None, ParityVerdict]]
-    ) -> ParityVerdict:
-        """The verdict with the rule its rate came from and why that rate (the search's rule, or the bolder ones
-        failed); a pass of an inconclusive check says so."""
-        changes: dict[str, Any] = {}
-        if rule is not None and self.lr_rule is not None:
-            bolder = "; ".join(f"the {r} rate (lr {v.lr:g}) failed: {_short(v)}" for r, v in failed)
-            why = f"{bolder}; {rule} is the next gentler rate" if failed else self.lr_rule.why
-            changes.update(lr_rule=rule, lr_reason=why)
-        if verdict.passed and not self.conclusive:
-            # It passes on its math alone: the same arithmetic as a baseline whose learning is too small to measure.
-            changes.update(
-                conclusive=False, reason=f"it keeps the baseline's math, and {self._inconclusive_reason()}"
+    def _check(self, config: Config, lr: float) -> tuple[ParityVerdict, bool]:
+        """One candidate run, judged; and whether another learning rate may change the verdict (the run completed
+        from the baseline's start: a crash or another start is not the rate's doing)."""
+        assert self._base is not None
+        name = family(self.baseline, config)
+        try:
+            run = self.budget.timed(lambda: self.make_run(config, lr, self.samples))
+        except ParityRunFailed as exc:
+            verdict = ParityVerdict(
+                False, name, TOLERANCES[name], self.samples, self.window, lr, self._base.lr, reason=str(exc)
             )
-        return dataclasses.replace(verdict, **changes)
+            return verdict, False
+        may_help = math.isclose(run.initial_loss, self._base.initial_loss, rel_tol=INITIAL_RTOL)
+        return compare(self._base, run, name, self.samples, self.window), may_help
 
     def _ensure_baseline(self) -> None:
         """Make the baseline's run if none was adopted, and judge whether it learned enough; extend it once if not."""
@@ -232,7 +209,7 @@ class ParityCheck:
         if self.conclusive:
             return
         learned = progress(self._base, self.samples, self.window)
-        longer = self._extension()
+        longer = self.budget.extension(self.samples)
         if longer is not None:
             self.echo(
                 f"parity: the baseline learned {learned:.1%} of its initial loss {self._base.initial_loss:.4g} in "
@@ -251,73 +228,19 @@ class ParityCheck:
             f"(loader knobs, placement, cudnn_benchmark) may win"
         )
 
-    def _extension(self) -> int | None:
-        """The samples of the one longer run an inconclusive check may make: EXTEND_FACTOR times, or what the
-        budget pays for while leaving as much for a candidate's run; None when that is not worth a run."""
-        factor = float(EXTEND_FACTOR)
-        if self.budget_s is not None and self._last_base_s > 0:
-            factor = min(factor, (self.budget_s - self.seconds) / (2 * self._last_base_s))
-        if factor < MIN_EXTENSION:
-            self.echo(
-                f"parity: the check's budget ({self.budget_s:.0f} s, {self.seconds:.1f} s spent) leaves no time to "
-                f"run the baseline longer"
-            )
-            return None
-        return int(self.samples * factor)
-
     def _baseline_run(self) -> ParityRun:
-        before = self.seconds
         try:
-            run = self._timed(self.baseline, self.lr_of(self.baseline))
+            lr = self.lr_of(self.baseline)
+            return self.budget.timed_baseline(lambda: self.make_run(self.baseline, lr, self.samples))
         except ParityRunFailed as exc:
             raise ParityError(f"the baseline's parity run failed: {exc}") from exc
-        self._last_base_s = self.seconds - before
-        self.baseline_seconds += self._last_base_s
-        return run
 
     def _inconclusive_reason(self) -> str:
-        """What the baseline learned, against what a verdict needs: the reason every inconclusive verdict gives."""
         assert self._base is not None
-        learned = progress(self._base, self.samples, self.window)
-        longer = ", run once longer" if self.extended else ""
-        return (
-            f"the baseline learned {learned:.1%} of its initial loss {self._base.initial_loss:.4g} in "
-            f"{self.samples:,} samples{longer}; a verdict needs {MIN_PROGRESS:.1%}"
-        )
-
-    def _inconclusive(self, config: Config, changed: list[str]) -> ParityVerdict:
-        """No run: against a baseline that learned nothing measurable, a config with other math cannot be judged."""
-        name = family(self.baseline, config)
-        return ParityVerdict(
-            False,
-            name,
-            TOLERANCES[name],
-            self.samples,
-            self.window,
-            self.lr_of(config),
-            self.lr_of(self.baseline),
-            reason=f"it changes {', '.join(changed)}, and {self._inconclusive_reason()}: cannot be judged",
-            conclusive=False,
-        )
+        return inconclusive_reason(self._base, self.samples, self.window, self.extended)
 
     def _same_as_baseline(self, config: Config) -> ParityVerdict:
-        """Loader knobs alone (workers, pinning, prefetch, persistence) change speed, not what is trained:
-        the same samples in the same order through the same math. No run can tell them apart."""
-        lr = self.lr_of(config)
-        reason = "the baseline's own numerics: only loader knobs differ, which change speed, not what is trained"
-        if config == self.baseline:
-            reason = "the workload's own settings: the baseline itself"
-        return ParityVerdict(
-            True,
-            "loader",
-            TOLERANCES["loader"],
-            self.samples,
-            self.window,
-            lr,
-            lr,
-            reason=reason,
-            conclusive=self.conclusive is not False,
-        )
+        return same_as_baseline(self.baseline, config, self.lr_of(config), self.samples, self.window, self.conclusive)
 
     def summary(self) -> str:
         """The check's cost and what it compared, in one line."""
@@ -326,28 +249,14 @@ class ParityCheck:
         of = f" ({unjudged} of them inconclusive)" if unjudged else ""
         where = f", {self._base_from}" if self._base_from else ""
         where += ", then once longer" if self.extended else ""
-        bound = f" of its {self.budget_s:.0f} s" if self.budget_s is not None else ""
+        budget = self.budget
+        bound = f" of its {budget.budget_s:.0f} s" if budget.budget_s is not None else ""
         return (
             f"parity: {len(self.verdicts)} config(s) checked, {rejected} rejected{of}; {self.runs} run(s) and the "
-            f"baseline's took {self.seconds:.1f} s{bound} (baseline {self.baseline_seconds:.1f} s{where}); each "
+            f"baseline's took {budget.seconds:.1f} s{bound} (baseline {budget.baseline_seconds:.1f} s{where}); each "
             f"compared with the baseline ({self.baseline.describe()}, lr {self.lr_of(self.baseline):g}) over "
             f"{self.samples:,} samples: the training loss over the last {self.window:,} and the probe set's after them"
         )
-
-    def _check(self, config: Config, lr: float) -> tuple[ParityVerdict, bool]:
-        """One candidate run, judged; and whether another learning rate may change the verdict (the run completed
-        from the baseline's start: a crash or another start is not the rate's doing)."""
-        assert self._base is not None
-        name = family(self.baseline, config)
-        try:
-            run = self._timed(config, lr)
-        except ParityRunFailed as exc:
-            verdict = ParityVerdict(
-                False, name, TOLERANCES[name], self.samples, self.window, lr, self._base.lr, reason=str(exc)
-            )
-            return verdict, False
-        may_help = math.isclose(run.initial_loss, self._base.initial_loss, rel_tol=INITIAL_RTOL)
-        return compare(self._base, run, name, self.samples, self.window), may_help
 
     def record(self, config: Config) -> dict[str, Any]:
         """What the tuned file keeps: the winner's numbers and what the whole check cost.
@@ -362,14 +271,8 @@ class ParityCheck:
             **verdict.as_record(),
             "configs_checked": len(self.verdicts),
             "configs_rejected": sum(not v.passed for v in self.verdicts.values()),
-            "check_s": round(self.seconds, 1),
+            "check_s": round(self.budget.seconds, 1),
         }
-        if self.budget_s is not None:
-            record["check_budget_s"] = round(self.budget_s, 1)
+        if self.budget.budget_s is not None:
+            record["check_budget_s"] = round(self.budget.budget_s, 1)
         return record
-
-
-def _short(verdict: ParityVerdict) -> str:
-    if verdict.deviation is None or verdict.probe_deviation is None:
-        return str(verdict.reason)
-    return f"deviation {verdict.deviation:+.1%}, probe {verdict.probe_deviation:+.1%}"

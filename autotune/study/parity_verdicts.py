@@ -1,0 +1,98 @@
+"""The parity check's verdicts that need no run, and the reasons a verdict gives.
+
+``ParityCheck`` (``autotune.study.parity_check``) runs the candidates, and
+``autotune.study.parity`` judges each run. Here is what the check states
+without a run (a config that differs in loader knobs alone; one that changes
+the math against a baseline that learned too little to judge by) and the words
+it adds to a verdict: the learning rule a rate came from and why, and why a
+check is inconclusive.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from autotune.config import Config, LrRule
+from autotune.study.parity import MIN_PROGRESS, TOLERANCES, ParityVerdict, family, progress
+from autotune.trial.parity_run import ParityRun
+
+
+def same_as_baseline(
+    baseline: Config, config: Config, lr: float, samples: int, window: int, conclusive: bool | None
+) -> ParityVerdict:
+    """Loader knobs alone (workers, pinning, prefetch, persistence) change speed, not what is trained:
+    the same samples in the same order through the same math. No run can tell them apart.
+
+    `conclusive`: the check's, None before its baseline has run.
+    """
+    reason = "the baseline's own numerics: only loader knobs differ, which change speed, not what is trained"
+    if config == baseline:
+        reason = "the workload's own settings: the baseline itself"
+    return ParityVerdict(
+        True,
+        "loader",
+        TOLERANCES["loader"],
+        samples,
+        window,
+        lr,
+        lr,
+        reason=reason,
+        conclusive=conclusive is not False,
+    )
+
+
+def cannot_judge(
+    baseline: Config, config: Config, changed: list[str], lr: float, baseline_lr: float, samples: int, window: int,
+    why: str,
+) -> ParityVerdict:
+    """No run: against a baseline that learned nothing measurable (`why`, from `inconclusive_reason`), a config
+    that changes the math (`changed`, its knobs) cannot be judged."""
+    name = family(baseline, config)
+    return ParityVerdict(
+        False,
+        name,
+        TOLERANCES[name],
+        samples,
+        window,
+        lr,
+        baseline_lr,
+        reason=f"it changes {', '.join(changed)}, and {why}: cannot be judged",
+        conclusive=False,
+    )
+
+
+def inconclusive_reason(base: ParityRun, samples: int, window: int, extended: bool) -> str:
+    """What the baseline learned, against what a verdict needs: the reason every inconclusive verdict gives."""
+    learned = progress(base, samples, window)
+    longer = ", run once longer" if extended else ""
+    return (
+        f"the baseline learned {learned:.1%} of its initial loss {base.initial_loss:.4g} in "
+        f"{samples:,} samples{longer}; a verdict needs {MIN_PROGRESS:.1%}"
+    )
+
+
+def explained(
+    verdict: ParityVerdict,
+    rule: str | None,
+    lr_rule: LrRule | None,
+    failed: list[tuple[str | None, ParityVerdict]],
+    inconclusive: str | None,
+) -> ParityVerdict:
+    """The verdict with the rule its rate came from and why that rate (the search's `lr_rule`, or the bolder ones
+    `failed`); a pass of an inconclusive check (`inconclusive`: its reason, None when conclusive) says so."""
+    changes: dict[str, Any] = {}
+    if rule is not None and lr_rule is not None:
+        bolder = "; ".join(f"the {r} rate (lr {v.lr:g}) failed: {_short(v)}" for r, v in failed)
+        why = f"{bolder}; {rule} is the next gentler rate" if failed else lr_rule.why
+        changes.update(lr_rule=rule, lr_reason=why)
+    if verdict.passed and inconclusive is not None:
+        # It passes on its math alone: the same arithmetic as a baseline whose learning is too small to measure.
+        changes.update(conclusive=False, reason=f"it keeps the baseline's math, and {inconclusive}")
+    return dataclasses.replace(verdict, **changes)
+
+
+def _short(verdict: ParityVerdict) -> str:
+    if verdict.deviation is None or verdict.probe_deviation is None:
+        return str(verdict.reason)
+    return f"deviation {verdict.deviation:+.1%}, probe {verdict.probe_deviation:+.1%}"
