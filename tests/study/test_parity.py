@@ -142,6 +142,18 @@ def test_check_stops_after_max_runs_and_records_a_crashed_run() -> None:
     assert len(calls) == 2  # the baseline and the one run allowed
 
 
+def test_once_the_runs_are_spent_a_config_with_the_baseline_s_math_still_passes_without_one() -> None:
+    # text_transformer on an H200: every larger batch rejected, the runs spent on them; the configs at the
+    # workload's own batch size that differ in loader knobs alone come last in the ranking, and need no run.
+    run, calls = fake_runs({16: 1.0, 64: 1.9, 128: 1.9})
+    loader_only = Config(batch_size=16, num_workers=2, pin_memory=True)
+    configs = [Config(batch_size=128), Config(batch_size=64), Config(batch_size=16, amp="bf16"), loader_only]
+    gate = ParityCheck(Config(batch_size=16), lambda c: 0.1, run, configs, lambda line: None)
+    assert gate.select(configs, want=2, max_runs=1) == [loader_only]
+    assert len(calls) == 2  # the baseline and the one run allowed: batch 64 and bf16 were not run
+    assert Config(batch_size=16, amp="bf16") not in gate.verdicts
+
+
 def test_check_raises_when_the_baseline_cannot_run() -> None:
     run, _ = fake_runs({}, fail={16: "crashed: trial process killed by signal SIGKILL"})
     gate = ParityCheck(Config(batch_size=16), lambda c: 0.1, run, [Config(batch_size=32)], lambda line: None)
