@@ -200,6 +200,8 @@ class TrialPool:
             self._busy = False
         if _is_oom(outcome) and free is not None:
             outcome = dataclasses.replace(outcome, reason=f"{outcome.reason}; {oom.size(free)} free before it began")
+        if outcome.state == "failed" and free is not None:
+            oom.wait_for_release(self.device, free)  # the failed process was killed: its memory comes back late
         return outcome
 
     def _take_neighbours(self) -> list[TrialProcess]:

@@ -15,6 +15,7 @@ is read at failure. No torch import at module level: the search process reads
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 
 OOM = "oom"  # how every out-of-memory reason starts
@@ -88,6 +89,26 @@ def free_before(device: str) -> int | None:
     except Exception:  # no driver or no NVML here: the reason goes without the number
         return None
     return int(info.free)
+
+
+# After a trial process on a GPU is killed, the next one waits until the memory free before the killed one
+# began is free again, less a CUDA context's worth (another process of this search may have started one
+# meanwhile), for at most RELEASE_WAIT_S. The driver frees a context's memory after its process has gone:
+# on an H200, a trial started 2 s after a killed one that held 139 GiB found 475 MiB free and failed oom.
+RELEASE_SLACK = 2 * 2**30
+RELEASE_WAIT_S = 30.0
+
+
+def wait_for_release(device: str, free_then: int, timeout_s: float = RELEASE_WAIT_S) -> bool:
+    """Wait until `device` has `free_then` bytes free again, less RELEASE_SLACK; False at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        free = free_before(device)
+        if free is None or free >= free_then - RELEASE_SLACK:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
 
 
 def size(n: float) -> str:

@@ -138,3 +138,24 @@ def test_a_killed_trial_is_gone_with_its_whole_group_before_the_next_process_sta
     assert len(lifecycle.group_members(proc.pid)) == 1
     lifecycle.kill(proc, group=True)
     assert lifecycle.group_members(proc.pid) == []
+
+
+def test_after_a_failed_trial_the_next_waits_until_its_memory_is_free_again(
+    tmp_path: Path, children: type[_Child], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The driver gives a killed process's memory back after it has gone: NVML reads 139 GiB free before the
+    # trial, 0.46 GiB twice after it was killed, then 139 GiB again.
+    reads = iter([139 * 2**30, 0.46 * 2**30, 0.46 * 2**30, 139 * 2**30])
+    monkeypatch.setattr(pool_module.oom, "free_before", lambda device: next(reads))
+    trials = _pool(tmp_path, "cuda:0")
+    assert trials.run(Config(batch_size=4096), 0.1).state == "failed"
+    assert next(reads, None) is None  # every read was made before run() returned
+    trials.stop()
+
+
+def test_a_release_that_never_comes_is_waited_for_only_so_long(monkeypatch: pytest.MonkeyPatch) -> None:
+    from autotune.trial import oom
+
+    monkeypatch.setattr(oom, "free_before", lambda device: 2**30)
+    assert oom.wait_for_release("cuda:0", 139 * 2**30, timeout_s=0.3) is False
+    assert oom.wait_for_release("cuda:0", 3 * 2**30, timeout_s=0.3) is True  # within a context's worth
