@@ -22,7 +22,7 @@ import optuna
 
 from autotune.config import Config
 from autotune.procs.pool import TrialPool
-from autotune.study import finalists, profile, sharing
+from autotune.study import finalists, memory, profile, sharing
 from autotune.study.claim import wait_for_writer
 from autotune.study.finalists import Results
 from autotune.study.options import SearchOptions
@@ -95,6 +95,9 @@ def _trials(setup: Setup, pools: SearchPools, team: Team) -> ParityCheck | None:
     learned = run_trials(setup, pools.trials)
     if learned.loader is not None and (learned.loader.skipped or learned.loader.wrong):
         setup.echo(learned.loader.summary())
+    too_large = memory.summary(str(t.user_attrs.get("reason") or "") for t in setup.study.get_trials(deepcopy=False))
+    if too_large:
+        setup.echo(too_large)
     if not writes:
         return None
     pools.prestart_rounds()

@@ -23,7 +23,7 @@ from autotune.config import Config
 from autotune.procs import lifecycle
 from autotune.procs.pool import TrialPool
 from autotune.procs.trial_process import Outcome
-from autotune.study import sharing
+from autotune.study import memory, sharing
 from autotune.study.failures import Finished, Hopeless, blocks, hopeless_values
 from autotune.study.finalists import baseline_rate, check_budget
 from autotune.study.parity import run_length
@@ -202,9 +202,16 @@ def _run_trial(
 
 
 def _predicted(setup: Setup, trial: optuna.Trial, config: Config, loader: LoaderModel | None) -> str | None:
-    """Why the loader's ceiling rules `config` out against the best trial so far; None to measure it."""
-    if loader is None or trial.user_attrs.get("role") == "baseline":  # every speed-up is stated against it
+    """Why `config` cannot win (a config that ran out of memory holds less; the loader's ceiling is below the best
+    so far); None to measure it."""
+    if trial.user_attrs.get("role") == "baseline":  # every speed-up is stated against it
         return None
+    failed = setup.study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+    oom = [(t.number, setup.config_of(t), str(t.user_attrs.get("reason") or "")) for t in failed
+           if "config" in t.user_attrs]
+    why = memory.why_skip(config, oom)
+    if why is not None or loader is None:
+        return why
     values = [t.value for t in setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value]
     return loader.why_skip(config, max(values, default=None))
 
