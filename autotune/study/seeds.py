@@ -32,6 +32,16 @@ def seed_configs(workload: Workload, machine: Machine, space: Space) -> list[Con
         # Data on the device and the whole step in one graph: the known-fast small-model loop.
         Config(batch_size=bs, placement="device", cuda_graph=True, cudnn_benchmark=True, amp=amp),
         Config(batch_size=bs * 8, placement="device", cuda_graph=True, cudnn_benchmark=True, amp=amp),
+        # Every loader and loop knob on at the workload's own batch size: it fits wherever the workload's own
+        # settings fit, and needs no parity run of its batch size, so it still stands when every larger batch
+        # fails the check. Then the same with JPEGs decoded on the device, where the space has that knob (on an
+        # H200 with 5 cores, 3.5x the host-decoded config by hand). A search that first tried batch 2048 and 1024
+        # on ResNet-50 could spend its budget before it reached either.
+        *(
+            Config(batch_size=bs, num_workers=machine.cpu_share, pin_memory=True, persistent_workers=True,
+                   prefetch_factor=4, cudnn_benchmark=True, channels_last=True, amp=amp, decode=decode)
+            for decode in ("cpu", "gpu")
+        ),
         # Every loader and loop knob on, for workloads whose data must stream.
         Config(
             batch_size=bs * 4,

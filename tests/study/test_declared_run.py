@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -32,9 +33,16 @@ def test_materialising_costs_more_than_the_declared_run_saves_so_streaming_wins(
     assert steady["samples_per_s"] > profile["samples_per_s"] and steady["run_s"] > profile["run_s"]
     assert steady["setup_s"] > 0.5  # 1,024 reads of 1 ms by at most two processes, before the first step
     said = [line for line in lines if "steady samples/s would pick" in line]
-    assert said == [
-        f"finalists: {config.describe()} finishes the declared run (1 epoch(s) of 1,024 samples) first: "
-        f"{profile['run_s']:.1f} s at {rate(profile['samples_per_s'])}/s; steady samples/s would pick "
-        f"{steady['config']}: {rate(steady['samples_per_s'])}/s, but {steady['run_s']:.1f} s with "
-        f"{steady['setup_s']:.1f} s of one-time costs"
-    ], lines
+    # The line states its seconds to 0.1 from the unrounded times; the profile keeps them to 0.01.
+    seconds = r"(\d+\.\d) s"
+    assert len(said) == 1, lines
+    found = re.fullmatch(
+        re.escape(f"finalists: {config.describe()} finishes the declared run (1 epoch(s) of 1,024 samples) first: ")
+        + seconds + re.escape(f" at {rate(profile['samples_per_s'])}/s; steady samples/s would pick "
+                              f"{steady['config']}: {rate(steady['samples_per_s'])}/s, but ")
+        + seconds + " with " + seconds + " of one-time costs",
+        said[0],
+    )
+    assert found, said[0]
+    for stated, kept in zip(map(float, found.groups()), (profile["run_s"], steady["run_s"], steady["setup_s"])):
+        assert abs(stated - kept) <= 0.051
