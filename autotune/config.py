@@ -101,6 +101,14 @@ class LrRule:
         """
         return LR_RULES[LR_RULES.index(self.name) + 1 :]
 
+    def bolder(self) -> tuple[str, ...]:
+        """The rules to try, nearest first, when the gentler ones trained further from the baseline than this one.
+
+        >>> LrRule("none", "").bolder()
+        ('sqrt', 'linear')
+        """
+        return tuple(reversed(LR_RULES[: LR_RULES.index(self.name)]))
+
 
 def lr_rule_for(optimizer: Any, override: str | None = None) -> LrRule:
     """The learning-rate rule for `optimizer` (an instance or class): linear for SGD, sqrt for adaptive ones.

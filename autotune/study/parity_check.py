@@ -41,7 +41,7 @@ from autotune.study.parity import (
     run_seconds,
 )
 from autotune.study.parity_budget import ParityBudget
-from autotune.study.parity_verdicts import cannot_judge, explained, inconclusive_reason, same_as_baseline
+from autotune.study.parity_verdicts import cannot_judge, explained, inconclusive_reason, same_as_baseline, too_low
 from autotune.trial.parity_run import ParityRun
 
 
@@ -136,20 +136,24 @@ class ParityCheck:
 
     def _rates(self, config: Config) -> list[tuple[str | None, float]]:
         """The rates to try `config` at, in order: its rule's, then (a new batch size only) each gentler one's."""
-        first = self.lr_of(config)
-        rates: list[tuple[str | None, float]] = [(self.lr_rule.name if self.lr_rule else None, first)]
-        if self.lr_rule is None or self.lr_at is None or config.batch_size == self.baseline.batch_size:
-            return rates
-        for rule in self.lr_rule.gentler():
-            lr = self.lr_at(config, rule)
-            if all(not math.isclose(lr, seen) for _, seen in rates):  # a capped rate can equal a bolder rule's
-                rates.append((rule, lr))
-        return rates
+        return ladder(config, self.lr_of(config), self.lr_rule, self.lr_at, self.baseline.batch_size)[0]
+
+    def _bolder(self, config: Config) -> list[tuple[str | None, float]]:
+        """The rates above its rule's, nearest first, for a new batch size (each capped rate once)."""
+        return ladder(config, self.lr_of(config), self.lr_rule, self.lr_at, self.baseline.batch_size)[1]
 
     def _hopeless(self, config: Config) -> tuple[Config, ParityVerdict] | None:
-        """A config rejected by a margin at the same batch size, at every rate this config would be tried at."""
+        """A config rejected by a margin at the same batch size, at every rate this config would be tried at
+        (the bolder ones too, when the gentler ones showed the rate too low)."""
         found = [self._batch_rejected.get((config.batch_size, lr)) for _, lr in self._rates(config)]
-        return found[-1] if found and all(f is not None for f in found) else None  # type: ignore[return-value]
+        if not found or any(f is None for f in found):
+            return None
+        if too_low([(rule, f[1]) for (rule, _), f in zip(self._rates(config), found) if f is not None]):
+            bolder = [self._batch_rejected.get((config.batch_size, lr)) for _, lr in self._bolder(config)]
+            if any(b is None for b in bolder):
+                return None
+            found += bolder
+        return found[-1]
 
     def _judge(self, config: Config, limit: int) -> ParityVerdict:
         """Run `config` at its rule's rate, then at the gentler ones while a batch size fails and a rate may help."""
@@ -165,7 +169,10 @@ class ParityCheck:
             return verdict
         failed: list[tuple[str | None, ParityVerdict]] = []
         verdict: ParityVerdict | None = None
-        for rule, lr in self._rates(config):
+        bolder = self._bolder(config)
+        for rule, lr in [*self._rates(config), *bolder]:
+            if (rule, lr) in bolder and not too_low(failed):
+                break  # a rate too high, not too low, failed it: a bolder one cannot help
             if (config.batch_size, lr) in self._batch_rejected:
                 failed.append((rule, self._batch_rejected[(config.batch_size, lr)][1]))
                 continue
@@ -181,7 +188,8 @@ class ParityCheck:
             if verdict.passed or not may_help or verdict.family != "batch_size":
                 break
             failed.append((rule, verdict))
-        assert verdict is not None  # _hopeless() ruled out a config with no rate left to try
+        if verdict is None:  # every rate it would be tried at failed for another config of its batch size
+            return failed[-1][1]
         return verdict
 
     def _check(self, config: Config, lr: float) -> tuple[ParityVerdict, bool]:
@@ -276,3 +284,23 @@ class ParityCheck:
         if self.budget.budget_s is not None:
             record["check_budget_s"] = round(self.budget.budget_s, 1)
         return record
+
+
+Rates = list[tuple[str | None, float]]
+
+
+def ladder(
+    config: Config, first: float, lr_rule: LrRule | None, lr_at: Callable[[Config, str], float] | None, base_batch: int
+) -> tuple[Rates, Rates]:
+    """The rates to try `config` at: its rule's (`first`) and each gentler one's; then the bolder ones, nearest
+    first. A new batch size only; a capped rate that equals another rule's is tried once."""
+    rates: Rates = [(lr_rule.name if lr_rule else None, first)]
+    if lr_rule is None or lr_at is None or config.batch_size == base_batch:
+        return rates, []
+    bolder: Rates = []
+    for rules, into in ((lr_rule.gentler(), rates), (lr_rule.bolder(), bolder)):
+        for rule in rules:
+            lr = lr_at(config, rule)
+            if all(not math.isclose(lr, seen) for _, seen in [*rates, *bolder]):
+                into.append((rule, lr))
+    return rates, bolder

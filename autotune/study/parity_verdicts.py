@@ -83,13 +83,28 @@ def explained(
     `failed`); a pass of an inconclusive check (`inconclusive`: its reason, None when conclusive) says so."""
     changes: dict[str, Any] = {}
     if rule is not None and lr_rule is not None:
-        bolder = "; ".join(f"the {r} rate (lr {v.lr:g}) failed: {_short(v)}" for r, v in failed)
-        why = f"{bolder}; {rule} is the next gentler rate" if failed else lr_rule.why
+        tried = "; ".join(f"the {r} rate (lr {v.lr:g}) failed: {_short(v)}" for r, v in failed)
+        if rule in lr_rule.bolder():
+            next_one = f"the gentler rates trained further from the baseline, so {rule}, a bolder rate, is next"
+        else:
+            next_one = f"{rule} is the next gentler rate"
+        why = f"{tried}; {next_one}" if failed else lr_rule.why
         changes.update(lr_rule=rule, lr_reason=why)
     if verdict.passed and inconclusive is not None:
         # It passes on its math alone: the same arithmetic as a baseline whose learning is too small to measure.
         changes.update(conclusive=False, reason=f"it keeps the baseline's math, and {inconclusive}")
     return dataclasses.replace(verdict, **changes)
+
+
+def too_low(failed: list[tuple[str | None, ParityVerdict]]) -> bool:
+    """The rates tried so far, boldest first, were too low: each gentler one left the candidate further behind.
+
+    A larger batch takes fewer steps over the same samples. When its loss is above the baseline's and a gentler
+    rate raises it further, the rate held it back, and a bolder one is the next to try (AdamW at 8x the batch,
+    text_transformer on an H200: +89% at sqrt's rate, +167% at the unscaled one, and a pass, +9%, at linear's).
+    """
+    deviations = [v.deviation for _, v in failed if v.deviation is not None]
+    return len(deviations) >= 2 and 0 < deviations[0] < deviations[-1]
 
 
 def _short(verdict: ParityVerdict) -> str:

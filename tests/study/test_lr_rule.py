@@ -272,3 +272,43 @@ def test_an_adam_workload_at_4x_its_batch_is_written_at_twice_its_rate(project: 
     check = profile["parity"]
     assert (check["passed"], check["conclusive"], check["lr"], check["baseline_lr"]) == (True, True, 0.02, 0.01)
     assert f"  learning rate for a new batch size: {why}" in lines
+
+
+def held_back_below(lr_min: float, calls: list[tuple[int, float]]) -> Any:
+    """Runs whose loss falls with the rate: too few steps at a low one; like the baseline from `lr_min` up."""
+
+    def make_run(config: Config, lr: float, samples: int) -> ParityRun:
+        calls.append((config.batch_size, lr))
+        loss = 1.0 if config == BASE or lr >= lr_min else 1.0 + 0.9 * (lr_min - lr) / lr_min
+        return ParityRun(config.batch_size, lr, 2.0, loss, (samples,), (loss,), True, 0.0)
+
+    return make_run
+
+
+SQRT = LrRule("sqrt", "AdamW is an adaptive optimizer: sqrt rule (Malladi et al., NeurIPS'22)")
+
+
+def test_when_the_gentler_rate_trains_further_behind_the_bolder_one_is_tried() -> None:
+    # text_transformer on an H200 (AdamW, batch 32 to 256): +89% at sqrt's rate, +167% unscaled, a pass at linear's.
+    calls: list[tuple[int, float]] = []
+    lines: list[str] = []
+    big, big_bf16 = Config(batch_size=64), Config(batch_size=64, amp="bf16")
+    gate = ParityCheck(BASE, lambda c: lr_at(c, "sqrt"), held_back_below(0.2, calls), [big, big_bf16], lines.append,
+                       lr_rule=SQRT, lr_at=lr_at)
+    assert gate.select([big, big_bf16], want=2, max_runs=9) == [big, big_bf16]
+    assert calls == [(16, 0.05), (64, 0.1), (64, 0.05), (64, 0.2), (64, 0.2)]  # the bf16 twin starts at linear's
+    verdict = gate.verdicts[big]
+    assert (verdict.passed, verdict.lr, verdict.lr_rule) == (True, 0.2, "linear")
+    assert verdict.lr_reason == (
+        "the sqrt rate (lr 0.1) failed: deviation +45.0%, probe +45.0%; the none rate (lr 0.05) failed: deviation "
+        "+67.5%, probe +67.5%; the gentler rates trained further from the baseline, so linear, a bolder rate, is next"
+    )
+
+
+def test_a_rate_that_failed_for_being_too_high_is_never_followed_by_a_bolder_one() -> None:
+    calls: list[tuple[int, float]] = []
+    big = Config(batch_size=64)
+    gate = ParityCheck(BASE, lambda c: lr_at(c, "sqrt"), unstable_above(0.0, calls), [big], lambda line: None,
+                       lr_rule=SQRT, lr_at=lr_at)
+    assert gate.select([big], want=1, max_runs=9) == []
+    assert calls == [(16, 0.05), (64, 0.1), (64, 0.05)]  # as far behind at both: linear's 0.2 is not tried
