@@ -19,7 +19,7 @@ from pathlib import Path
 
 from autotune.config import Config
 from autotune.procs import lifecycle
-from autotune.procs.trial_process import INTERRUPTED, Outcome, TrialProcess, remove_if_only_notes
+from autotune.procs.trial_process import GAVE_UP, INTERRUPTED, Outcome, TrialProcess, remove_if_only_notes
 from autotune.trial import oom
 from autotune.trial.timing import Windows
 
@@ -135,7 +135,8 @@ class TrialPool:
         return self.live[self._current]
 
     def _drop_if_failed(self, outcome: Outcome) -> Outcome:
-        if outcome.state == "failed" and self._current in self.live:
+        given_up = (outcome.reason or "").startswith(GAVE_UP)  # killed at its give-up time
+        if (outcome.state == "failed" or given_up) and self._current in self.live:
             self.live.pop(self._current).kill()
         return outcome
 
@@ -146,11 +147,13 @@ class TrialPool:
         windows: Windows = Windows(),
         on_window: Callable[[int, float], bool] | None = None,
         fresh: bool = False,
+        give_up_s: float | None = None,
     ) -> Outcome:
+        """Measure `config` in a trial process; `give_up_s`: prune it once it has taken that long (see TrialProcess)."""
         if self.killed:
             return Outcome("failed", reason=INTERRUPTED)
         return self._alone_after_oom(lambda: self._child(fresh, config).run(config, lr, windows, self.timeout_s,
-                                                                            on_window))
+                                                                            on_window, give_up_s))
 
     def parity_run(self, config: Config, lr: float, samples: int, probe_batch: int, timeout_s: float) -> Outcome:
         """A parity run in a trial process: a crash, an OOM or a hang fails it, as it fails a trial."""

@@ -32,6 +32,7 @@ STARTUP_TIMEOUT_S = 180.0  # importing torch, initialising CUDA and loading the 
 RELEASE_TIMEOUT_S = 30.0  # an idle trial process dropping its device-resident data set
 QUIT_WAIT_S = 10.0  # a trial process asked to quit gets this long before it is killed
 INTERRUPTED = "stopped: the search was interrupted"
+GAVE_UP = "given up"  # how the reason of a trial killed at its give-up time begins (it is pruned, not failed)
 _FORK_CONTEXT = multiprocessing.get_context("forkserver")  # its Pipe ends can be handed to a forked process
 
 
@@ -100,18 +101,33 @@ class TrialProcess:
         windows: Windows,
         timeout_s: float,
         on_window: Callable[[int, float], bool] | None = None,
+        give_up_s: float | None = None,
     ) -> Outcome:
-        """Measure one config in this child; the process is unusable after a failed outcome."""
+        """Measure one config in this child; the process is unusable after a failed or given-up outcome.
+
+        `give_up_s`: past it the trial is killed and pruned, windows or not; a trial that is still starting
+        (workers filling a large first batch, cuDNN's autotuning) sends none that the pruner could judge.
+        """
         self.used = self.holding = True
         rates: list[float] = []
         try:
             failed = self._start()
             if failed is not None:
                 return failed
-            deadline = time.monotonic() + timeout_s
+            began = time.monotonic()
+            deadline = began + timeout_s
+            give_up = began + give_up_s if give_up_s is not None and give_up_s < timeout_s else None
             self._send({"cmd": "trial", "config": config.as_dict(), "lr": lr, "windows": dataclasses.asdict(windows)})
             while True:
-                event = self._read(deadline)
+                try:
+                    event = self._read(deadline if give_up is None else give_up)
+                except TimeoutError:
+                    if give_up is None:
+                        raise
+                    self.kill()
+                    when = "before its first window" if not rates else f"after {len(rates)} window(s)"
+                    return Outcome("pruned", reason=f"{GAVE_UP} at {time.monotonic() - began:.0f} s, {when}",
+                                   windows=tuple(rates))
                 if event is None:
                     return Outcome("failed", reason=self._death_reason(), windows=tuple(rates))
                 kind = event["event"]

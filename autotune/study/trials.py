@@ -22,10 +22,10 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.config import Config
 from autotune.procs import lifecycle
 from autotune.procs.pool import TrialPool
-from autotune.procs.trial_process import Outcome
+from autotune.procs.trial_process import GAVE_UP, Outcome
 from autotune.study import memory, sharing
 from autotune.study.failures import Finished, Hopeless, blocks, hopeless_values
-from autotune.study.finalists import baseline_rate, check_budget
+from autotune.study.finalists import baseline_rate, check_budget, trial_run_s
 from autotune.study.parity import run_length
 from autotune.study.predict import PREDICTED, LoaderModel
 from autotune.study.setup import SearchError, Setup
@@ -166,7 +166,10 @@ def _run_trial(
                     return trial.should_prune()
 
                 began = time.monotonic()
-                outcome = pool.run(config, lr, setup.windows, on_window)
+                give_up = give_up_after(setup, trial)
+                outcome = pool.run(config, lr, setup.windows, on_window, give_up_s=give_up[0] if give_up else None)
+                if give_up and outcome.state == "pruned" and (outcome.reason or "").startswith(GAVE_UP):
+                    outcome = dataclasses.replace(outcome, reason=f"{outcome.reason}: {give_up[1]}")
                 took = (outcome.result or {}).get("measure_s") or time.monotonic() - began
                 trial.set_user_attr("duration_s", round(took, 2))
         except KeyboardInterrupt:
@@ -199,6 +202,33 @@ def _run_trial(
         study.tell(trial, float(outcome.result["samples_per_s"]))
     else:
         study.tell(trial, state=TrialState.PRUNED if outcome.state == "pruned" else TrialState.FAIL)
+
+
+# A trial is given up once it has taken this many times the best declared run so far, plus this many seconds:
+# however fast it would train after that, the best config finishes the whole run first. The margin keeps a
+# trial on a busy host, or one in a process that has just started, from being stopped on what noise costs.
+GIVE_UP_FACTOR = 2.0
+GIVE_UP_MARGIN_S = 30.0
+
+
+def give_up_after(setup: Setup, trial: optuna.Trial) -> tuple[float, str] | None:
+    """(seconds after which measuring `trial` is pointless, why); None while no trial is complete, or the baseline.
+
+    The window pruner judges a trial by its rate; one that is still starting (workers filling a large first batch,
+    cuDNN's autotuning, a data set materialised slowly) sends no window to judge. Its elapsed time is judged here:
+    a trial measures a part of the declared run, one-time costs included, so one that has taken longer than the
+    best config's whole run cannot finish that run first.
+    """
+    if trial.user_attrs.get("role") == "baseline":  # every speed-up is stated against it
+        return None
+    complete = setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if not complete:
+        return None
+    best = min(complete, key=lambda t: trial_run_s(setup, t))
+    run_s = trial_run_s(setup, best)
+    epochs = setup.workload.defaults["epochs"]
+    why = f"the best so far (trial {best.number}) finishes the whole declared run ({epochs} epoch(s)) in {run_s:.1f} s"
+    return GIVE_UP_FACTOR * run_s + GIVE_UP_MARGIN_S, why
 
 
 def _predicted(setup: Setup, trial: optuna.Trial, config: Config, loader: LoaderModel | None) -> str | None:
@@ -264,8 +294,8 @@ def _progress(setup: Setup, number: int, config: Config, outcome: Outcome, same:
             flag = "" if outcome.result.get("reliable", True) else " unreliable"
             what = f"{rate(value):>12}/s ±{outcome.result['spread']:.1%}{flag}"
         tail = f"best {rate(best)}/s"
-    elif outcome.state == "pruned" and (outcome.reason or "").startswith(PREDICTED):
-        what, _, tail = (outcome.reason or "").partition(": ")  # the config, then why it cannot win
+    elif outcome.state == "pruned" and (outcome.reason or "").startswith((PREDICTED, GAVE_UP)):
+        what, _, tail = (outcome.reason or "").partition(": ")  # what was done, then why it cannot win
     elif outcome.state == "pruned":
         windows = outcome.windows
         what = f"pruned at window {len(windows)}: {rate(statistics.median(windows)) + '/s' if windows else '-'}"

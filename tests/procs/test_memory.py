@@ -33,7 +33,10 @@ class _Child:
         _Child.alive.append(self)
         _Child.started.append(self)
 
-    def run(self, config: Config, lr: float, windows: Windows, timeout_s: float, on_window: object = None) -> Outcome:
+    def run(
+        self, config: Config, lr: float, windows: Windows, timeout_s: float, on_window: object = None,
+        give_up_s: float | None = None,
+    ) -> Outcome:
         self.used = self.holding = True
         if any(c is not self and c.device == self.device for c in _Child.alive) or config.batch_size > 1024:
             return Outcome("failed", reason=BESIDE)

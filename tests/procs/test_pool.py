@@ -241,7 +241,10 @@ class _RecordingChild:
         self.released, self.lets_go = 0, True
         _RecordingChild.started.append(self)
 
-    def run(self, config: Config, lr: float, windows: Windows, timeout_s: float, on_window: object = None) -> Outcome:
+    def run(
+        self, config: Config, lr: float, windows: Windows, timeout_s: float, on_window: object = None,
+        give_up_s: float | None = None,
+    ) -> Outcome:
         self.used = self.holding = True
         self.seen.append(config.cudnn_benchmark)
         return (
@@ -376,3 +379,19 @@ def test_on_a_gpu_an_idle_child_drops_its_data_set_only_if_it_is_not_small(
     runner._device_tensors = {"plain": ((torch.zeros(60000, 1, 28, 28), torch.zeros(60000, dtype=torch.long)), 0.3)}
     assert runner.release() == dropped
     assert len(runner._device_tensors) == 1 - dropped
+
+
+def test_a_trial_past_its_give_up_time_is_pruned_and_the_next_runs_in_a_fresh_child(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TINY_FAIL", "hang")  # a first step that never ends: no window ever comes
+    pool = _pool(project, timeout_s=120.0)
+    try:
+        stuck = pool.run(Config(batch_size=64), 0.05, QUICK, give_up_s=3.0)
+        after = pool.run(Config(batch_size=16), 0.05, QUICK, give_up_s=60.0)
+    finally:
+        pool.stop()
+    assert stuck.state == "pruned" and stuck.windows == ()
+    assert re.fullmatch(r"given up at [34] s, before its first window", stuck.reason or ""), stuck.reason
+    assert after.state == "complete"
+    assert pool.children_started == 2

@@ -220,7 +220,10 @@ class FakePool:
     def __init__(self, *args: object, **kwargs: object) -> None:
         pass
 
-    def run(self, config: Any, lr: float, windows: object = None, on_window: object = None, fresh: bool = False) -> Any:
+    def run(
+        self, config: Any, lr: float, windows: object = None, on_window: object = None, fresh: bool = False,
+        give_up_s: float | None = None,
+    ) -> Any:
         from autotune.procs.trial_process import Outcome
 
         rate = config.batch_size * 100.0 + config.num_workers

@@ -32,7 +32,8 @@ class FakePool:
         return config.batch_size * 100.0 + (5000.0 if config.placement == "device" else config.num_workers * 10.0)
 
     def run(
-        self, config: Config, lr: float, windows: object = None, on_window: object = None, fresh: bool = False
+        self, config: Config, lr: float, windows: object = None, on_window: object = None, fresh: bool = False,
+        give_up_s: float | None = None,
     ) -> Outcome:
         FakePool.runs.append(config)
         if config.channels_last:

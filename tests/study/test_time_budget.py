@@ -54,3 +54,23 @@ def test_with_only_failures_the_search_runs_until_the_budget() -> None:
     failed = [(TrialState.FAIL, 63.0), (TrialState.PRUNED, 40.0)]
     assert not out_of_time(_setup(failed, elapsed_s=479.0))
     assert out_of_time(_setup(failed, elapsed_s=480.0))
+
+
+def test_a_trial_is_given_up_after_twice_the_best_declared_run_and_a_margin() -> None:
+    from autotune.study.trials import give_up_after
+
+    setup = _setup([], elapsed_s=10.0)
+    for seconds, epoch_s in ((3.0, 4.0), (1.0, 2.5)):  # declared runs of 10 epochs: 43 s and 26 s
+        setup.study.add_trial(create_trial(
+            state=TrialState.COMPLETE, value=1_000.0, params={"x": 0.0}, distributions={"x": FloatDistribution(0, 1)},
+            user_attrs={"config": dataclasses.asdict(BASELINE),
+                        "result": {"samples_per_s": 1_000.0, "epoch_s": epoch_s, "setup_s": seconds}},
+        ))
+    setup.workload = SimpleNamespace(defaults={"epochs": 10})
+    setup.facts = SimpleNamespace(size=2_500)
+    running = SimpleNamespace(user_attrs={"role": "search"})
+    assert give_up_after(setup, running) == (
+        2 * 26.0 + 30.0, "the best so far (trial 1) finishes the whole declared run (10 epoch(s)) in 26.0 s"
+    )
+    assert give_up_after(setup, SimpleNamespace(user_attrs={"role": "baseline"})) is None
+    assert give_up_after(_setup([], elapsed_s=0.0), running) is None  # nothing complete yet
