@@ -343,6 +343,7 @@ def check_baseline(setup: Setup) -> None:
         if t.state == TrialState.FAIL and t.user_attrs.get("role") == "baseline":
             config = Config.from_dict(t.user_attrs["config"]) if "config" in t.user_attrs else setup.baseline
             raise SearchError(
-                f"the workload's own settings ({config.describe()}) fail: {t.user_attrs.get('reason')}. "
+                f"the workload's own settings ({config.describe()}) fail: "
+                f"{str(t.user_attrs.get('reason')).rstrip('.')}. "
                 f"Fix the workload first; trial process logs are in {setup.options.state_dir / 'logs'}."
             )

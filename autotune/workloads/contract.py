@@ -113,7 +113,8 @@ def _import_file(path: Path) -> ModuleType:
         where = f"{path}, line {frames[-1].lineno}" if frames else str(path)
         if isinstance(exc, SyntaxError) and exc.lineno is not None:
             where = f"{path}, line {exc.lineno}"
-        raise WorkloadError(f"workload {where} failed to import: {type(exc).__name__}: {exc}") from exc
+        said = f": {exc}" if str(exc) else ""  # sys.exit() with no argument says nothing
+        raise WorkloadError(f"workload {where} failed to import: {type(exc).__name__}{said}") from exc
     sys.modules.setdefault(module_name, module)
     return module
 

@@ -250,6 +250,9 @@ def test_a_workload_that_exits_at_import_is_one_line(project: Path) -> None:
     (project / "recipes" / "quits.py").write_text("import sys\n\nsys.exit(3)\n")
     out = run_bad(project, "--recipe", "quits")
     assert f"Error: workload {project / 'recipes' / 'quits.py'}, line 3 failed to import: SystemExit: 3" in out
+    (project / "recipes" / "quits.py").write_text("import sys\n\nsys.exit()\n")
+    out = run_bad(project, "--recipe", "quits")
+    assert f"Error: workload {project / 'recipes' / 'quits.py'}, line 3 failed to import: SystemExit\n" in out
 
 
 def test_a_device_this_machine_lacks_is_refused(project: Path) -> None:
