@@ -32,7 +32,7 @@ from autotune.config import Config
 from autotune.trial.parity_run import ParityRun
 
 LOADER_KNOBS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
-NUMERICS_KNOBS = ("amp", "cuda_graph", "channels_last", "cudnn_benchmark", "placement")
+NUMERICS_KNOBS = ("amp", "cuda_graph", "channels_last", "cudnn_benchmark", "placement", "decode")
 # Knobs that change speed but not the arithmetic of training: the same samples, in the same order, through the same
 # operations (cudnn.benchmark picks among kernels that compute the same convolution). Only configs that differ from
 # the baseline in these alone may win when the check is inconclusive.
