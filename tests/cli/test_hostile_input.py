@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -461,16 +462,16 @@ def _cell_colours(fig: object, rows: list[int], columns: list[str]) -> dict[tupl
     return colours
 
 
-def test_the_heat_map_tells_pruned_failed_and_untried_cells_apart_and_names_each_colour(project: Path) -> None:
+def test_the_heat_map_tells_pruned_failed_and_untried_cells_apart_and_names_each_colour(
+    project: Path, report_study: Path
+) -> None:
     import optuna
     from matplotlib.colors import to_rgb
-    from reporting.test_report import make_study
 
     from autotune.reporting import figures
     from autotune.reporting.study import heatmap_data
 
-    url = f"sqlite:///{project / 'study.db'}"
-    make_study(url)
+    url = f"sqlite:///{shutil.copy(report_study, project / 'study.db')}"
     trials = optuna.load_study(study_name="tiny@nvidia-h200", storage=url).get_trials()
     cells, pruned, failed, columns = heatmap_data(trials)
     assert pruned == {(16, "1"), (32, "1")}  # (32, "1") failed once too, but a trial ran there
@@ -502,15 +503,13 @@ def test_the_heat_map_tells_pruned_failed_and_untried_cells_apart_and_names_each
     ],
 )
 def test_the_heat_maps_caption_says_what_each_colour_means_on_this_device(
-    project: Path, hardware: str, on_device: str
+    project: Path, report_study: Path, hardware: str, on_device: str
 ) -> None:
     import optuna
-    from reporting.test_report import make_study
 
     from autotune.reporting.study import report
 
-    url = f"sqlite:///{project / 'study.db'}"
-    make_study(url)
+    url = f"sqlite:///{shutil.copy(report_study, project / 'study.db')}"
     optuna.load_study(study_name="tiny@nvidia-h200", storage=url).set_user_attr("hardware", hardware)
     rep = report("tiny", storage=url, echo=lambda _: None)
     caption = rep.markdown.read_text().split("## Sensitivity map: batch_size x num_workers")[1].split("\n\n")[2]
