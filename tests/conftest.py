@@ -1,4 +1,4 @@
-"""Shared fixtures: a tiny workload, a temporary project folder, and a GPU marker that skips on a CPU."""
+"""Shared fixtures: a tiny workload, a temporary project folder, a stored study, a GPU marker that skips on a CPU."""
 
 from __future__ import annotations
 
@@ -41,3 +41,13 @@ def postgres_url() -> str:
     if not url:
         pytest.skip("AUTOTUNE_TEST_POSTGRES_URL is not set: no PostgreSQL server to test against (.ci/run starts one)")
     return url
+
+
+@pytest.fixture(scope="session")
+def report_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tests/reporting/test_report.py's study in an SQLite file, written once (a second of SQLite commits): copy it."""
+    from reporting.test_report import make_study
+
+    path = tmp_path_factory.mktemp("report-study") / "study.db"
+    make_study(f"sqlite:///{path}")
+    return path

@@ -72,9 +72,11 @@ from typing import IO, Any, Protocol
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 PARENT_POLL_S = 0.5  # how often a child looks for its parent
 # What the fork server imports before it forks anything: what every trial process needs. A module that is not
-# installed is skipped. Nothing here may initialise CUDA: a forked child could not use it.
-FORK_SERVER_PRELOAD = ["torch", "numpy", "autotune.trial.serve", "autotune.trial.runner", "autotune.trial.parity_run",
-                       "autotune.procs.trial_main"]
+# installed is skipped. Nothing here may initialise CUDA: a forked child could not use it. torch._dynamo: the first
+# optimizer a process builds imports it (torch.optim.Optimizer.__init__ is wrapped by torch._disable_dynamo), a
+# second or more of one core in every trial process otherwise.
+FORK_SERVER_PRELOAD = ["torch", "torch._dynamo", "numpy", "autotune.trial.serve", "autotune.trial.runner",
+                       "autotune.trial.parity_run", "autotune.procs.trial_main"]
 _FORK = multiprocessing.get_context("forkserver")
 
 

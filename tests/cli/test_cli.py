@@ -27,7 +27,9 @@ TRIAL_LINE = re.compile(
 
 def test_search_writes_the_recipe_then_resumes_and_show_prints_it(project: Path) -> None:
     cores = len(os.sched_getaffinity(0))
-    first = autotune("search", "--recipe", "tiny", "--trials", "4", "--fix", "amp=off", "--rounds", "1")
+    # One finalist, one round: the resumed search below checks and measures its finalists again.
+    command = ("search", "--recipe", "tiny", "--trials", "4", "--fix", "amp=off", "--finalists", "1", "--rounds", "1")
+    first = autotune(*command)
     assert first.returncode == 0, first.stderr
     lines = first.stdout.splitlines()
     assert (
@@ -62,7 +64,7 @@ def test_search_writes_the_recipe_then_resumes_and_show_prints_it(project: Path)
     data = tuned_file.read(project / "recipes" / "tiny.tuned.toml")
     profile = data["profiles"]["cpu"]
     assert profile["trials_complete"] + profile["trials_failed"] + profile["trials_pruned"] == 4
-    assert profile["command"] == "autotune search --recipe tiny --trials 4 --fix amp=off --rounds 1"
+    assert profile["command"] == "autotune search --recipe tiny --trials 4 --fix amp=off --finalists 1 --rounds 1"
     assert profile["excluded"] == {
         "pin_memory": "needs CUDA",
         "cudnn_benchmark": "needs CUDA",
@@ -74,7 +76,7 @@ def test_search_writes_the_recipe_then_resumes_and_show_prints_it(project: Path)
         profile["samples_per_s"] / profile["baseline_samples_per_s"], abs=0.01
     )  # both rounded
 
-    again = autotune("search", "--recipe", "tiny", "--trials", "4", "--fix", "amp=off", "--rounds", "1")
+    again = autotune(*command)
     assert again.returncode == 0, again.stderr
     assert "resuming study 'tiny@cpu+amp=off': 4 trial(s) already finished, 0 to go" in again.stdout
     assert not [line for line in again.stdout.splitlines() if line.startswith("[")]

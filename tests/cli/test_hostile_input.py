@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -312,11 +313,14 @@ with claim.heartbeat():
 def test_a_rerun_soon_after_the_writer_was_killed_takes_over_and_writes(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The writer is killed with -9 while it holds the role; the same command run again within the grace period."""
+    """The writer is killed with -9 while it holds the role and the same command, run again, waits on it.
+
+    It is killed once the rerun has said it waits, so the grace period need not outlast the rerun's start.
+    """
     from autotune.study import SearchOptions, search
 
     monkeypatch.setenv("AUTOTUNE_HEARTBEAT_S", "1")
-    monkeypatch.setenv("AUTOTUNE_GRACE_S", "8")  # longer than the rerun takes to reach the claim
+    monkeypatch.setenv("AUTOTUNE_GRACE_S", "3")
     options = SearchOptions(trials=4, parity_check=False, finalists=1, rounds=1)
     search("tiny", options, echo=lambda _: None)
     tuned = project / "recipes" / "tiny.tuned.toml"
@@ -325,21 +329,28 @@ def test_a_rerun_soon_after_the_writer_was_killed_takes_over_and_writes(
         [sys.executable, "-c", HOLD_THE_WRITERS_ROLE, f"sqlite:///{project}/.autotune/tiny.db", "tiny@cpu"],
         stdout=subprocess.PIPE, text=True, env=child_env(),
     )
+    dead = f"{socket.gethostname()}:{holder.pid}"
+    lines: list[str] = []
+
+    def echo(line: str) -> None:
+        lines.append(line)
+        if line.startswith(f"study 'tiny@cpu': worker {dead} holds the writer's role"):
+            holder.kill()
+            holder.wait()
+
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "claimed\n"
+        result = search("tiny", options, echo=echo)
     finally:
         holder.kill()
         holder.wait()
-    lines: list[str] = []
-    result = search("tiny", options, echo=lines.append)
     assert result is not None and tuned.is_file(), "\n".join(lines)
-    dead = f"{socket.gethostname()}:{holder.pid}"
     waiting = [line for line in lines if line.startswith(f"study 'tiny@cpu': worker {dead} holds the writer's role")]
     assert len(waiting) == 1 and waiting[0].endswith(
-        "waiting until it has written the tuned file, or for its heartbeat to stop for 8 s (AUTOTUNE_GRACE_S), "
+        "waiting until it has written the tuned file, or for its heartbeat to stop for 3 s (AUTOTUNE_GRACE_S), "
         "then taking over"
     ), lines
-    assert any(re.fullmatch(rf"taking over the writer's role from worker {dead}: no heartbeat for (8|9|10) s", line)
+    assert any(re.fullmatch(rf"taking over the writer's role from worker {dead}: no heartbeat for (3|4|5) s", line)
                for line in lines), lines
     assert tuned_file.read(tuned)["profiles"]["cpu"]["study"] == "tiny@cpu"
 
@@ -464,16 +475,16 @@ def _cell_colours(fig: object, rows: list[int], columns: list[str]) -> dict[tupl
     return colours
 
 
-def test_the_heat_map_tells_pruned_failed_and_untried_cells_apart_and_names_each_colour(project: Path) -> None:
+def test_the_heat_map_tells_pruned_failed_and_untried_cells_apart_and_names_each_colour(
+    project: Path, report_study: Path
+) -> None:
     import optuna
     from matplotlib.colors import to_rgb
-    from reporting.test_report import make_study
 
     from autotune.reporting import figures
     from autotune.reporting.study import heatmap_data
 
-    url = f"sqlite:///{project / 'study.db'}"
-    make_study(url)
+    url = f"sqlite:///{shutil.copy(report_study, project / 'study.db')}"
     trials = optuna.load_study(study_name="tiny@nvidia-h200", storage=url).get_trials()
     cells, pruned, failed, columns = heatmap_data(trials)
     assert pruned == {(16, "1"), (32, "1")}  # (32, "1") failed once too, but a trial ran there
@@ -505,15 +516,13 @@ def test_the_heat_map_tells_pruned_failed_and_untried_cells_apart_and_names_each
     ],
 )
 def test_the_heat_maps_caption_says_what_each_colour_means_on_this_device(
-    project: Path, hardware: str, on_device: str
+    project: Path, report_study: Path, hardware: str, on_device: str
 ) -> None:
     import optuna
-    from reporting.test_report import make_study
 
     from autotune.reporting.study import report
 
-    url = f"sqlite:///{project / 'study.db'}"
-    make_study(url)
+    url = f"sqlite:///{shutil.copy(report_study, project / 'study.db')}"
     optuna.load_study(study_name="tiny@nvidia-h200", storage=url).set_user_attr("hardware", hardware)
     rep = report("tiny", storage=url, echo=lambda _: None)
     caption = rep.markdown.read_text().split("## Sensitivity map: batch_size x num_workers")[1].split("\n\n")[2]

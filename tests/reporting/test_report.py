@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import io
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -101,10 +102,9 @@ def make_study(url: str, name: str = STUDY, trials: list = TRIALS, recipe: str =
 
 
 @pytest.fixture
-def stored(project: Path) -> str:
-    url = f"sqlite:///{project / 'elsewhere.db'}"
-    make_study(url)
-    return url
+def stored(project: Path, report_study: Path) -> str:
+    shutil.copy(report_study, project / "elsewhere.db")
+    return f"sqlite:///{project / 'elsewhere.db'}"
 
 
 def _png(data: bytes) -> Image.Image:

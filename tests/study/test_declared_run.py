@@ -16,13 +16,24 @@ SLOW_READS = Path(__file__).parents[1] / "fixtures" / "slow_reads.py"
 
 
 @pytest.mark.slow
-def test_materialising_costs_more_than_the_declared_run_saves_so_streaming_wins(project: Path) -> None:
+def test_materialising_costs_more_than_the_declared_run_saves_so_streaming_wins(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     shutil.copy(SLOW_READS, project / "recipes" / "slow_reads.py")
+    # An epoch of this loader holds about one 0.2 s window, so each window would cost an epoch and its workers'
+    # restart; the choice below rests on a twofold gap, not on how precisely a rate is timed.
+    monkeypatch.setenv("AUTOTUNE_WINDOW_S", "0.05")
     lines: list[str] = []
     # Two cores: the device copy is materialised by at most two processes, the stream read by four workers.
-    # The seeds alone (the workload's own loop, a larger streaming batch, two device-resident ones), in fp32.
+    # The seeds alone (the workload's own loop, a larger streaming batch, two device-resident ones), in fp32;
+    # batches of 64 at most, since one of 256 takes two workers a quarter of a second.
     options = SearchOptions(
-        trials=4, parity_check=False, rounds=1, cpu_share=2, time_budget_s=None, fixes={"amp": ("off",)}
+        trials=4,
+        parity_check=False,
+        rounds=1,
+        cpu_share=2,
+        time_budget_s=None,
+        fixes={"amp": ("off",), "batch_size": (32, 64)},
     )
     profile = search("slow_reads", options, echo=lines.append).profile
 

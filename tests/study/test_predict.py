@@ -53,8 +53,11 @@ def test_a_trial_above_its_ceiling_shows_the_model_wrong_and_nothing_is_skipped_
 def test_a_search_skips_streaming_configs_whose_loader_cannot_reach_the_best(project: Path) -> None:
     shutil.copy(FIXTURES / "heavy_reads.py", project / "recipes" / "heavy_reads.py")
     lines: list[str] = []
-    options = SearchOptions(trials=12, finalists=1, rounds=1, trial_timeout_s=60, time_budget_s=None,
-                            parity_check=False)
+    # The seeds alone: the baseline streams and measures a sample's CPU cost, the device-resident ones set the
+    # best, and the fifth, streaming with every loader knob on, comes after them. Batches of 64 at most: a streamed
+    # batch of 128 costs two workers a quarter of a second, and its trial as long as all the others.
+    options = SearchOptions(trials=6, finalists=1, rounds=1, trial_timeout_s=60, time_budget_s=None,
+                            parity_check=False, fixes={"batch_size": (16, 32, 64)})
     result = search("heavy_reads", options, echo=lines.append)
     out = "\n".join(lines)
     skipped = [line for line in lines if re.search(r"trial \d+ +skipped by prediction +bs=.* its loader makes at most "
@@ -66,7 +69,9 @@ def test_a_search_skips_streaming_configs_whose_loader_cannot_reach_the_best(pro
     # Every streaming trial that ran stayed under its ceiling (the baseline at least ran).
     ran = int(summary[0].split("; ")[1].split(" ")[0])
     assert ran >= 1 and "found wrong" not in out, out
-    study = optuna.load_study(study_name="heavy_reads@cpu", storage=f"sqlite:///{project}/.autotune/heavy_reads.db")
+    study = optuna.load_study(
+        study_name="heavy_reads@cpu+batch_size=16,32,64", storage=f"sqlite:///{project}/.autotune/heavy_reads.db"
+    )
     pruned = [t for t in study.trials if (t.user_attrs.get("reason") or "").startswith("skipped by prediction")]
     assert len(pruned) == len(skipped) and all(t.state == optuna.trial.TrialState.PRUNED for t in pruned)
     assert all("duration_s" not in t.user_attrs for t in pruned)  # no time spent on them
