@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import atexit
-import os
 import sys
 
 import click
@@ -27,15 +25,12 @@ def run() -> None:
     """`autotune` as a program: `main`, then an exit that skips the interpreter's teardown.
 
     SIGINT, SIGTERM and SIGHUP all stop a command as Ctrl-C does (exit status 130;
-    see autotune.procs.lifecycle). With torch, torchvision and optuna loaded, tearing
-    the interpreter down takes about a second (1.0-1.2 s measured on a 2-core CPU
-    machine; 0.05 s of it the atexit handlers), which every command would add to its
-    wall time. When `main` returns, each command has closed its files and waited for
-    the processes it started; the atexit handlers still run (logging, DataLoader
-    workers of `diagnose`), then the process ends with main's exit status (also when a
-    reader closed the pipe before the last flush, where Python would exit with 120).
+    see autotune.procs.lifecycle). Tearing the interpreter down, with torch loaded,
+    would add about a second to every command's wall time (autotune.procs.lifecycle.exit_now).
+    When `main` returns, each command has closed its files and waited for the processes
+    it started; the process ends with main's exit status.
     """
-    from autotune.procs.lifecycle import stop_on_signals
+    from autotune.procs.lifecycle import exit_now, stop_on_signals
 
     stop_on_signals()
     try:
@@ -49,10 +44,4 @@ def run() -> None:
     if code is not None and not isinstance(code, int):
         print(code, file=sys.stderr)  # what Python does with a SystemExit that carries a message
         code = 1
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed pipe (`autotune show | head`): nothing more can be said
-            pass
-    os._exit(code or 0)
+    exit_now(code or 0)

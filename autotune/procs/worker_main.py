@@ -54,6 +54,7 @@ def main() -> int:
         os.dup2(devnull, 2)
         if pool is not None:
             pool.stop(discard=True)
+        lifecycle.end_fork_server()  # it holds the pipe the search reads this worker's lines from
         os._exit(code)
 
     def wait_for_the_study() -> None:
@@ -92,4 +93,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from autotune.procs import lifecycle
+
+    lifecycle.exit_now(main())  # the search waits for this process to end before it times the finalists

@@ -7,6 +7,8 @@ import os
 import re
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -150,12 +152,33 @@ def test_gpus_workers_share_the_tickets(project: Path, monkeypatch: pytest.Monke
     """With no baseline run to make first, both processes take tickets from the start.
 
     The worker process imports torch before it joins (seconds); this process forks its trial processes from
-    a server that already has. Steps of 20 ms keep the trials going long enough for the worker to join.
+    a server that already has, and could take every ticket first. So no step runs until both have taken one.
     """
-    monkeypatch.setenv("TINY_SLOW_S", "0.02")
+    both_took_one = project / "both-took-a-ticket"
+    monkeypatch.setenv("TINY_STEPS_WAIT_FOR", str(both_took_one))
+    study_made = threading.Event()
     lines: list[str] = []
+
+    def echo(line: str) -> None:
+        lines.append(line)
+        if line.startswith("2 workers share study 'tiny@cpu'"):
+            study_made.set()
+
+    def open_the_gate() -> None:
+        study_made.wait(120)
+        storage = open_storage(f"sqlite:///{project}/.autotune/tiny.db")
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not both_took_one.exists():
+            trials = optuna.load_study(study_name="tiny@cpu", storage=storage).get_trials(deepcopy=False)
+            if len({t.user_attrs["worker"] for t in trials if "worker" in t.user_attrs}) == 2:
+                both_took_one.touch()
+            time.sleep(0.1)
+
+    gate = threading.Thread(target=open_the_gate, daemon=True)
+    gate.start()
     options = SearchOptions(trials=6, trial_timeout_s=30, finalists=1, rounds=1, parity_check=False)
-    result = search_parallel("tiny", options, devices=[0, 0], echo=lines.append)
+    result = search_parallel("tiny", options, devices=[0, 0], echo=echo)
+    gate.join(timeout=5)
     out = "\n".join(lines)
     assert result is not None, out
     assert any(line.startswith("[") for line in lines) and any(line.startswith("cpu1 | [") for line in lines), out
