@@ -3,11 +3,12 @@
 #
 #     bash benchmarks/one_gpu_runs.sh OUT first    # GPU tests, both decode paths on 5 cores and the gpu path on
 #                                                  # all cores (truth benchmark), the Adadelta MNIST search
-#     bash benchmarks/one_gpu_runs.sh OUT search   # autotune search --recipe imagenet_resnet50, default options
+#     bash benchmarks/one_gpu_runs.sh OUT search   # autotune search --recipe imagenet_resnet50, default options,
+#                                                  # then its winner through the truth benchmark
 #     bash benchmarks/one_gpu_runs.sh OUT check    # the search's winner and the best hand sweep rows through the
 #                                                  # truth benchmark; the ImageNet search on 5 cores (--cpus 5)
-#     bash benchmarks/one_gpu_runs.sh OUT final    # GPU tests, the 5-core winner through the truth benchmark on
-#                                                  # 5 cores, autotune search --recipe text_transformer
+#     bash benchmarks/one_gpu_runs.sh OUT final    # GPU tests, the hand sweep's best row, autotune search --recipe
+#                                                  # text_transformer, the ImageNet search on 5 cores with what is left
 #
 # The synthetic ImageNet folder (51,200 JPEGs) is written once per host, under /tmp, while the GPU tests run;
 # later parts on the same host reuse it. Each step's output goes, stamped, to OUT/<step>.log, and a step is
@@ -58,6 +59,10 @@ search)
     step imagenet_search bash -c "python3 -m autotune search --recipe imagenet_resnet50 \
         && python3 -m autotune show --recipe imagenet_resnet50"
     cp /tmp/runs/imagenet_search/recipes/imagenet_resnet50.tuned.toml "$OUT/" 2>/dev/null
+    # Its winner through the truth benchmark, right after, on the same host.
+    [ -f /tmp/runs/imagenet_search/recipes/imagenet_resnet50.tuned.toml ] && step winner bash -c "cd /tmp/runs/imagenet_search \
+        && python3 $REPO/benchmarks/truth.py --configs tuned --seconds 20 --out /tmp/runs/winner"
+    cp /tmp/runs/winner/truth.json "$OUT/winner.json" 2>/dev/null
     ;;
 check)
     [ -d "$AUTOTUNE_DATA/imagenet-synthetic" ] || step data bash -c "$DATA"
@@ -75,16 +80,14 @@ final)
     [ -d "$AUTOTUNE_DATA/imagenet-synthetic" ] || step data bash -c "$DATA" &
     step pytest_gpu bash -c "cd $REPO && python3 -m pytest -q -m gpu -p no:cacheprovider -rs"
     wait
-    # The 5-core winner as the check part's search wrote it (carried back in OUT by then), else skipped.
-    if [ -f "${WINNER_5CORES:-}" ]; then
-        mkdir -p /tmp/runs/w5/recipes && cp "$WINNER_5CORES" /tmp/runs/w5/recipes/imagenet_resnet50.tuned.toml
-        step winner_5cores bash -c "cd /tmp/runs/w5 && taskset -c 0-4 python3 $REPO/benchmarks/truth.py --configs tuned \
-            --seconds 20 --out /tmp/runs/w5"
-        cp /tmp/runs/w5/truth.json "$OUT/winner_5cores.json" 2>/dev/null
-    fi
-    step text bash -c "python3 -m autotune search --recipe text_transformer --time-budget $(budget) \
+    step hand_best python3 "$REPO/benchmarks/truth.py" --configs sweep --match "16 workers, bf16" --seconds 20 --out .
+    cp /tmp/runs/hand_best/truth.json "$OUT/hand_best.json" 2>/dev/null
+    step text bash -c "python3 -m autotune search --recipe text_transformer --time-budget 150 \
         && python3 -m autotune show --recipe text_transformer"
     cp /tmp/runs/text/recipes/text_transformer.tuned.toml "$OUT/" 2>/dev/null
+    step search_5cores bash -c "python3 -m autotune search --recipe imagenet_resnet50 --cpus 5 --time-budget $(budget) \
+        && python3 -m autotune show --recipe imagenet_resnet50"
+    cp /tmp/runs/search_5cores/recipes/imagenet_resnet50.tuned.toml "$OUT/imagenet_5cores.tuned.toml" 2>/dev/null
     ;;
 *)
     echo "unknown part $PART: first, search, check or final" >&2

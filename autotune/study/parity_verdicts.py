@@ -66,8 +66,15 @@ def inconclusive_reason(base: ParityRun, samples: int, window: int, extended: bo
     """What the baseline learned, against what a verdict needs: the reason every inconclusive verdict gives."""
     learned = progress(base, samples, window)
     longer = ", run once longer" if extended else ""
+    inputs = ""
+    if base.shuffled_loss is not None and base.shuffled_loss - base.final_loss <= learned * abs(base.initial_loss):
+        # The binding measure: its loss fell, but no more on the true targets than on shuffled ones.
+        inputs = (
+            f" from its inputs (probe loss {base.final_loss:.4g}, and {base.shuffled_loss:.4g} with the targets "
+            f"shuffled)"
+        )
     return (
-        f"the baseline learned {learned:.1%} of its initial loss {base.initial_loss:.4g} in "
+        f"the baseline learned {learned:.1%} of its initial loss {base.initial_loss:.4g}{inputs} in "
         f"{samples:,} samples{longer}; a verdict needs {MIN_PROGRESS:.1%}"
     )
 

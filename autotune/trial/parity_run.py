@@ -41,6 +41,9 @@ class ParityRun:
     losses: tuple[float, ...]  # each step's loss, on the batch it trained on
     finite_params: bool  # every parameter finite after the run
     seconds: float
+    # The trained model on the probe set with its targets shuffled across samples ((input, target) samples only):
+    # above `final_loss` by what the model learned from its inputs, not from the targets' overall spread.
+    shuffled_loss: float | None = None
 
     @property
     def samples(self) -> int:
@@ -112,13 +115,31 @@ class ProbeSet:
             part = self.samples[lo : lo + batch]
             yield self.collate(part), len(part)
 
+    def shuffled(self) -> "ProbeSet | None":
+        """The same inputs, each with another sample's target; None unless every sample is an (input, target) pair.
+
+        Each target moves half the set along, so no sample keeps its own: a model that learned nothing from its
+        inputs (only how the targets are spread) has the same loss on both sets.
+        """
+        pairs = all(isinstance(s, (tuple, list)) and len(s) == 2 for s in self.samples)
+        if not pairs or len(self.samples) < 2:
+            return None
+        half = len(self.samples) // 2
+        targets = [s[1] for s in self.samples[half:] + self.samples[:half]]
+        return ProbeSet([(s[0], t) for s, t in zip(self.samples, targets)], self.collate)
+
 
 def probe(dataset: Any, collate_fn: Callable[[list[Any]], Any] | None = None, samples: int = PROBE_SAMPLES) -> ProbeSet:
-    """The first `samples` of the data set, transformed under a fixed seed: the same samples in every run."""
+    """`samples` of the data set drawn at random under a fixed seed, transformed under it: the same in every run.
+
+    Drawn across the whole set, not its first samples: a class-sorted folder (ImageFolder) would give the
+    first few classes only, whose loss moves with how the model spreads its guesses, not with what it learned.
+    """
     n = min(samples, len(dataset))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(ORDER_SEED)  # a random transform draws the same augmentation every time
-        drawn = [dataset[i] for i in range(n)]
+        chosen = torch.randperm(len(dataset))[:n].tolist()
+        drawn = [dataset[i] for i in chosen]
     return ProbeSet(drawn, collate_fn or default_collate)
 
 
@@ -177,5 +198,7 @@ def train(
     values = torch.stack(losses).cpu().tolist()
     finite = all(bool(torch.isfinite(p).all()) for p in step.model.parameters())
     final = probe_loss(step, probe_set, probe_batch) if finite else math.nan
+    shuffled_set = probe_set.shuffled() if finite else None
+    shuffled = probe_loss(step, shuffled_set, probe_batch) if shuffled_set is not None else None
     seconds = time.perf_counter() - start
-    return ParityRun(config.batch_size, lr, initial, final, tuple(ends), tuple(values), finite, seconds)
+    return ParityRun(config.batch_size, lr, initial, final, tuple(ends), tuple(values), finite, seconds, shuffled)

@@ -227,11 +227,11 @@ RECORD_KEYS: dict[str, tuple[tuple[type, ...], bool]] = {
 }
 # Knobs whose change makes other arithmetic than the baseline's (fp32, eager, contiguous), whatever its batch size:
 # a config with any of these on cannot pass an inconclusive check (autotune.study.parity.SAME_MATH_KNOBS).
-OTHER_MATH = {"amp": "off", "cuda_graph": False, "channels_last": False}
+OTHER_MATH = {"amp": "off", "decode": "cpu"}
 
 
 def _inconclusive_math(at: str, profile: dict[str, Any]) -> list[str]:
-    """A winner that passed an inconclusive check must keep the baseline's math: no amp, graph or channels_last."""
+    """A winner that passed an inconclusive check must keep the baseline's math: no amp, no device decode."""
     check, knobs = profile["parity"], profile.get("knobs")
     if not (check.get("passed") is True and check.get("conclusive") is False and isinstance(knobs, dict)):
         return []

@@ -25,10 +25,10 @@ def test_materialising_costs_more_than_the_declared_run_saves_so_streaming_wins(
     monkeypatch.setenv("AUTOTUNE_WINDOW_S", "0.05")
     lines: list[str] = []
     # Two cores: the device copy is materialised by at most two processes, the stream read by four workers.
-    # The seeds alone (the workload's own loop, a larger streaming batch, two device-resident ones), in fp32;
-    # batches of 64 at most, since one of 256 takes two workers a quarter of a second.
+    # The seeds alone (the workload's own loop, every knob on at its batch, two device-resident ones, a larger
+    # streaming batch), in fp32; batches of 64 at most, since one of 256 takes two workers a quarter of a second.
     options = SearchOptions(
-        trials=4,
+        trials=5,
         parity_check=False,
         rounds=1,
         cpu_share=2,
