@@ -219,9 +219,9 @@ def choose(
     if not chosen and check.conclusive is False:
         raise SearchError(
             f"no config faster than the baseline may win: the parity check is inconclusive (the baseline learned "
-            f"too little in it to judge by), so only configs that differ from it in loader knobs, placement or "
-            f"cudnn_benchmark alone may, and none of those ran faster and passed. Narrow the search (e.g. --fix "
-            f"batch_size={setup.baseline.batch_size}), or skip the check with --no-parity-check."
+            f"too little in it to judge by), so only configs that differ from it in loader knobs, placement, "
+            f"cudnn_benchmark, channels_last or cuda_graph alone may, and none of those ran faster. Narrow the search "
+            f"(e.g. --fix batch_size={setup.baseline.batch_size}), or skip the check with --no-parity-check."
         )
     if not chosen:
         raise SearchError(

@@ -7,12 +7,12 @@ training), and a batch size rejected by a wide margin at a learning rate rules
 out its slower variants at that rate unrun. A batch size that fails at its
 rule's rate is tried at the gentler rates (sqrt, then none) before it is
 rejected. A baseline that learns too little to judge by is run once more, longer;
-if it still has, the check is inconclusive and only configs with the baseline's
-math may pass. Every parity run is made by a caller-given function (in a search,
-in a trial process); the check keeps what each cost and stops running once its
-budget is spent (``autotune.study.parity_budget``). The verdicts it states
-without a run, and the reasons a verdict gives, are in
-``autotune.study.parity_verdicts``.
+if it still has, the check is inconclusive: configs with the baseline's math pass
+unrun (a run's deviations would be noise), and no other may. Every parity run is
+made by a caller-given function (in a search, in a trial process); the check
+keeps what each cost and stops running once its budget is spent
+(``autotune.study.parity_budget``). The verdicts it states without a run, and the
+reasons a verdict gives, are in ``autotune.study.parity_verdicts``.
 """
 
 from __future__ import annotations
@@ -41,7 +41,14 @@ from autotune.study.parity import (
     run_seconds,
 )
 from autotune.study.parity_budget import ParityBudget
-from autotune.study.parity_verdicts import cannot_judge, explained, inconclusive_reason, same_as_baseline, too_low
+from autotune.study.parity_verdicts import (
+    cannot_judge,
+    explained,
+    inconclusive_reason,
+    same_as_baseline,
+    same_math_unjudged,
+    too_low,
+)
 from autotune.trial.parity_run import ParityRun
 
 
@@ -160,11 +167,16 @@ class ParityCheck:
         self._ensure_baseline()
         assert self._base is not None and self.conclusive is not None
         changed = changes_math(self.baseline, config)
-        if not self.conclusive and changed:
-            verdict = cannot_judge(
-                self.baseline, config, changed, self.lr_of(config), self.lr_of(self.baseline), self.samples,
-                self.window, self._inconclusive_reason(),
-            )
+        if not self.conclusive:
+            if changed:
+                verdict = cannot_judge(
+                    self.baseline, config, changed, self.lr_of(config), self.lr_of(self.baseline), self.samples,
+                    self.window, self._inconclusive_reason(),
+                )
+            else:
+                verdict = same_math_unjudged(
+                    self.baseline, config, self.lr_of(config), self.samples, self.window, self._inconclusive_reason()
+                )
             self.echo(f"  parity {verdict.summary()}  {config.describe()}")
             return verdict
         failed: list[tuple[str | None, ParityVerdict]] = []
@@ -233,7 +245,7 @@ class ParityCheck:
             return
         self.echo(
             f"parity: inconclusive: {self._inconclusive_reason()}. Only configs that leave the math unchanged "
-            f"(loader knobs, placement, cudnn_benchmark) may win"
+            f"(loader knobs, placement, cudnn_benchmark, channels_last, cuda_graph) may win"
         )
 
     def _baseline_run(self) -> ParityRun:

@@ -62,6 +62,29 @@ def cannot_judge(
     )
 
 
+def same_math_unjudged(
+    baseline: Config, config: Config, lr: float, samples: int, window: int, why: str
+) -> ParityVerdict:
+    """No run: against a baseline that learned nothing measurable (`why`), a config with the baseline's math
+    (loader knobs, placement, cudnn.benchmark, channels_last, a graph) passes, inconclusively.
+
+    A run could not judge it: its deviations would be in units of noise (ResNet-50 on an H200, the same math in a
+    graph and channels_last: probe -26.6% of the baseline's 0.11 drop, a 0.03 difference in 6.9).
+    """
+    name = family(baseline, config)
+    return ParityVerdict(
+        True,
+        name,
+        TOLERANCES[name],
+        samples,
+        window,
+        lr,
+        lr,
+        reason=f"it keeps the baseline's math, and {why}",
+        conclusive=False,
+    )
+
+
 def inconclusive_reason(base: ParityRun, samples: int, window: int, extended: bool) -> str:
     """What the baseline learned, against what a verdict needs: the reason every inconclusive verdict gives."""
     learned = progress(base, samples, window)
