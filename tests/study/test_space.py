@@ -42,7 +42,8 @@ def test_cpu_leaves_out_cuda_knobs_with_reasons() -> None:
     space = build_space(128, CPU, MNIST)
     assert space.excluded == {
         "pin_memory": "needs CUDA", "cudnn_benchmark": "needs CUDA", "cuda_graph": "needs CUDA", "decode": "needs CUDA",
-        "bucketing": "the workload's sample_lengths was not read", "pad_multiple": "the workload's collate_fn was not read",
+        "bucketing": "the workload's sample_lengths was not read",
+        "pad_multiple": "the workload's collate_fn was not read",
     }
     assert space.domains["pin_memory"] == (False,)
     assert space.domains["amp"] == ("off", "bf16")
