@@ -108,7 +108,10 @@ def tuned_loader(
     which win over the profile, ``shuffle``/``drop_last``, or your own DataLoader
     arguments (``collate_fn``, ``sampler``, ``batch_sampler``, ``worker_init_fn``,
     ``generator``, ``timeout``), kept as you give them; without a ``collate_fn`` the
-    workload's own is used. An argument the profile cannot honour is one clear error.
+    workload's own is used; a profile with ``pad_multiple`` passes it to that
+    collate_fn as ``pad_to_multiple_of``, and one with ``bucketing`` batches samples of
+    similar length by the workload's ``sample_lengths(dataset)``. An argument the
+    profile cannot honour is one clear error.
     A workload that gives ``build_device_dataset`` and ``device_augment`` has its
     device-resident copy built from those, not from `dataset`, so its random
     augmentation still runs (on the device).
