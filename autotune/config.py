@@ -11,6 +11,10 @@ from autotune.workloads import Workload
 AMP_CHOICES = ("off", "bf16", "fp16")
 PLACEMENT_CHOICES = ("stream", "device")
 DECODE_CHOICES = ("cpu", "gpu")  # gpu: workers read JPEG bytes, the device decodes and augments (loop.device_decode)
+# Token positions a padded batch is rounded up to (0: the batch's longest sequence, as the collate_fn pads it).
+# 8 keeps a matrix dimension a multiple of what fp16/bf16 tensor cores take whole; 64 leaves at most 8 lengths
+# for sequences of 16..512 tokens, so per-shape costs (an attention plan, a kernel choice) are paid 8 times, not 497.
+PAD_MULTIPLES = (0, 8, 64)
 LR_RULES = ("linear", "sqrt", "none")  # from the boldest to the gentlest for a larger batch
 # Optimizers that divide each parameter's step by a running estimate of its gradients' scale: a batch k times
 # larger cuts the gradient noise by sqrt(k), and their rate follows sqrt(k) (Malladi et al., NeurIPS'22).
@@ -35,6 +39,8 @@ class Config:
     cuda_graph: bool = False
     placement: str = "stream"
     decode: str = "cpu"
+    pad_multiple: int = 0  # 0: off; N: the collate_fn pads each batch to a multiple of N (pad_to_multiple_of)
+    bucketing: bool = False  # batches of samples of similar length (loop.buckets), from the workload's sample_lengths
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -62,6 +68,10 @@ class Config:
                 parts.append("persistent")
             if self.prefetch_factor is not None:
                 parts.append(f"prefetch={self.prefetch_factor}")
+            if self.bucketing:
+                parts.append("bucketed")
+            if self.pad_multiple:
+                parts.append(f"pad={self.pad_multiple}")
         for flag, label in (
             (self.cudnn_benchmark, "cudnn.benchmark"),
             (self.channels_last, "channels_last"),

@@ -174,8 +174,9 @@ def decoding_loader(
 ) -> DecodingLoader:
     """The `decode = gpu` loader for `dataset`, whose own transform is translated; raises NotTranslatable.
 
-    `user_args` (a sampler, a worker_init_fn, a generator, a timeout) go to the DataLoader as they are;
-    a workload's own `collate_fn` cannot: it batches decoded samples, which the device path never has on the host.
+    `user_args` (a sampler or batch sampler, a worker_init_fn, a generator, a timeout) go to the DataLoader as
+    they are; a workload's own `collate_fn` cannot: it batches decoded samples, which the device path never has on
+    the host.
     """
     if collate_fn is not None:
         raise NotTranslatable(COLLATE_REFUSAL)
@@ -184,11 +185,10 @@ def decoding_loader(
     if config.num_workers > 0:
         kwargs["persistent_workers"] = config.persistent_workers
         kwargs["prefetch_factor"] = config.prefetch_factor or 2
+    if "batch_sampler" not in kwargs:  # a batch sampler (bucketing's) makes the batches and their order itself
+        kwargs.update(batch_size=config.batch_size, shuffle=shuffle, drop_last=drop_last)
     loader = DataLoader(
         files,
-        batch_size=config.batch_size,
-        shuffle=shuffle,
-        drop_last=drop_last,
         num_workers=config.num_workers,
         pin_memory=config.pin_memory and device.type == "cuda",
         collate_fn=collate_bytes,

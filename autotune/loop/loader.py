@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from autotune.config import Config
 from autotune.loop import batch as batches
+from autotune.loop.buckets import LengthBuckets, padded
 
 Collate = Callable[[list[Any]], Any]
 
@@ -150,9 +151,13 @@ def build_loader(
     resident: Any = None,
     materialize_workers: int = 0,
     collate_fn: Collate | None = None,
+    lengths: Sequence[int] | None = None,
     **user_args: Any,
 ) -> DataLoader | DeviceLoader:
-    """The loader a config describes; `user_args` are the workload's own DataLoader arguments, kept."""
+    """The loader a config describes; `user_args` are the workload's own DataLoader arguments, kept.
+
+    `lengths` (one per sample, the workload's ``sample_lengths``) is what ``bucketing`` groups by.
+    """
     unknown = sorted(set(user_args) - set(USER_LOADER_ARGS))
     if unknown:
         raise TypeError(f"build_loader got unknown DataLoader argument(s) {unknown}; it keeps {USER_LOADER_ARGS}")
@@ -168,21 +173,44 @@ def build_loader(
             resident,
             collate_fn=collate_fn,
         )
+    if config.pad_multiple:
+        collate_fn = padded(collate_fn, config.pad_multiple)  # a collate_fn that cannot is a ValueError naming why
+    order = _order(config, shuffle, drop_last, lengths, user_args)
     if config.decode == "gpu":  # the workers read JPEG bytes; the device decodes and augments (loop.device_decode)
         from autotune.loop.device_decode import decoding_loader
 
-        return decoding_loader(dataset, config, shuffle, drop_last, device, collate_fn, **user_args)
+        sampled = {"batch_sampler": order["batch_sampler"]} if "batch_sampler" in order else {}
+        return decoding_loader(dataset, config, shuffle, drop_last, device, collate_fn, **user_args, **sampled)
     kwargs: dict[str, Any] = {key: value for key, value in user_args.items() if value is not None}
     if config.num_workers > 0:
         kwargs["persistent_workers"] = config.persistent_workers
         kwargs["prefetch_factor"] = config.prefetch_factor or 2
     return DataLoader(
         dataset,
-        batch_size=config.batch_size,
-        shuffle=shuffle,
-        drop_last=drop_last,
         num_workers=config.num_workers,
         pin_memory=config.pin_memory and device.type == "cuda",
         collate_fn=collate_fn,
+        **order,
         **kwargs,
     )
+
+
+def _order(
+    config: Config, shuffle: bool, drop_last: bool, lengths: Sequence[int] | None, user_args: dict[str, Any]
+) -> dict[str, Any]:
+    """The DataLoader arguments that make its batches: batch_size/shuffle/drop_last, or a bucketing batch sampler."""
+    if not config.bucketing:
+        return dict(batch_size=config.batch_size, shuffle=shuffle, drop_last=drop_last)
+    if lengths is None:
+        raise ValueError("bucketing=True needs each sample's length (the workload's sample_lengths(dataset)), "
+                         "but none are given")
+    given = sorted(key for key in ("sampler", "batch_sampler") if user_args.get(key) is not None)
+    if given:
+        raise ValueError(f"bucketing=True makes its own batches of similar length, but {' and '.join(given)} "
+                         f"also chooses the order; pass bucketing=False to keep it")
+    # Bucketing draws a random order; a loader that kept its samples in order must not get one silently.
+    if not shuffle:
+        raise ValueError("bucketing=True draws a random order of batches, but shuffle=False keeps the samples "
+                         "in order; pass shuffle=True, or bucketing=False")
+    generator = user_args.get("generator")  # shared with the DataLoader, as RandomSampler shares it
+    return dict(batch_sampler=LengthBuckets(lengths, config.batch_size, drop_last, generator=generator))

@@ -4,7 +4,8 @@ A config needs at least the memory of one that failed ``oom`` when it holds at
 least as much on the device: a batch as large, a precision as wide (fp32 holds
 twice what bf16 and fp16 hold), a CUDA graph if the other had one (its private
 pool), JPEGs decoded on the device if the other decoded them on the host, the
-data set on the device if the other streamed it. Memory layout and cuDNN's
+data set on the device if the other streamed it, batches grouped by length and
+padding to a multiple if the other's were. Memory layout and cuDNN's
 algorithm choice move the need by a workspace, so they must match unless the
 batch is at least twice the failed one. Loader knobs hold host memory only.
 An oom reason is the config's own (``autotune.procs.pool`` measures a trial that
@@ -33,6 +34,12 @@ def holds_at_least(config: Config, failed: Config) -> bool:
     if failed.cuda_graph and not config.cuda_graph:
         return False
     if failed.decode == "gpu" and config.decode != "gpu":
+        return False
+    # Bucketing's longest batch is batch_size samples of the longest lengths, as long as any random batch's; padding
+    # to a multiple pads at least as far as padding to any of its divisors. The other way round may hold less.
+    if failed.bucketing and not config.bucketing:
+        return False
+    if failed.pad_multiple and (not config.pad_multiple or config.pad_multiple % failed.pad_multiple):
         return False
     if failed.placement == "device" and config.placement != "device":
         return False

@@ -1,10 +1,11 @@
 """The parity check's verdict: a faster config may win only if it trains like the workload's own.
 
-AMP, CUDA graphs, channels_last, cudnn.benchmark, device placement and a new
-batch size each make training faster, and each can silently change what is
-trained. Before a config may win, it and the baseline (the workload's own batch
-size and loader, fp32, eager) each make a parity run (``autotune.trial.parity_run``)
-from the same initial weights over the same data order, and ``compare`` judges
+AMP, CUDA graphs, channels_last, cudnn.benchmark, device placement, batches
+grouped by length, padding to a multiple and a new batch size each make
+training faster, and each can silently change what is trained. Before a
+config may win, it and the baseline (the workload's own batch size and loader,
+fp32, eager) each make a parity run (``autotune.trial.parity_run``) from the
+same initial weights over the same data order, and ``compare`` judges
 them at equal samples seen, by two numbers, each within the tolerance of the
 knob family that differs:
 
@@ -35,7 +36,11 @@ from autotune.config import Config
 from autotune.trial.parity_run import ParityRun
 
 LOADER_KNOBS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
-NUMERICS_KNOBS = ("amp", "cuda_graph", "channels_last", "cudnn_benchmark", "placement", "decode")
+# bucketing changes which samples share a batch (and so each step's gradient), pad_multiple the shapes the model's
+# kernels reduce over (masked positions are not free of rounding): both are judged as numerics.
+NUMERICS_KNOBS = (
+    "amp", "cuda_graph", "channels_last", "cudnn_benchmark", "placement", "decode", "bucketing", "pad_multiple"
+)
 # Knobs that change speed but not the arithmetic of training: the same samples, in the same order, through the same
 # operations. cudnn.benchmark and channels_last pick among kernels that compute the same convolution (ResNet-18's
 # first SGD step from the same weights: the same update within 1e-4 in either layout, against 36% for bf16), and a

@@ -12,7 +12,7 @@ import math
 import os
 from typing import TYPE_CHECKING, Any
 
-from autotune.config import AMP_CHOICES, DECODE_CHOICES, PLACEMENT_CHOICES, Config
+from autotune.config import AMP_CHOICES, DECODE_CHOICES, PAD_MULTIPLES, PLACEMENT_CHOICES, Config
 
 if TYPE_CHECKING:
     import optuna
@@ -25,12 +25,19 @@ KNOBS = (
     "persistent_workers",
     "prefetch_factor",
     "decode",
+    "bucketing",
+    "pad_multiple",
     "cudnn_benchmark",
     "channels_last",
     "amp",
     "cuda_graph",
 )
-BOOL_KNOBS = ("pin_memory", "persistent_workers", "cudnn_benchmark", "channels_last", "cuda_graph")
+BOOL_KNOBS = ("pin_memory", "persistent_workers", "bucketing", "cudnn_benchmark", "channels_last", "cuda_graph")
+INT_KNOBS = ("batch_size", "num_workers", "prefetch_factor", "pad_multiple")
+# Knobs of the DataLoader: a device-resident data set has none (it slices its own batches, in its own order, from
+# rows of one shape, so there is nothing to pad or group).
+STREAM_KNOBS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "decode", "bucketing",
+                "pad_multiple")
 PREFETCH_RANGE = (1, 8)  # batches each worker keeps in flight
 BATCH_EXPONENTS = range(-2, 7)  # batch sizes from 1/4x to 64x the workload's own
 DEVICE_MEMORY_SHARE = 0.25  # a device-resident data set may take this much of the device's memory
@@ -68,6 +75,9 @@ class DataFacts:
     load_cpu_s: float = 0.0  # CPU seconds one process spends to make one sample (0: not measured)
     gpu_decode: str = ""  # the device decode path derived from the transform (workloads.decode), in one line
     gpu_decode_refused: str = ""  # why there is none, when the transform was read and could not be translated
+    # Why pad_multiple / bucketing are left out ("": offered); trial.facts reads them off the workload.
+    pad_refused: str = "the workload's collate_fn was not read"
+    bucket_refused: str = "the workload's sample_lengths was not read"
 
 
 def max_workers(cpu_share: int, load_cpu_share: float) -> int:
@@ -119,6 +129,8 @@ class Space:
             values["num_workers"] = self._pick(trial, "num_workers")
             values["pin_memory"] = self._pick(trial, "pin_memory")
             values["decode"] = self._pick(trial, "decode")
+            values["bucketing"] = self._pick(trial, "bucketing")
+            values["pad_multiple"] = self._pick(trial, "pad_multiple")
             if values["num_workers"] > 0:
                 values["persistent_workers"] = self._pick(trial, "persistent_workers")
                 values["prefetch_factor"] = self._pick(trial, "prefetch_factor")
@@ -140,10 +152,7 @@ class Space:
         for knob, value in self.normalise(config).as_dict().items():
             if knob == "prefetch_factor" and value is None:
                 continue
-            if (
-                knob in ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "decode")
-                and config.placement == "device"
-            ):
+            if knob in STREAM_KNOBS and config.placement == "device":
                 continue
             if knob in ("persistent_workers", "prefetch_factor") and config.num_workers == 0:
                 continue
@@ -158,7 +167,8 @@ class Space:
         changes: dict[str, Any] = {}
         if config.placement == "device":
             changes.update(
-                num_workers=0, pin_memory=False, persistent_workers=False, prefetch_factor=None, decode="cpu"
+                num_workers=0, pin_memory=False, persistent_workers=False, prefetch_factor=None, decode="cpu",
+                bucketing=False, pad_multiple=0,
             )
         elif config.num_workers == 0:
             changes.update(persistent_workers=False, prefetch_factor=None)
@@ -195,12 +205,14 @@ class Space:
             elif knob == "batch_size" and len(domain) > 2:
                 shown = f"{domain[0]}..{domain[-1]} (powers of two)"
             else:
-                shown = "/".join(_show(v) for v in domain)
+                shown = "/".join(_show(v, knob) for v in domain)
             lines.append(f"{knob}: {shown}")
         return lines
 
 
-def _show(value: Any) -> str:
+def _show(value: Any, knob: str = "") -> str:
+    if knob == "pad_multiple" and value == 0:
+        return "off"  # padding to the longest sample, as the collate_fn does by itself
     return {True: "on", False: "off"}.get(value, str(value)) if isinstance(value, bool) else str(value)
 
 
@@ -244,6 +256,12 @@ def build_space(
         excluded["decode"] = "needs CUDA"
     elif not facts.gpu_decode:
         excluded["decode"] = facts.gpu_decode_refused or "the data set's transform was not read"
+    domains["bucketing"] = (False, True)
+    if facts.bucket_refused:
+        excluded["bucketing"] = facts.bucket_refused
+    domains["pad_multiple"] = PAD_MULTIPLES
+    if facts.pad_refused:
+        excluded["pad_multiple"] = facts.pad_refused
     for knob in excluded:
         domains[knob] = (domains[knob][0],)
     for knob, allowed in (fixes or {}).items():
@@ -256,8 +274,8 @@ def _narrow(knob: str, domain: tuple[Any, ...], allowed: tuple[Any, ...], exclud
     if outside:
         why = f" ({knob} is left out here: {excluded[knob]})" if knob in excluded else ""
         raise SpaceError(
-            f"--fix {knob}: {', '.join(_show(v) for v in outside)} is outside its domain "
-            f"{{{', '.join(_show(v) for v in domain)}}}{why}."
+            f"--fix {knob}: {', '.join(_show(v, knob) for v in outside)} is outside its domain "
+            f"{{{', '.join(_show(v, knob) for v in domain)}}}{why}."
         )
     return tuple(v for v in domain if v in allowed)
 
@@ -297,7 +315,9 @@ def _parse_value(knob: str, raw: str) -> Any:
         if raw.lower() not in table:
             raise SpaceError(f"--fix {knob}: expected on/off, but got {raw!r}.")
         return table[raw.lower()]
-    if knob in ("batch_size", "num_workers", "prefetch_factor"):
+    if knob == "pad_multiple" and raw.lower() == "off":
+        return 0
+    if knob in INT_KNOBS:
         try:
             return int(raw)
         except ValueError:

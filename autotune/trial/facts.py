@@ -17,6 +17,7 @@ import torch
 from torch.utils.data import default_collate
 
 from autotune.loop import batch as batches
+from autotune.loop.buckets import pad_refusal
 from autotune.study.space import DataFacts
 from autotune.workloads import Workload
 from autotune.workloads.locate import WorkloadError
@@ -62,7 +63,21 @@ def read_facts(dataset: Any, workload: Workload) -> DataFacts:
         varying=varying or "",
         unstackable=unstackable or "",
         load_cpu_s=load_cpu_s(dataset, collate),
+        pad_refused=pad_refusal(workload.collate_fn),
+        bucket_refused=bucket_refusal(dataset, workload),
     )
+
+
+def bucket_refusal(dataset: Any, workload: Workload) -> str:
+    """Why the bucketing knob cannot apply to `workload`; "" when it can. A wrong sample_lengths fails here."""
+    if workload.sample_lengths is None:
+        return "the workload gives no sample_lengths(dataset)"
+    if workload.build_sampler is not None:
+        return "the workload's build_sampler() orders the samples, and bucketing would replace its order"
+    if not workload.default("shuffle"):
+        return "the workload does not shuffle (DEFAULTS shuffle=False), and bucketing draws a random order"
+    workload.lengths(dataset)  # a wrong count is a WorkloadError before the search, not a failed trial in it
+    return ""
 
 
 def _equal(a: Any, b: Any) -> bool:

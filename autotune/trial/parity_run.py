@@ -87,14 +87,18 @@ def _own_order(loader: Any, seed: int) -> None:
     permutation it uses; a fresh generator per epoch makes the epoch's order
     the first permutation of `seed` in every loader (DeviceLoader draws as
     RandomSampler does). A workload's own sampler with a ``generator`` attribute
-    (a length-bucketing sampler, say) is seeded the same way; one without draws
-    from the global generator, which the build seeded alike in both runs.
+    (a length-bucketing sampler, say) is seeded the same way, and so is the
+    bucketing knob's batch sampler; one without draws from the global generator,
+    which the build seeded alike in both runs.
     """
     generator = torch.Generator()
     generator.manual_seed(seed)
     sampler = getattr(loader, "sampler", None)
+    batch_sampler = getattr(loader, "batch_sampler", None)
     if isinstance(sampler, RandomSampler) or hasattr(sampler, "generator"):
         sampler.generator = generator
+    elif hasattr(batch_sampler, "generator"):  # bucketing's LengthBuckets draws the order of its batches
+        batch_sampler.generator = generator
     elif hasattr(loader, "generator") and getattr(loader, "shuffle", False):
         loader.generator = generator
 

@@ -61,6 +61,7 @@ class Runner:
         self.workload, self.device = workload, device
         self.cpu_share = cpu_share or 1
         self._dataset: Any = None
+        self._lengths: Any = None  # the workload's sample_lengths, read once, when a config buckets
         self._device_tensors: dict[str, tuple[Any, float]] = {}  # a batch-like structure of whole-data-set tensors
 
     @property
@@ -130,9 +131,11 @@ class Runner:
             loader = build_loader(self.dataset, config, shuffle, drop_last, self.device, augment, resident=tensors)
         else:
             sampler = self.workload.build_sampler(self.dataset) if self.workload.build_sampler else None
+            if config.bucketing and self._lengths is None:
+                self._lengths = self.workload.lengths(self.dataset)
             loader = build_loader(
                 self.dataset, config, shuffle, drop_last, self.device, collate_fn=self.workload.collate_fn,
-                sampler=sampler,
+                sampler=sampler, lengths=self._lengths if config.bucketing else None,
             )
         return loader, step, materialize_s
 

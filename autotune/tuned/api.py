@@ -108,7 +108,10 @@ def tuned_loader(
     which win over the profile, ``shuffle``/``drop_last``, or your own DataLoader
     arguments (``collate_fn``, ``sampler``, ``batch_sampler``, ``worker_init_fn``,
     ``generator``, ``timeout``), kept as you give them; without a ``collate_fn`` the
-    workload's own is used. An argument the profile cannot honour is one clear error.
+    workload's own is used; a profile with ``pad_multiple`` passes it to that
+    collate_fn as ``pad_to_multiple_of``, and one with ``bucketing`` batches samples of
+    similar length by the workload's ``sample_lengths(dataset)``. An argument the
+    profile cannot honour is one clear error.
     A workload that gives ``build_device_dataset`` and ``device_augment`` has its
     device-resident copy built from those, not from `dataset`, so its random
     augmentation still runs (on the device).
@@ -123,7 +126,8 @@ def tuned_loader(
     workload = tuned.workload
     user = {key: kwargs.pop(key) for key in USER_LOADER_ARGS if key in kwargs}
     user.setdefault("collate_fn", workload.collate_fn)
-    if workload.build_sampler is not None and "sampler" not in user and "batch_sampler" not in user:
+    bucketing = kwargs.get("bucketing", tuned.config.bucketing)
+    if workload.build_sampler is not None and "sampler" not in user and "batch_sampler" not in user and not bucketing:
         user["sampler"] = workload.build_sampler(dataset)  # the workload's order, as its search measured it
     shuffle = kwargs.pop("shuffle", workload.default("shuffle"))
     drop_last = kwargs.pop("drop_last", workload.default("drop_last"))
@@ -136,6 +140,8 @@ def tuned_loader(
             f"and the DataLoader arguments {', '.join(USER_LOADER_ARGS)}."
         ) from exc
     _refuse_conflicts(config, user, shuffle, recipe)
+    # Lengths are read only for a bucketing loader; a workload without sample_lengths then fails naming the hook.
+    lengths = workload.lengths(dataset) if config.bucketing and config.placement == "stream" else None
     workers = min(4, len(os.sched_getaffinity(0)))
     if (
         config.placement == "device"
@@ -146,7 +152,9 @@ def tuned_loader(
         return build_loader(
             source, config, shuffle, drop_last, device, workload.device_augment, materialize_workers=workers, **user
         )
-    return build_loader(dataset, config, shuffle, drop_last, device, materialize_workers=workers, **user)
+    return build_loader(
+        dataset, config, shuffle, drop_last, device, materialize_workers=workers, lengths=lengths, **user
+    )
 
 
 def _refuse_conflicts(config: Config, user: dict[str, Any], shuffle: bool, recipe: str) -> None:
@@ -162,6 +170,11 @@ def _refuse_conflicts(config: Config, user: dict[str, Any], shuffle: bool, recip
         raise ValueError(
             f"tuned_loader: batch_sampler fixes the batch size, which {recipe}'s profile tunes "
             f"(batch_size={config.batch_size}); pass sampler= instead, so the tuned batch size applies."
+        )
+    if user.get("sampler") is not None and config.bucketing and config.placement == "stream":
+        raise ValueError(
+            f"tuned_loader: sampler= and {recipe}'s profile (bucketing=True: batches of similar length) both choose "
+            "the order; pass bucketing=False to keep your sampler."
         )
     if user.get("sampler") is not None and shuffle:
         raise ValueError(

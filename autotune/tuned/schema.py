@@ -63,7 +63,11 @@ KNOB_TYPES: dict[str, tuple[type, ...]] = {
     "cuda_graph": (bool,),
     "placement": (str,),
     "decode": (str,),  # absent: cpu (files written before the knob existed)
+    "bucketing": (bool,),  # absent: off (files written before the knob existed)
+    "pad_multiple": (int,),  # 0: off; absent: off (files written before the knob existed)
 }
+OPTIONAL_KNOBS = ("prefetch_factor", "decode", "bucketing", "pad_multiple")  # a profile may lack these
+MAX_PAD_MULTIPLE = 4096  # token positions; a larger multiple pads every batch to one absurd length
 
 
 def _check_type(where: str, value: Any, types: tuple[type, ...], problems: list[str]) -> bool:
@@ -191,8 +195,10 @@ def _validate_knobs(at: str, knobs: dict[str, Any]) -> list[str]:
             problems.append(f"{at}.placement must be one of {', '.join(PLACEMENT_CHOICES)}, but got {value!r}")
         if key == "decode" and value not in DECODE_CHOICES:
             problems.append(f"{at}.decode must be one of {', '.join(DECODE_CHOICES)}, but got {value!r}")
+        if key == "pad_multiple" and not 0 <= value <= MAX_PAD_MULTIPLE:
+            problems.append(f"{at}.pad_multiple must be in 0..{MAX_PAD_MULTIPLE} (0: off), but got {value}")
     for key in KNOB_TYPES:
-        if key not in knobs and key not in ("prefetch_factor", "decode"):
+        if key not in knobs and key not in OPTIONAL_KNOBS:
             problems.append(f"{at} lacks knob {key!r}")
     return problems
 
@@ -227,11 +233,11 @@ RECORD_KEYS: dict[str, tuple[tuple[type, ...], bool]] = {
 }
 # Knobs whose change makes other arithmetic than the baseline's (fp32, eager, contiguous), whatever its batch size:
 # a config with any of these on cannot pass an inconclusive check (autotune.study.parity.SAME_MATH_KNOBS).
-OTHER_MATH = {"amp": "off", "decode": "cpu"}
+OTHER_MATH = {"amp": "off", "decode": "cpu", "bucketing": False, "pad_multiple": 0}
 
 
 def _inconclusive_math(at: str, profile: dict[str, Any]) -> list[str]:
-    """A winner that passed an inconclusive check must keep the baseline's math: no amp, no device decode."""
+    """A winner that passed an inconclusive check must keep the baseline's math: every OTHER_MATH knob as it is."""
     check, knobs = profile["parity"], profile.get("knobs")
     if not (check.get("passed") is True and check.get("conclusive") is False and isinstance(knobs, dict)):
         return []

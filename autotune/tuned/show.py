@@ -33,6 +33,8 @@ def _cell(key: str, value: Any) -> str:
         return "-"
     if isinstance(value, bool):
         return "on" if value else "off"
+    if key == "pad_multiple" and value == 0:
+        return "off"
     if key in ("samples_per_s", "steady_samples_per_s", "baseline_samples_per_s", "tokens_per_s",
                "baseline_tokens_per_s"):
         return f"{value:,.0f}"

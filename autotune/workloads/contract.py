@@ -18,7 +18,10 @@ and optionally:
   dimension of the batch's first tensor) and ``tokens_in(batch)`` (real tokens, not
   padding: autotune then states tokens/s and the share of padding), and
   ``build_sampler(dataset)`` (a sampler that orders the samples, e.g. by length;
-  with it, ``shuffle`` stays False);
+  with it, ``shuffle`` stays False), and ``sample_lengths(dataset)`` (each sample's
+  length, e.g. its tokens, in the data set's order: the ``bucketing`` knob groups
+  samples of similar length by it); a ``collate_fn`` that takes the keyword
+  ``pad_to_multiple_of`` gets the ``pad_multiple`` knob;
 - for a workload with random augmentation, a pair ``build_device_dataset(root)`` +
   ``device_augment(x)`` that lets its data live on the GPU.
 
@@ -54,7 +57,7 @@ DEFAULT_KEYS: dict[str, type | tuple[type, ...]] = {
 REQUIRED_DEFAULTS = ("batch_size", "lr", "epochs")
 REQUIRED_FUNCTIONS = ("build_dataset", "build_model", "build_optimizer")
 # Optional, for batches of any structure and loops with an order of their own.
-BATCH_HOOKS = ("collate_fn", "compute_loss", "samples_in", "tokens_in", "build_sampler")
+BATCH_HOOKS = ("collate_fn", "compute_loss", "samples_in", "tokens_in", "build_sampler", "sample_lengths")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +80,7 @@ class Workload:
     samples_in: Callable[[Any], int] | None = None
     tokens_in: Callable[[Any], int] | None = None
     build_sampler: Callable[[Any], Any] | None = None
+    sample_lengths: Callable[[Any], Any] | None = None  # dataset -> one length per sample (ints), cheap
 
     def count(self, batch: Any) -> int:
         """Samples in a batch: the workload's own count, else the leading dimension of its first tensor."""
@@ -85,6 +89,30 @@ class Workload:
         from autotune.loop.batch import samples_in  # torch is imported only when batches are counted
 
         return samples_in(batch)
+
+    def lengths(self, dataset: Any) -> Any:
+        """Each sample's length by the workload's ``sample_lengths``, checked: a 1-D int64 array, one per sample."""
+        import numpy as np  # a million lengths check in milliseconds as an array, in seconds as Python ints
+
+        if self.sample_lengths is None:
+            raise WorkloadError(f"workload {self.path} declares no sample_lengths(dataset); bucketing needs it")
+        raw = np.asarray(self.sample_lengths(dataset))
+        if raw.ndim != 1 or not (raw.size == 0 or np.issubdtype(raw.dtype, np.integer)):
+            raise WorkloadError(
+                f"workload {self.path}: sample_lengths(dataset) must give one int per sample, but gave an array of "
+                f"shape {raw.shape} and dtype {raw.dtype}"
+            )
+        lengths = raw.astype(np.int64)
+        if len(lengths) != len(dataset):
+            raise WorkloadError(
+                f"workload {self.path}: sample_lengths(dataset) must give one length per sample, but gave "
+                f"{len(lengths)} for {len(dataset)} samples"
+            )
+        if len(lengths) and lengths.min() < 0:
+            raise WorkloadError(
+                f"workload {self.path}: sample_lengths(dataset) must be >= 0, but gave {int(lengths.min())}"
+            )
+        return lengths
 
     def default(self, key: str) -> Any:
         """The workload's own value for a DataLoader setting, else DataLoader's default."""

@@ -45,11 +45,13 @@ def test_search_writes_the_recipe_then_resumes_and_show_prints_it(project: Path)
             "  amp: off",
         ][:8]
     )
-    assert lines[8:12] == [
+    assert lines[8:14] == [
         "  pin_memory: left out (needs CUDA)",
         "  cudnn_benchmark: left out (needs CUDA)",
         "  cuda_graph: left out (needs CUDA)",
         "  decode: left out (needs CUDA)",
+        "  bucketing: left out (the workload gives no sample_lengths(dataset))",
+        "  pad_multiple: left out (the workload gives no collate_fn, and DataLoader's default_collate pads nothing)",
     ]
     trials = [line for line in lines if line.startswith("[")]
     assert [int(TRIAL_LINE.match(line).group(1)) for line in trials] == [1, 2, 3, 4], trials
@@ -70,6 +72,8 @@ def test_search_writes_the_recipe_then_resumes_and_show_prints_it(project: Path)
         "cudnn_benchmark": "needs CUDA",
         "cuda_graph": "needs CUDA",
         "decode": "needs CUDA",
+        "bucketing": "the workload gives no sample_lengths(dataset)",
+        "pad_multiple": "the workload gives no collate_fn, and DataLoader's default_collate pads nothing",
     }
     assert profile["knobs"]["amp"] == "off" and profile["cpu_share"] == cores
     assert profile["speedup"] == pytest.approx(
@@ -97,7 +101,8 @@ def test_bad_input_is_one_message_and_exit_status_2(project: Path) -> None:
     assert (
         result.stderr.strip().splitlines()[-1]
         == "Error: --fix names unknown knob 'turbo'; the knobs are: placement, batch_size, num_workers, pin_memory, "
-        "persistent_workers, prefetch_factor, decode, cudnn_benchmark, channels_last, amp, cuda_graph."
+        "persistent_workers, prefetch_factor, decode, bucketing, pad_multiple, cudnn_benchmark, channels_last, amp, "
+        "cuda_graph."
     )
     assert "Traceback" not in result.stderr
     assert not (project / ".autotune").exists()

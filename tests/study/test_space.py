@@ -24,9 +24,13 @@ MNIST = DataFacts(
 
 
 def test_gpu_space_has_every_knob() -> None:
-    space = build_space(128, GPU, dataclasses.replace(MNIST, gpu_decode="decode JPEG on the device, then ..."))
+    facts = dataclasses.replace(MNIST, gpu_decode="decode JPEG on the device, then ...", pad_refused="",
+                                bucket_refused="")
+    space = build_space(128, GPU, facts)
     assert space.excluded == {}
     assert space.domains["decode"] == ("cpu", "gpu")
+    assert space.domains["bucketing"] == (False, True)
+    assert space.domains["pad_multiple"] == (0, 8, 64)
     assert space.domains["batch_size"] == (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
     assert space.domains["num_workers"] == tuple(range(17))
     assert space.domains["prefetch_factor"] == tuple(range(1, 9))
@@ -37,7 +41,9 @@ def test_gpu_space_has_every_knob() -> None:
 def test_cpu_leaves_out_cuda_knobs_with_reasons() -> None:
     space = build_space(128, CPU, MNIST)
     assert space.excluded == {
-        "pin_memory": "needs CUDA", "cudnn_benchmark": "needs CUDA", "cuda_graph": "needs CUDA", "decode": "needs CUDA"
+        "pin_memory": "needs CUDA", "cudnn_benchmark": "needs CUDA", "cuda_graph": "needs CUDA", "decode": "needs CUDA",
+        "bucketing": "the workload's sample_lengths was not read",
+        "pad_multiple": "the workload's collate_fn was not read",
     }
     assert space.domains["pin_memory"] == (False,)
     assert space.domains["amp"] == ("off", "bf16")

@@ -1,12 +1,15 @@
 """A Transformer encoder on sequences of 16 to 512 tokens: dict batches, a padding collate_fn, the model's own loss.
 
 Written the way a Hugging Face-style loop is: each sample is a dict of token ids
-and a label, ``collate_fn`` pads a batch to its longest sequence and adds an
+and a label, ``collate_fn`` pads a batch to its longest sequence (rounded up to
+``pad_to_multiple_of`` when given, as DataCollatorWithPadding does) and adds an
 attention mask, and ``model(**batch)`` returns an object whose ``.loss`` is
-trained. AdamW, as such loops use. The data are synthetic and offline: lengths
-follow a skewed (log-normal) distribution like real text, and each class draws
-a share of its tokens from a vocabulary band of its own, so the model can learn
-it and the parity check means something. Tune it with:
+trained. ``sample_lengths`` gives each sequence's length, so the search may
+batch sequences of similar length together (the ``bucketing`` knob). AdamW,
+as such loops use. The data are synthetic and offline: lengths follow a skewed
+(log-normal) distribution like real text, and each class draws a share of its
+tokens from a vocabulary band of its own, so the model can learn it and the
+parity check means something. Tune it with:
 
     autotune search --recipe text_transformer
 """
@@ -57,9 +60,12 @@ class Sequences(Dataset):
         return {"input_ids": self.tokens[lo:hi], "labels": int(self.labels[i])}
 
 
-def collate_fn(samples):
-    """Pad to the batch's longest sequence; the mask marks real tokens."""
+def collate_fn(samples, pad_to_multiple_of=None):
+    """Pad to the batch's longest sequence, rounded up to a multiple of `pad_to_multiple_of` (at most MAX_LEN, the
+    positions the model has); the mask marks real tokens."""
     longest = max(len(s["input_ids"]) for s in samples)
+    if pad_to_multiple_of:
+        longest = min(MAX_LEN, -(-longest // pad_to_multiple_of) * pad_to_multiple_of)
     ids = torch.full((len(samples), longest), PAD, dtype=torch.long)
     mask = torch.zeros((len(samples), longest), dtype=torch.bool)
     for row, sample in enumerate(samples):
@@ -99,6 +105,10 @@ class Encoder(nn.Module):
 
 def build_dataset(root):
     return Sequences()
+
+
+def sample_lengths(dataset):
+    return np.diff(dataset.offsets)  # each sequence's tokens, read off the offsets: no sample is loaded
 
 
 def build_model():
