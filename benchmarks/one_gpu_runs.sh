@@ -7,8 +7,8 @@
 #                                                  # then its winner through the truth benchmark
 #     bash benchmarks/one_gpu_runs.sh OUT check    # the search's winner and the best hand sweep rows through the
 #                                                  # truth benchmark; the ImageNet search on 5 cores (--cpus 5)
-#     bash benchmarks/one_gpu_runs.sh OUT final    # GPU tests, the hand sweep's best row, autotune search --recipe
-#                                                  # text_transformer, the ImageNet search on 5 cores with what is left
+#     bash benchmarks/one_gpu_runs.sh OUT final    # autotune search --recipe text_transformer, GPU tests, the hand
+#                                                  # sweep's best row, the ImageNet search on 5 cores with what is left
 #
 # The synthetic ImageNet folder (51,200 JPEGs) is written once per host, under /tmp, while the GPU tests run;
 # later parts on the same host reuse it. Each step's output goes, stamped, to OUT/<step>.log, and a step is
@@ -77,14 +77,14 @@ check)
     cp /tmp/runs/search_5cores/recipes/imagenet_resnet50.tuned.toml "$OUT/imagenet_5cores.tuned.toml" 2>/dev/null
     ;;
 final)
+    step text bash -c "python3 -m autotune search --recipe text_transformer --time-budget 150 \
+        && python3 -m autotune show --recipe text_transformer"
+    cp /tmp/runs/text/recipes/text_transformer.tuned.toml "$OUT/" 2>/dev/null
     [ -d "$AUTOTUNE_DATA/imagenet-synthetic" ] || step data bash -c "$DATA" &
     step pytest_gpu bash -c "cd $REPO && python3 -m pytest -q -m gpu -p no:cacheprovider -rs"
     wait
     step hand_best python3 "$REPO/benchmarks/truth.py" --configs sweep --match "16 workers, bf16" --seconds 20 --out .
     cp /tmp/runs/hand_best/truth.json "$OUT/hand_best.json" 2>/dev/null
-    step text bash -c "python3 -m autotune search --recipe text_transformer --time-budget 150 \
-        && python3 -m autotune show --recipe text_transformer"
-    cp /tmp/runs/text/recipes/text_transformer.tuned.toml "$OUT/" 2>/dev/null
     step search_5cores bash -c "python3 -m autotune search --recipe imagenet_resnet50 --cpus 5 --time-budget $(budget) \
         && python3 -m autotune show --recipe imagenet_resnet50"
     cp /tmp/runs/search_5cores/recipes/imagenet_resnet50.tuned.toml "$OUT/imagenet_5cores.tuned.toml" 2>/dev/null
