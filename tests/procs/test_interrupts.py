@@ -55,8 +55,9 @@ def load(project: Path) -> optuna.Study:
     return optuna.load_study(study_name="tiny@cpu+amp=off", storage=f"sqlite:///{project}/.autotune/tiny.db")
 
 
-def wait_mid_trial(project: Path, search: Search, timeout_s: float = 90) -> None:
-    """Until trial 0 is finished and trial 1 runs its config."""
+def wait_mid_trial(project: Path, search: Search, timeout_s: float = 90) -> int:
+    """Until the first config of batch 64 or more (the one that hangs) runs, every trial before it finished; its
+    number. The seeds at the workload's own batch come first, so it is not trial 1."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         assert search.proc.poll() is None, search.output()
@@ -65,14 +66,14 @@ def wait_mid_trial(project: Path, search: Search, timeout_s: float = 90) -> None
                 trials = load(project).get_trials()
             except Exception:  # the study is being created
                 trials = []
-            if (
-                len(trials) > 1
-                and trials[0].state.is_finished()
-                and trials[1].state == TrialState.RUNNING
-                and "config" in trials[1].user_attrs
-            ):
+            hanging = [
+                t.number
+                for t in trials
+                if t.state == TrialState.RUNNING and t.user_attrs.get("config", {}).get("batch_size", 0) >= 64
+            ]
+            if hanging and all(t.state.is_finished() for t in trials[: hanging[0]]):
                 time.sleep(1.0)  # well inside the hanging step
-                return
+                return hanging[0]
         time.sleep(0.3)
     raise AssertionError(f"no trial ran in time:\n{search.output()}")
 
@@ -98,7 +99,7 @@ def test_sigterm_stops_cleanly_and_keeps_finished_trials(project: Path, quick_he
     shows SIGINT and SIGHUP take the same path)."""
     sig = signal.SIGTERM
     search = Search(project, {"TINY_FAIL": "hang"})
-    wait_mid_trial(project, search)
+    n = wait_mid_trial(project, search)
     below = descendants(search.proc.pid)
     search.proc.send_signal(sig)
     assert search.proc.wait(timeout=30) == 130
@@ -109,14 +110,14 @@ def test_sigterm_stops_cleanly_and_keeps_finished_trials(project: Path, quick_he
     )
     assert "Traceback" not in out
     trials = load(project).get_trials()
-    assert trials[0].state in (TrialState.COMPLETE, TrialState.PRUNED)
-    assert trials[1].state == TrialState.FAIL
+    assert all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in trials[:n])
+    assert trials[n].state == TrialState.FAIL
     assert (
-        trials[1].user_attrs["reason"]
+        trials[n].user_attrs["reason"]
         == "interrupted: the search was stopped (SIGINT, SIGTERM or SIGHUP); the config was queued again"
     )
-    retry = [t for t in trials if t.system_attrs.get("retry_history") == [1]]
-    assert len(retry) == 1 and retry[0].state == TrialState.WAITING and retry[0].params == trials[1].params
+    retry = [t for t in trials if t.system_attrs.get("retry_history") == [n]]
+    assert len(retry) == 1 and retry[0].state == TrialState.WAITING and retry[0].params == trials[n].params
     assert not [t for t in trials if t.state == TrialState.RUNNING]
     assert sorted(p.name for p in (project / "recipes").iterdir()) == ["tiny.py"], "no recipe, no half-written file"
     assert wait_gone(below, 2) == set(), "no process of the search outlives it by more than 2 s"
@@ -124,33 +125,33 @@ def test_sigterm_stops_cleanly_and_keeps_finished_trials(project: Path, quick_he
 
 def test_sigkill_mid_trial_then_the_same_command_resumes(project: Path, quick_heartbeats: None) -> None:
     first = Search(project, {"TINY_FAIL": "hang"})
-    wait_mid_trial(project, first)
+    n = wait_mid_trial(project, first)
     below = descendants(first.proc.pid)
     assert len(below) >= 2, "a trial child and its DataLoader workers run"
     first.proc.kill()
     first.proc.wait(timeout=10)
     assert wait_gone(below, 15) == set(), "the trial child and its DataLoader workers end with the search"
     killed = load(project).get_trials()
-    assert killed[1].state == TrialState.RUNNING, "nothing marked it yet: only its heartbeat stopped"
+    assert killed[n].state == TrialState.RUNNING, "nothing marked it yet: only its heartbeat stopped"
 
     # The same command again; large batches now fail as OOM, so the killed config ends with a reason quickly.
     second = Search(project, {"TINY_FAIL": "oom"})
     assert second.proc.wait(timeout=240) == 0, second.output()
     out = second.output()
-    assert "resuming study 'tiny@cpu+amp=off': 1 trial(s) already finished, 3 to go" in out
+    assert f"resuming study 'tiny@cpu+amp=off': {n} trial(s) already finished, {4 - n} to go" in out
     assert f"wrote {project / 'recipes' / 'tiny.tuned.toml'}" in out
 
     trials = load(project).get_trials()
-    assert trials[1].state == TrialState.FAIL
-    assert trials[1].user_attrs["reason"].startswith("interrupted: its worker ")
-    retry = [t for t in trials if t.system_attrs.get("retry_history") == [1]]
-    assert len(retry) == 1 and retry[0].params == trials[1].params, "the killed trial's config was queued again"
+    assert trials[n].state == TrialState.FAIL
+    assert trials[n].user_attrs["reason"].startswith("interrupted: its worker ")
+    retry = [t for t in trials if t.system_attrs.get("retry_history") == [n]]
+    assert len(retry) == 1 and retry[0].params == trials[n].params, "the killed trial's config was queued again"
     assert (retry[0].state, retry[0].user_attrs["reason"]) == (
         TrialState.FAIL,
         "oom: asked for 2.00 GiB",
     ), "and measured"
     assert not [t for t in trials if not t.state.is_finished()], "no trial left RUNNING or WAITING"
     counted = sharing.counted(trials)
-    assert len(counted) == 4 and trials[0] in counted and trials[1] not in counted
+    assert len(counted) == 4 and trials[0] in counted and trials[n] not in counted
     profile = tuned_file.read(project / "recipes" / "tiny.tuned.toml")["profiles"]["cpu"]
     assert profile["trials_complete"] + profile["trials_failed"] + profile["trials_pruned"] == 4

@@ -135,7 +135,8 @@ def test_the_writer_waits_for_the_baseline_run_of_a_worker_that_joins_late(
         if line.startswith("parity: waiting for the baseline's run"):
             released.touch()
 
-    options = SearchOptions(trials=4, trial_timeout_s=30, finalists=1, rounds=1)
+    # Five trials: the fifth seed is the first of a larger batch, whose parity run needs the baseline's.
+    options = SearchOptions(trials=5, trial_timeout_s=30, finalists=1, rounds=1)
     assert search_parallel("tiny", options, devices=[0, 0], echo=echo) is not None, "\n".join(lines)
     waited = lines.index("parity: waiting for the baseline's run that a worker makes before its trials")
     made = [
