@@ -5,8 +5,7 @@
 #                                                  # all cores (truth benchmark), the Adadelta MNIST search
 #     bash benchmarks/one_gpu_runs.sh OUT search   # autotune search --recipe imagenet_resnet50, default options,
 #                                                  # then its winner through the truth benchmark
-#     bash benchmarks/one_gpu_runs.sh OUT check    # the search's winner and the best hand sweep rows through the
-#                                                  # truth benchmark; the ImageNet search on 5 cores (--cpus 5)
+#     bash benchmarks/one_gpu_runs.sh OUT check    # the whole hand sweep through the truth benchmark
 #     bash benchmarks/one_gpu_runs.sh OUT final    # autotune search --recipe text_transformer, GPU tests, the hand
 #                                                  # sweep's best row, the ImageNet search on 5 cores with what is left
 #
@@ -66,15 +65,9 @@ search)
     ;;
 check)
     [ -d "$AUTOTUNE_DATA/imagenet-synthetic" ] || step data bash -c "$DATA"
-    # The winner as the search wrote it (in the search's folder), else the committed one.
-    cd /tmp/runs/imagenet_search 2>/dev/null || cd "$REPO"
-    step winner bash -c "cd $PWD && python3 $REPO/benchmarks/truth.py --configs tuned --seconds 20 --out /tmp/runs/winner"
-    cp /tmp/runs/winner/truth.json "$OUT/winner.json" 2>/dev/null
-    step sweep python3 "$REPO/benchmarks/truth.py" --configs sweep --match "1[56] workers, bf16" --seconds 20 --out .
+    # The hand sweep a winner is held against (truth.py's sweep: workers 8, 12, cores-1 and cores, fp32 and bf16+CL).
+    step sweep python3 "$REPO/benchmarks/truth.py" --configs sweep --seconds 20 --out .
     cp /tmp/runs/sweep/truth.json "$OUT/sweep.json" 2>/dev/null
-    step search_5cores bash -c "python3 -m autotune search --recipe imagenet_resnet50 --cpus 5 --time-budget $(budget) \
-        && python3 -m autotune show --recipe imagenet_resnet50"
-    cp /tmp/runs/search_5cores/recipes/imagenet_resnet50.tuned.toml "$OUT/imagenet_5cores.tuned.toml" 2>/dev/null
     ;;
 final)
     step text bash -c "python3 -m autotune search --recipe text_transformer --time-budget 150 \

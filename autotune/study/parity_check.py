@@ -141,22 +141,20 @@ class ParityCheck:
                 passed.append(config)
         return passed
 
-    def _rates(self, config: Config) -> list[tuple[str | None, float]]:
-        """The rates to try `config` at, in order: its rule's, then (a new batch size only) each gentler one's."""
-        return ladder(config, self.lr_of(config), self.lr_rule, self.lr_at, self.baseline.batch_size)[0]
-
-    def _bolder(self, config: Config) -> list[tuple[str | None, float]]:
-        """The rates above its rule's, nearest first, for a new batch size (each capped rate once)."""
-        return ladder(config, self.lr_of(config), self.lr_rule, self.lr_at, self.baseline.batch_size)[1]
+    def _ladder(self, config: Config) -> tuple[Rates, Rates]:
+        """The rates to try `config` at (its rule's, then each gentler one's) and, for a new batch size, the bolder
+        ones, nearest first (each capped rate once)."""
+        return ladder(config, self.lr_of(config), self.lr_rule, self.lr_at, self.baseline.batch_size)
 
     def _hopeless(self, config: Config) -> tuple[Config, ParityVerdict] | None:
         """A config rejected by a margin at the same batch size, at every rate this config would be tried at
         (the bolder ones too, when the gentler ones showed the rate too low)."""
-        found = [self._batch_rejected.get((config.batch_size, lr)) for _, lr in self._rates(config)]
+        rates, bolder_rates = self._ladder(config)
+        found = [self._batch_rejected.get((config.batch_size, lr)) for _, lr in rates]
         if not found or any(f is None for f in found):
             return None
-        if too_low([(rule, f[1]) for (rule, _), f in zip(self._rates(config), found) if f is not None]):
-            bolder = [self._batch_rejected.get((config.batch_size, lr)) for _, lr in self._bolder(config)]
+        if too_low([(rule, f[1]) for (rule, _), f in zip(rates, found) if f is not None]):
+            bolder = [self._batch_rejected.get((config.batch_size, lr)) for _, lr in bolder_rates]
             if any(b is None for b in bolder):
                 return None
             found += bolder
@@ -181,8 +179,8 @@ class ParityCheck:
             return verdict
         failed: list[tuple[str | None, ParityVerdict]] = []
         verdict: ParityVerdict | None = None
-        bolder = self._bolder(config)
-        for rule, lr in [*self._rates(config), *bolder]:
+        rates, bolder = self._ladder(config)
+        for rule, lr in [*rates, *bolder]:
             if (rule, lr) in bolder and not too_low(failed):
                 break  # a rate too high, not too low, failed it: a bolder one cannot help
             if (config.batch_size, lr) in self._batch_rejected:

@@ -126,9 +126,6 @@ def tuned_loader(
     workload = tuned.workload
     user = {key: kwargs.pop(key) for key in USER_LOADER_ARGS if key in kwargs}
     user.setdefault("collate_fn", workload.collate_fn)
-    bucketing = kwargs.get("bucketing", tuned.config.bucketing)
-    if workload.build_sampler is not None and "sampler" not in user and "batch_sampler" not in user and not bucketing:
-        user["sampler"] = workload.build_sampler(dataset)  # the workload's order, as its search measured it
     shuffle = kwargs.pop("shuffle", workload.default("shuffle"))
     drop_last = kwargs.pop("drop_last", workload.default("drop_last"))
     try:
@@ -139,6 +136,13 @@ def tuned_loader(
             f"({', '.join(f.name for f in dataclasses.fields(Config))}), shuffle, drop_last, "
             f"and the DataLoader arguments {', '.join(USER_LOADER_ARGS)}."
         ) from exc
+    if (
+        workload.build_sampler is not None
+        and "sampler" not in user
+        and "batch_sampler" not in user
+        and not config.bucketing
+    ):
+        user["sampler"] = workload.build_sampler(dataset)  # the workload's order, as its search measured it
     _refuse_conflicts(config, user, shuffle, recipe)
     # Lengths are read only for a bucketing loader; a workload without sample_lengths then fails naming the hook.
     lengths = workload.lengths(dataset) if config.bucketing and config.placement == "stream" else None
