@@ -19,6 +19,10 @@ import optuna
 
 from autotune.study.sharing import Heartbeat, owner, study_lock
 
+# How often a waiting worker looks for the writer's file: a read under the study's lock, cheap next to the
+# heartbeat's 5 s, which would leave a peer idle for up to that long after the file is written.
+WAIT_POLL_S = 0.5
+
 
 class Claim:
     """This worker's claim to measure the finalists and write the tuned file.
@@ -107,4 +111,4 @@ def wait_for_writer(
                 f"{grace_s} s (AUTOTUNE_GRACE_S), then taking over"
             )
             told = True
-        sleep(interval_s)
+        sleep(min(interval_s, WAIT_POLL_S))

@@ -54,6 +54,6 @@ def test_materialising_costs_more_than_the_declared_run_saves_so_streaming_wins(
         + seconds + " with " + seconds + " of one-time costs",
         said[0],
     )
-    assert found, said[0]
+    assert found, (said[0], config.describe())
     for stated, kept in zip(map(float, found.groups()), (profile["run_s"], steady["run_s"], steady["setup_s"])):
         assert abs(stated - kept) <= 0.051

@@ -13,7 +13,7 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune.study import sharing
-from autotune.study.claim import claim_writer, wait_for_writer
+from autotune.study.claim import WAIT_POLL_S, claim_writer, wait_for_writer
 from autotune.study.storage import open_storage
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -212,7 +212,7 @@ def test_a_worker_waits_for_a_live_writer_until_it_has_written(storage_url: str,
     assert claim is None and holder is not None and (holder["state"], holder["path"]) == (
         "done", "recipes/tiny.tuned.toml"
     )
-    assert naps == [1, 1] and len(lines) == 1, lines
+    assert naps == [WAIT_POLL_S, WAIT_POLL_S] and len(lines) == 1, lines
     assert lines[0].startswith(f"study {study_name!r}: worker {sharing.owner()} holds the writer's role")
 
 
