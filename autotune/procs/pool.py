@@ -162,6 +162,12 @@ class TrialPool:
         return self._alone_after_oom(lambda: self._child(False, config).parity_run(config, lr, samples, probe_batch,
                                                                                    timeout_s))
 
+    def inputs_check(self, config: Config, timeout_s: float) -> Outcome:
+        """The inputs check of the device decode path, in a trial process built for `config` (decode = gpu)."""
+        if self.killed:
+            return Outcome("failed", reason=INTERRUPTED)
+        return self._alone_after_oom(lambda: self._child(False, config).inputs_check(timeout_s))
+
     def _alone_after_oom(self, attempt: Callable[[], Outcome]) -> Outcome:
         """`attempt`, and once more alone on the device if it failed `oom` beside another autotune process there.
 

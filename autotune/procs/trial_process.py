@@ -2,7 +2,7 @@
 
 The process (forked from the fork server: ``autotune.procs.trial_main``;
 ``autotune.trial.serve`` runs inside it) reads JSON requests from one pipe
-(measure a config, make a parity run, release memory, quit) and answers with
+(measure a config, make a parity run, check the decode path's inputs, release memory, quit) and answers with
 JSON events on another, so the workload's prints stay in its log. After a failure it exits:
 a CUDA context that saw an error or an OOM is not trusted with the next
 request. Starting and stopping go through ``autotune.procs.lifecycle`` (its
@@ -151,24 +151,32 @@ class TrialProcess:
 
     def parity_run(self, config: Config, lr: float, samples: int, probe_batch: int, timeout_s: float) -> Outcome:
         """One parity run (autotune.trial.parity_run.train) in this process; the run is the outcome's result."""
+        request = {"cmd": "parity", "config": config.as_dict(), "lr": lr, "samples": samples,
+                   "probe_batch": probe_batch}
+        return self._ask(request, "parity_run", "run", "parity run", timeout_s)
+
+    def inputs_check(self, timeout_s: float) -> Outcome:
+        """The inputs check (autotune.trial.inputs.compare) in this process; its distances are the result."""
+        return self._ask({"cmd": "inputs"}, "inputs", "found", "inputs check", timeout_s)
+
+    def _ask(self, request: dict[str, Any], answer: str, key: str, what: str, timeout_s: float) -> Outcome:
+        """Send `request` and wait for the `answer` event; its `key` is the outcome's result."""
         self.used = self.holding = True
         try:
             failed = self._start()
             if failed is not None:
                 return failed
-            self._send(
-                {"cmd": "parity", "config": config.as_dict(), "lr": lr, "samples": samples, "probe_batch": probe_batch}
-            )
+            self._send(request)
             event = self._read(time.monotonic() + timeout_s)
             if event is None:
                 return Outcome("failed", reason=self._death_reason())
-            if event["event"] == "parity_run":
-                return Outcome("complete", result=event["run"])
+            if event["event"] == answer:
+                return Outcome("complete", result=event[key])
             return Outcome("failed", reason=event.get("reason", f"unexpected event {event['event']!r}"))
         except TimeoutError:
             self.kill()
             limit = STARTUP_TIMEOUT_S if not self.ready else timeout_s
-            return Outcome("failed", reason=f"timeout: no parity run within {limit:.0f} s")
+            return Outcome("failed", reason=f"timeout: no {what} within {limit:.0f} s")
         except (BrokenPipeError, ConnectionResetError, EOFError):
             return Outcome("failed", reason=self._death_reason())
 

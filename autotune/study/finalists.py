@@ -21,9 +21,10 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import Config
 from autotune.procs.pool import TrialPool
-from autotune.study import baseline_run
+from autotune.study import baseline_run, parity_inputs
 from autotune.study.parity import CHECK_SHARE, ParityError, ParityRunFailed
 from autotune.study.parity_check import ParityCheck
+from autotune.study.parity_inputs import InputsVerdict
 from autotune.study.pools import SearchPools, Team
 from autotune.study.setup import SearchError, Setup
 from autotune.text import rate
@@ -143,6 +144,12 @@ def new_parity_check(
             raise ParityRunFailed(outcome.reason or "no result")
         return ParityRun.from_dict(outcome.result)
 
+    def check_inputs(config: Config) -> InputsVerdict:
+        outcome = pool.inputs_check(config, timeout)
+        if outcome.state != "complete" or outcome.result is None:
+            return parity_inputs.failed(outcome.reason or "no result")
+        return parity_inputs.judge(outcome.result)
+
     stored = baseline_run.wait_for(setup, team.baseline_run_pending)
     # A baseline run made during the trials was sized for the space's largest batch; the check keeps that length.
     check = ParityCheck(
@@ -156,6 +163,7 @@ def new_parity_check(
         budget_s=check_budget(setup),
         lr_rule=setup.lr_rule,
         lr_at=setup.lr,
+        check_inputs=check_inputs,
     )
     setup.echo(
         f"parity: checking the fastest against the baseline ({setup.baseline.describe()}, lr "

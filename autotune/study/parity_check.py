@@ -41,10 +41,12 @@ from autotune.study.parity import (
     run_seconds,
 )
 from autotune.study.parity_budget import ParityBudget
+from autotune.study.parity_inputs import DecodeInputs, InputsVerdict
 from autotune.study.parity_verdicts import (
     cannot_judge,
     explained,
     inconclusive_reason,
+    inputs_rejected,
     same_as_baseline,
     same_math_unjudged,
     too_low,
@@ -78,8 +80,11 @@ class ParityCheck:
         budget_s: float | None = None,  # seconds the whole check may take; None: no bound but the runs' length
         lr_rule: LrRule | None = None,
         lr_at: Callable[[Config, str], float] | None = None,
+        check_inputs: Callable[[Config], InputsVerdict] | None = None,
     ) -> None:
         self.baseline, self.lr_of, self.make_run, self.echo = baseline, lr_of, make_run, echo
+        self.inputs = DecodeInputs(baseline, check_inputs and (lambda c: self.budget.timed(lambda: check_inputs(c))),
+                                   echo)
         self.lr_rule, self.lr_at = lr_rule, lr_at
         self.budget = ParityBudget(budget_s, echo)  # every run's time, the baseline's included: the check's cost
         # `max_batch`: the largest batch any candidate may have, when the runs begin before all are known.
@@ -165,6 +170,13 @@ class ParityCheck:
         self._ensure_baseline()
         assert self._base is not None and self.conclusive is not None
         changed = changes_math(self.baseline, config)
+        inputs = self.inputs.of(config)
+        if inputs is not None:  # the device decode path: its images must match the host pipeline's, or nothing does
+            verdict = inputs_rejected(self.baseline, config, inputs, self.lr_of(config), self.samples, self.window)
+            if verdict is not None:
+                self.echo(f"  parity {verdict.summary()}  {config.describe()}")
+                return verdict
+            changed.remove("decode")
         if not self.conclusive:
             if changed:
                 verdict = cannot_judge(
@@ -172,9 +184,8 @@ class ParityCheck:
                     self.window, self._inconclusive_reason(),
                 )
             else:
-                verdict = same_math_unjudged(
-                    self.baseline, config, self.lr_of(config), self.samples, self.window, self._inconclusive_reason()
-                )
+                verdict = same_math_unjudged(self.baseline, config, self.lr_of(config), self.samples, self.window,
+                                             self._inconclusive_reason(), inputs)
             self.echo(f"  parity {verdict.summary()}  {config.describe()}")
             return verdict
         failed: list[tuple[str | None, ParityVerdict]] = []
@@ -243,7 +254,8 @@ class ParityCheck:
             return
         self.echo(
             f"parity: inconclusive: {self._inconclusive_reason()}. Only configs that leave the math unchanged "
-            f"(loader knobs, placement, cudnn_benchmark, channels_last, cuda_graph) may win"
+            f"(loader knobs, placement, cudnn_benchmark, channels_last, cuda_graph; decode once its images are shown "
+            f"to match) may win"
         )
 
     def _baseline_run(self) -> ParityRun:

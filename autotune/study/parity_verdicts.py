@@ -15,6 +15,7 @@ from typing import Any
 
 from autotune.config import Config, LrRule
 from autotune.study.parity import MIN_PROGRESS, TOLERANCES, ParityVerdict, family, progress
+from autotune.study.parity_inputs import InputsVerdict
 from autotune.trial.parity_run import ParityRun
 
 
@@ -63,10 +64,12 @@ def cannot_judge(
 
 
 def same_math_unjudged(
-    baseline: Config, config: Config, lr: float, samples: int, window: int, why: str
+    baseline: Config, config: Config, lr: float, samples: int, window: int, why: str,
+    inputs: InputsVerdict | None = None,
 ) -> ParityVerdict:
     """No run: against a baseline that learned nothing measurable (`why`), a config with the baseline's math
-    (loader knobs, placement, cudnn.benchmark, channels_last, a graph) passes, inconclusively.
+    (loader knobs, placement, cudnn.benchmark, channels_last, a graph; the device decode path whose images passed
+    the inputs check, `inputs`) passes, inconclusively.
 
     A run could not judge it: its deviations would be in units of noise (ResNet-50 on an H200, the same math in a
     graph and channels_last: probe -26.6% of the baseline's 0.11 drop, a 0.03 difference in 6.9).
@@ -80,9 +83,24 @@ def same_math_unjudged(
         window,
         lr,
         lr,
-        reason=f"it keeps the baseline's math, and {why}",
+        reason=f"{_inputs_clause(inputs)}it keeps the baseline's math, and {why}",
         conclusive=False,
     )
+
+
+def inputs_rejected(
+    baseline: Config, config: Config, inputs: InputsVerdict, lr: float, samples: int, window: int
+) -> ParityVerdict | None:
+    """No run: a config whose device decode path makes other images than the host pipeline (or could not be
+    checked) fails, whatever a training run would show; None when its images passed."""
+    if inputs.passed:
+        return None
+    name = family(baseline, config)
+    return ParityVerdict(False, name, TOLERANCES[name], samples, window, lr, lr, reason=f"decode: {inputs.summary()}")
+
+
+def _inputs_clause(inputs: InputsVerdict | None) -> str:
+    return "" if inputs is None else f"decode: {inputs.summary()}; otherwise "
 
 
 def inconclusive_reason(base: ParityRun, samples: int, window: int, extended: bool) -> str:

@@ -2,7 +2,9 @@
 
 Requests arrive as plain dicts (``autotune.procs.trial_process`` sends them):
 ``trial`` measures a config (``Runner.run``), ``parity`` makes a parity run
-(``autotune.trial.parity_run.train``), ``release`` lets go of device memory,
+(``autotune.trial.parity_run.train``), ``inputs`` compares the device decode
+path's images with the host pipeline's (``autotune.trial.inputs.compare``),
+``release`` lets go of device memory,
 ``quit`` ends. Events go back through `send`. A request that fails ends the
 process: a CUDA context that saw an error or an OOM is not trusted again.
 """
@@ -97,6 +99,12 @@ class _Answer:
             # The pool's other process (autotune.procs.pool.cudnn_plan_key) is about to measure on this GPU: its
             # trial must have the memory a single process would, or a batch size that fits would fail as OOM.
             self.send(event="released", datasets=self.runner.release())
+            return
+        if request.get("cmd") == "inputs":
+            from autotune.trial import inputs
+
+            found = inputs.compare(self.runner.dataset, self.runner.device, workers=min(self.runner.cpu_share, 16))
+            self.send(event="inputs", found=found)
             return
         config = Config.from_dict(request["config"])
         if request.get("cmd") == "parity":

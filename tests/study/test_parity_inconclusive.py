@@ -18,6 +18,7 @@ from torch.utils.data import default_collate
 from autotune.config import Config
 from autotune.study import SearchOptions, parity, search
 from autotune.study.parity_check import ParityCheck
+from autotune.study.parity_inputs import InputsVerdict, judge
 from autotune.study.parity_verdicts import inconclusive_reason
 from autotune.trial.parity_run import ParityRun, ProbeSet, probe
 from autotune.tuned import file as tuned_file
@@ -145,7 +146,7 @@ def test_an_inconclusive_baseline_is_run_once_longer_then_only_configs_with_its_
     assert lines[2] == (
         "parity: inconclusive: the baseline learned 0.4% of its initial loss 2 in 16,384 samples, run once longer; "
         "a verdict needs 1.5%. Only configs that leave the math unchanged (loader knobs, placement, cudnn_benchmark, "
-        "channels_last, cuda_graph) may win"
+        "channels_last, cuda_graph; decode once its images are shown to match) may win"
     )
     assert lines[3] == (
         "  parity inconclusive  it changes batch_size, and the baseline learned 0.4% of its initial loss 2 in 16,384 "
@@ -172,6 +173,42 @@ def test_an_inconclusive_baseline_is_run_once_longer_then_only_configs_with_its_
     assert (baseline_record["passed"], baseline_record["conclusive"], baseline_record["family"]) == (
         True, False, "loader"
     )
+
+
+@pytest.mark.parametrize("matches", [True, False])
+def test_an_inconclusive_check_passes_the_decode_path_by_its_images_alone(matches: bool) -> None:
+    """decode = gpu changes the images, not the arithmetic: once they match the host's, it is judged as the same math.
+    The inputs check runs once for every config that decodes on the device."""
+    make_run, calls = fake_make_run(lambda samples: 0.004)
+    on_device = Config(batch_size=16, decode="gpu", channels_last=True)
+    with_bf16 = Config(batch_size=16, decode="gpu", amp="bf16")
+    more_workers = Config(batch_size=16, decode="gpu", num_workers=4, prefetch_factor=2)
+    checked: list[Config] = []
+
+    def check_inputs(config: Config) -> InputsVerdict:
+        checked.append(config)
+        return judge({"host_to_host": 1.04, "host_to_device": 0.98 if matches else 2.83, "images": 64, "draws": 32,
+                      "seconds": 3.0})
+
+    lines: list[str] = []
+    gate = ParityCheck(BASE, lambda c: 0.05, make_run, [on_device], lines.append, check_inputs=check_inputs)
+    passed = gate.select([with_bf16, on_device, more_workers], want=3, max_runs=5)
+    assert checked == [with_bf16] and [c for _, c, _ in calls] == [0.05, 0.05], "one inputs check; no candidate run"
+    word = "match" if matches else "do not match"
+    summary = (f"the device path's images {word} the host pipeline's in distribution: "
+               f"{0.98 if matches else 2.83:.2f} apart against 1.04 between two host draws (limit 1.5x), "
+               f"64 images x 32 draws")
+    assert f"  inputs {'pass' if matches else 'FAIL':<6} {summary}  [3.0 s]" in lines
+    if matches:
+        assert passed == [on_device, more_workers]
+        assert gate.verdicts[with_bf16].word == "inconclusive", "bf16 still changes the math"
+        verdict = gate.verdicts[on_device]
+        assert (verdict.passed, verdict.conclusive) == (True, False)
+        assert verdict.reason is not None and verdict.reason.startswith(
+            f"decode: {summary}; otherwise it keeps the baseline's math, and the baseline learned 0.4%")
+    else:
+        assert passed == []
+        assert all(gate.verdicts[c].reason == f"decode: {summary}" for c in (with_bf16, on_device, more_workers))
 
 
 def test_a_baseline_that_learns_in_the_longer_run_makes_the_check_conclusive() -> None:
