@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 from autotune.study.parity import CHECK_SHARE, EXTEND_FACTOR
 from autotune.trial.parity_run import ParityRun
 
 MIN_EXTENSION = 1.25  # an extension shorter than this many times the run is not worth a run: the check stays as is
+
+T = TypeVar("T")
 
 
 class ParityBudget:
@@ -33,8 +36,8 @@ class ParityBudget:
         self.last_base_s = 0.0  # the latest baseline run's time: what a candidate's run is expected to take
         self._told_spent = False
 
-    def timed(self, run: Callable[[], ParityRun]) -> ParityRun:
-        """`run()`, its time added to the check's cost whether it returns or raises."""
+    def timed(self, run: Callable[[], T]) -> T:
+        """`run()` (a parity run, or the inputs check), its time added to the check's cost, returned or raised."""
         start = time.perf_counter()
         try:
             return run()

@@ -48,6 +48,9 @@ def seed_configs(workload: Workload, machine: Machine, space: Space) -> list[Con
         # (a heavy model learns too little in the check's share of the search to judge amp or a batch size by),
         # and it needs no parity run.
         Config(batch_size=bs, **all_cores, cudnn_benchmark=True, channels_last=True, cuda_graph=True),
+        # The same with JPEGs decoded on the device: it passes such a check too once the inputs check has shown
+        # that the device path's images match the host pipeline's (autotune.study.parity_inputs).
+        Config(batch_size=bs, **all_cores, cudnn_benchmark=True, channels_last=True, cuda_graph=True, decode="gpu"),
         # Data on the device and the whole step in one graph: the known-fast small-model loop.
         Config(batch_size=bs, placement="device", cuda_graph=True, cudnn_benchmark=True, amp=amp),
         Config(batch_size=bs * 8, placement="device", cuda_graph=True, cudnn_benchmark=True, amp=amp),

@@ -139,3 +139,14 @@ def test_a_search_s_trial_process_makes_the_inputs_check(tmp_path: Path, monkeyp
     assert outcome.state == "complete" and outcome.result is not None, outcome.reason
     assert parity_inputs.judge(outcome.result).passed
     assert (outcome.result["images"], outcome.result["draws"]) == (64, 32)
+
+
+@pytest.mark.gpu
+def test_gpu_the_inputs_check_on_the_device_passes_the_derived_path_and_rejects_a_wrong_flip(halves: Any) -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU; run `pytest -m gpu` on a GPU machine")
+    pipeline, files = derive(halves)
+    right = parity_inputs.judge(inputs.compare(halves, torch.device("cuda"), workers=4))
+    wrong = parity_inputs.judge(inputs.compare(halves, torch.device("cuda"), workers=4,
+                                               pipeline=_wrong(pipeline, "vertical"), files=files))
+    assert right.passed and not wrong.passed, (right.summary(), wrong.summary())
