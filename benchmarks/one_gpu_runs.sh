@@ -8,6 +8,10 @@
 #     bash benchmarks/one_gpu_runs.sh OUT check    # the whole hand sweep through the truth benchmark
 #     bash benchmarks/one_gpu_runs.sh OUT final    # autotune search --recipe text_transformer, GPU tests, the hand
 #                                                  # sweep's best row, the ImageNet search on 5 cores with what is left
+#     bash benchmarks/one_gpu_runs.sh OUT cores5   # the ImageNet search on 5 cores (--cpus 5), then its winner and
+#                                                  # both decode paths through the truth benchmark on those 5 cores
+#     bash benchmarks/one_gpu_runs.sh OUT speed    # benchmarks/speed.py (the README's mnist_cnn and cifar10 rows),
+#                                                  # then the GPU tests and autotune diagnose on imagenet_resnet50
 #
 # The synthetic ImageNet folder (51,200 JPEGs) is written once per host, under /tmp, while the GPU tests run;
 # later parts on the same host reuse it. Each step's output goes, stamped, to OUT/<step>.log, and a step is
@@ -82,8 +86,29 @@ final)
         && python3 -m autotune show --recipe imagenet_resnet50"
     cp /tmp/runs/search_5cores/recipes/imagenet_resnet50.tuned.toml "$OUT/imagenet_5cores.tuned.toml" 2>/dev/null
     ;;
+cores5)
+    [ -d "$AUTOTUNE_DATA/imagenet-synthetic" ] || step data bash -c "$DATA"
+    # The search leaves about 150 s of the part for the truth benchmark's three rows after it.
+    step search_5cores bash -c "python3 -m autotune search --recipe imagenet_resnet50 --cpus 5 \
+        --time-budget $(($(left) - 190)) && python3 -m autotune show --recipe imagenet_resnet50"
+    cp /tmp/runs/search_5cores/recipes/imagenet_resnet50.tuned.toml "$OUT/imagenet_5cores.tuned.toml" 2>/dev/null
+    [ -f /tmp/runs/search_5cores/recipes/imagenet_resnet50.tuned.toml ] && step winner_5cores bash -c \
+        "cd /tmp/runs/search_5cores && taskset -c 0-4 python3 $REPO/benchmarks/truth.py --configs tuned --seconds 20 \
+        --out /tmp/runs/winner_5cores"
+    cp /tmp/runs/winner_5cores/truth.json "$OUT/winner_5cores.json" 2>/dev/null
+    step decode_5cores taskset -c 0-4 python3 "$REPO/benchmarks/truth.py" --configs decode --seconds 20 --out .
+    cp /tmp/runs/decode_5cores/truth.json "$OUT/decode_5cores.json" 2>/dev/null
+    ;;
+speed)
+    step speed python3 "$REPO/benchmarks/speed.py" --out /tmp/runs/speed --trials 30 --budget 100
+    cp /tmp/runs/speed/bench.json "$OUT/speed.json" 2>/dev/null
+    step data bash -c "$DATA" &
+    step pytest_gpu bash -c "cd $REPO && python3 -m pytest -q -m gpu -p no:cacheprovider -rs"
+    wait
+    step diagnose python3 -m autotune diagnose --recipe imagenet_resnet50
+    ;;
 *)
-    echo "unknown part $PART: first, search, check or final" >&2
+    echo "unknown part $PART: first, search, check, final, cores5 or speed" >&2
     exit 2
     ;;
 esac

@@ -143,8 +143,6 @@ def test_a_search_s_trial_process_makes_the_inputs_check(tmp_path: Path, monkeyp
 
 @pytest.mark.gpu
 def test_gpu_the_inputs_check_on_the_device_passes_the_derived_path_and_rejects_a_wrong_flip(halves: Any) -> None:
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU; run `pytest -m gpu` on a GPU machine")
     pipeline, files = derive(halves)
     right = parity_inputs.judge(inputs.compare(halves, torch.device("cuda"), workers=4))
     wrong = parity_inputs.judge(inputs.compare(halves, torch.device("cuda"), workers=4,
