@@ -135,6 +135,10 @@ class ParityVerdict:
     conclusive: bool = True
     lr_rule: str | None = None  # the rule `lr` came from (config.LR_RULES), when the search named one
     lr_reason: str | None = None  # why that rule: the optimizer's, --lr-scaling, or a bolder rate that failed
+    # decode = gpu: whether its images matched the host pipeline's (autotune.study.parity_inputs), and how far apart
+    inputs_passed: bool | None = None
+    inputs_distance: float | None = None
+    inputs_host_distance: float | None = None  # the host pipeline drawn twice: the noise level
 
     @property
     def word(self) -> str:

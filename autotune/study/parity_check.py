@@ -30,7 +30,6 @@ from autotune.study.parity import (
     ParityError,
     ParityRunFailed,
     ParityVerdict,
-    changes_math,
     clearly_too_far,
     compare,
     conclusive,
@@ -43,13 +42,12 @@ from autotune.study.parity import (
 from autotune.study.parity_budget import ParityBudget
 from autotune.study.parity_inputs import DecodeInputs, InputsVerdict
 from autotune.study.parity_verdicts import (
-    cannot_judge,
     explained,
     inconclusive_reason,
-    inputs_rejected,
     same_as_baseline,
-    same_math_unjudged,
     too_low,
+    with_inputs,
+    without_run,
 )
 from autotune.trial.parity_run import ParityRun
 
@@ -169,23 +167,11 @@ class ParityCheck:
         """Run `config` at its rule's rate, then at the gentler ones while a batch size fails and a rate may help."""
         self._ensure_baseline()
         assert self._base is not None and self.conclusive is not None
-        changed = changes_math(self.baseline, config)
-        inputs = self.inputs.of(config)
-        if inputs is not None:  # the device decode path: its images must match the host pipeline's, or nothing does
-            verdict = inputs_rejected(self.baseline, config, inputs, self.lr_of(config), self.samples, self.window)
-            if verdict is not None:
-                self.echo(f"  parity {verdict.summary()}  {config.describe()}")
-                return verdict
-            changed.remove("decode")
-        if not self.conclusive:
-            if changed:
-                verdict = cannot_judge(
-                    self.baseline, config, changed, self.lr_of(config), self.lr_of(self.baseline), self.samples,
-                    self.window, self._inconclusive_reason(),
-                )
-            else:
-                verdict = same_math_unjudged(self.baseline, config, self.lr_of(config), self.samples, self.window,
-                                             self._inconclusive_reason(), inputs)
+        inputs = self.inputs.of(config)  # decode = gpu: its images must match the host pipeline's, or nothing does
+        if not self.conclusive or (inputs is not None and not inputs.passed):
+            unjudged = None if self.conclusive else self._inconclusive_reason()
+            verdict = without_run(self.baseline, config, inputs, self.lr_of(config), self.lr_of(self.baseline),
+                                  self.samples, self.window, unjudged)
             self.echo(f"  parity {verdict.summary()}  {config.describe()}")
             return verdict
         failed: list[tuple[str | None, ParityVerdict]] = []
@@ -210,8 +196,8 @@ class ParityCheck:
                 break
             failed.append((rule, verdict))
         if verdict is None:  # every rate it would be tried at failed for another config of its batch size
-            return failed[-1][1]
-        return verdict
+            return with_inputs(failed[-1][1], inputs)
+        return with_inputs(verdict, inputs)
 
     def _check(self, config: Config, lr: float) -> tuple[ParityVerdict, bool]:
         """One candidate run, judged; and whether another learning rate may change the verdict (the run completed

@@ -14,7 +14,7 @@ import dataclasses
 from typing import Any
 
 from autotune.config import Config, LrRule
-from autotune.study.parity import MIN_PROGRESS, TOLERANCES, ParityVerdict, family, progress
+from autotune.study.parity import MIN_PROGRESS, TOLERANCES, ParityVerdict, changes_math, family, progress
 from autotune.study.parity_inputs import InputsVerdict
 from autotune.trial.parity_run import ParityRun
 
@@ -88,19 +88,39 @@ def same_math_unjudged(
     )
 
 
-def inputs_rejected(
-    baseline: Config, config: Config, inputs: InputsVerdict, lr: float, samples: int, window: int
-) -> ParityVerdict | None:
-    """No run: a config whose device decode path makes other images than the host pipeline (or could not be
-    checked) fails, whatever a training run would show; None when its images passed."""
-    if inputs.passed:
-        return None
+def without_run(
+    baseline: Config, config: Config, inputs: InputsVerdict | None, lr: float, baseline_lr: float, samples: int,
+    window: int, why: str | None,
+) -> ParityVerdict:
+    """A verdict no run could change. A device decode path whose images differ from the host pipeline's (`inputs`)
+    fails whatever a training run would show. Against a baseline that learned nothing measurable (`why`), a
+    config that changes the math cannot be judged, and one that keeps it passes; decode, once its images match,
+    keeps it."""
     name = family(baseline, config)
-    return ParityVerdict(False, name, TOLERANCES[name], samples, window, lr, lr, reason=f"decode: {inputs.summary()}")
+    if inputs is not None and not inputs.passed:
+        verdict = ParityVerdict(False, name, TOLERANCES[name], samples, window, lr, lr,
+                                reason=f"decode: {inputs.summary()}")
+        return with_inputs(verdict, inputs)
+    if why is None:
+        raise ValueError("a config whose images match is judged by a run when the check is conclusive")
+    changed = [k for k in changes_math(baseline, config) if not (k == "decode" and inputs is not None)]
+    if changed:
+        return cannot_judge(baseline, config, changed, lr, baseline_lr, samples, window, why)
+    return with_inputs(same_math_unjudged(baseline, config, lr, samples, window, why, inputs), inputs)
 
 
 def _inputs_clause(inputs: InputsVerdict | None) -> str:
     return "" if inputs is None else f"decode: {inputs.summary()}; otherwise "
+
+
+def with_inputs(verdict: ParityVerdict, inputs: InputsVerdict | None) -> ParityVerdict:
+    """The verdict with the inputs check's outcome and distances, for a config that decodes on the device."""
+    if inputs is None:
+        return verdict
+    apart = {} if inputs.reason is not None else {
+        "inputs_distance": inputs.host_to_device, "inputs_host_distance": inputs.host_to_host
+    }
+    return dataclasses.replace(verdict, inputs_passed=inputs.passed, **apart)
 
 
 def inconclusive_reason(base: ParityRun, samples: int, window: int, extended: bool) -> str:

@@ -230,9 +230,14 @@ RECORD_KEYS: dict[str, tuple[tuple[type, ...], bool]] = {
     "configs_rejected": ((int,), True),
     "check_s": (_NUMBER, True),
     "check_budget_s": (_NUMBER, False),  # what the check was allowed to take
+    # decode = gpu: its images against the host pipeline's (autotune.study.parity_inputs)
+    "inputs_passed": ((bool,), False),
+    "inputs_distance": (_NUMBER, False),
+    "inputs_host_distance": (_NUMBER, False),
 }
 # Knobs whose change makes other arithmetic than the baseline's (fp32, eager, contiguous), whatever its batch size:
-# a config with any of these on cannot pass an inconclusive check (autotune.study.parity.SAME_MATH_KNOBS).
+# a config with any of these on cannot pass an inconclusive check (autotune.study.parity.SAME_MATH_KNOBS); decode
+# may be gpu when the inputs check showed its images match the host pipeline's (inputs_passed).
 OTHER_MATH = {"amp": "off", "decode": "cpu", "bucketing": False, "pad_multiple": 0}
 
 
@@ -246,7 +251,7 @@ def _inconclusive_math(at: str, profile: dict[str, Any]) -> list[str]:
         f"conclusive = false (an inconclusive check passes only configs that leave the math unchanged), but got "
         f"{knobs[knob]!r}"
         for knob, value in OTHER_MATH.items()
-        if knob in knobs and knobs[knob] != value
+        if knob in knobs and knobs[knob] != value and not (knob == "decode" and check.get("inputs_passed") is True)
     ]
 
 

@@ -206,9 +206,14 @@ def test_an_inconclusive_check_passes_the_decode_path_by_its_images_alone(matche
         assert (verdict.passed, verdict.conclusive) == (True, False)
         assert verdict.reason is not None and verdict.reason.startswith(
             f"decode: {summary}; otherwise it keeps the baseline's math, and the baseline learned 0.4%")
+        record = gate.record(on_device)
+        assert (record["inputs_passed"], record["inputs_distance"], record["inputs_host_distance"]) == (
+            True, 0.98, 1.04)
+        assert validate_parity("parity", record) == []
     else:
         assert passed == []
         assert all(gate.verdicts[c].reason == f"decode: {summary}" for c in (with_bf16, on_device, more_workers))
+        assert gate.verdicts[on_device].inputs_passed is False and gate.verdicts[on_device].conclusive
 
 
 def test_a_baseline_that_learns_in_the_longer_run_makes_the_check_conclusive() -> None:
@@ -315,6 +320,15 @@ def test_the_schema_refuses_an_inconclusive_pass_that_changes_the_math() -> None
         "profiles.'cpu'.knobs.amp must be 'off' when profiles.'cpu'.parity says passed and conclusive = false (an "
         "inconclusive check passes only configs that leave the math unchanged), but got 'bf16'"
     ]
+    # Device decode keeps the math once its images matched the host pipeline's, and not otherwise.
+    profile["knobs"] = {**profile["knobs"], "amp": "off", "decode": "gpu", "placement": "stream"}
+    assert validate({"schema": 1, "profiles": {"cpu": profile}}) == [
+        "profiles.'cpu'.knobs.decode must be 'cpu' when profiles.'cpu'.parity says passed and conclusive = false (an "
+        "inconclusive check passes only configs that leave the math unchanged), but got 'gpu'"
+    ]
+    profile["parity"] = {**profile["parity"], "inputs_passed": True, "inputs_distance": 0.89,
+                         "inputs_host_distance": 0.95}
+    assert validate({"schema": 1, "profiles": {"cpu": profile}}) == []
 
 
 def test_random_labels_keep_the_workload_s_batch_size_and_the_profile_says_inconclusive(project: Path) -> None:
