@@ -100,7 +100,8 @@ cores5)
     cp /tmp/runs/decode_5cores/truth.json "$OUT/decode_5cores.json" 2>/dev/null
     ;;
 speed)
-    step speed python3 "$REPO/benchmarks/speed.py" --out /tmp/runs/speed --trials 30 --budget 100
+    # SPEED_ARGS: which searches and how long (speed.py --help); by default all three, 100 s each.
+    step speed python3 "$REPO/benchmarks/speed.py" --out /tmp/runs/speed ${SPEED_ARGS:---trials 30 --budget 100}
     cp /tmp/runs/speed/bench.json "$OUT/speed.json" 2>/dev/null
     step data bash -c "$DATA" &
     step pytest_gpu bash -c "cd $REPO && python3 -m pytest -q -m gpu -p no:cacheprovider -rs"
