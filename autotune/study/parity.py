@@ -19,8 +19,9 @@ under MIN_PROGRESS of its initial loss (random labels, a plateau), or whose prob
 loss hardly rises when the probe's targets are shuffled (it learned how the
 targets are spread, not what its inputs say: ResNet-50 after 18,000 ImageNet
 samples), gives no unit to judge by: the check is inconclusive
-(``conclusive()``), and a config that changes the math (batch size, amp, decode)
-cannot pass it.
+(``conclusive()``), and a config that changes the math (batch size, amp)
+cannot pass it. Device decode is judged by its images instead
+(``autotune.study.parity_inputs``): once they match, it keeps the math.
 docs/parity.md gives the measurements the tolerances were chosen from.
 ``ParityCheck`` (``autotune.study.parity_check``) runs the check over a
 search's fastest configs.

@@ -8,7 +8,9 @@ out its slower variants at that rate unrun. A batch size that fails at its
 rule's rate is tried at the gentler rates (sqrt, then none) before it is
 rejected. A baseline that learns too little to judge by is run once more, longer;
 if it still has, the check is inconclusive: configs with the baseline's math pass
-unrun (a run's deviations would be noise), and no other may. Every parity run is
+unrun (a run's deviations would be noise), and no other may. A config that decodes
+on the device passes only once the inputs check, made once per search, has shown
+that its images match the host pipeline's (``autotune.study.parity_inputs``). Every parity run is
 made by a caller-given function (in a search, in a trial process); the check
 keeps what each cost and stops running once its budget is spent
 (``autotune.study.parity_budget``). The verdicts it states without a run, and the
