@@ -65,12 +65,13 @@ def _parity_rows(profiles: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
         "parity": [],
         "parity deviation/probe": [],
         "parity loss (baseline)": [],
+        "parity inputs (host)": [],  # decode = gpu: how far its images are from the host's (two host draws)
         "parity check, s": [],
     }
     for p in profiles:
         check = p.get("parity") or {}
         if not check.get("checked"):
-            values = ["not checked" if check else "-", "-", "-", "-"]
+            values = ["not checked" if check else "-", "-", "-", "-", "-"]
         else:
             inconclusive = ", inconclusive: same math as the baseline" if check.get("conclusive") is False else ""
             values = [
@@ -80,11 +81,21 @@ def _parity_rows(profiles: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
                 f"{check['loss']:.4g} ({check['baseline_loss']:.4g}) at {check['samples']:,}"
                 if "loss" in check
                 else "-",
+                _inputs(check),
                 f"{check['check_s']:.1f} ({check['configs_checked']} checked, {check['configs_rejected']} rejected)",
             ]
         for key, value in zip(cells, values):
             cells[key].append(value)
     return list(cells.items())
+
+
+def _inputs(check: dict[str, Any]) -> str:
+    if "inputs_passed" not in check:
+        return "-"
+    if "inputs_distance" not in check:
+        return "not shown: the inputs check failed to run"
+    word = "match" if check["inputs_passed"] else "DIFFER"
+    return f"{word}: {check['inputs_distance']:.2f} apart ({check['inputs_host_distance']:.2f})"
 
 
 def render(data: dict[str, Any], path: Path) -> str:

@@ -329,6 +329,10 @@ def test_the_schema_refuses_an_inconclusive_pass_that_changes_the_math() -> None
     profile["parity"] = {**profile["parity"], "inputs_passed": True, "inputs_distance": 0.89,
                          "inputs_host_distance": 0.95}
     assert validate({"schema": 1, "profiles": {"cpu": profile}}) == []
+    shown = render({"schema": 1, "profiles": {"cpu": profile}}, Path("x.tuned.toml")).splitlines()
+    assert [line for line in shown if line.startswith("parity inputs")] == [
+        "parity inputs (host)     match: 0.89 apart (0.95)"
+    ]
 
 
 def test_random_labels_keep_the_workload_s_batch_size_and_the_profile_says_inconclusive(project: Path) -> None:
