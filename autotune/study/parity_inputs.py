@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from autotune.config import Config
+
 LIMIT = 1.5  # the device path may be this many times as far from the host as the host is from itself
 FLOOR_SHARE = 0.01  # a block's spread is floored at this share of the average spread: a flat block is not exact
 
@@ -73,9 +75,6 @@ class InputsVerdict:
             f"{self.draws} draws"
         )
 
-    def as_record(self) -> dict[str, Any]:
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
-
 
 def judge(found: dict[str, Any]) -> InputsVerdict:
     """The verdict on ``autotune.trial.inputs.compare``'s distances."""
@@ -101,12 +100,12 @@ class DecodeInputs:
     `check(config)` runs it (in a trial process, in a search) for a config that decodes otherwise than `baseline`.
     """
 
-    def __init__(self, baseline: Any, check: Callable[[Any], InputsVerdict] | None,
+    def __init__(self, baseline: Config, check: Callable[[Config], InputsVerdict] | None,
                  echo: Callable[[str], None]) -> None:
         self.baseline, self.check, self.echo = baseline, check, echo
         self.verdict: InputsVerdict | None = None
 
-    def of(self, config: Any) -> InputsVerdict | None:
+    def of(self, config: Config) -> InputsVerdict | None:
         """The verdict on `config`'s decode path; None when it decodes as the baseline does."""
         if config.decode == self.baseline.decode:
             return None

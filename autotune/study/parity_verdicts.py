@@ -100,13 +100,13 @@ def without_run(
     if inputs is not None and not inputs.passed:
         verdict = ParityVerdict(False, name, TOLERANCES[name], samples, window, lr, lr,
                                 reason=f"decode: {inputs.summary()}")
-        return with_inputs(verdict, inputs)
-    if why is None:
+    elif why is None:
         raise ValueError("a config whose images match is judged by a run when the check is conclusive")
-    changed = [k for k in changes_math(baseline, config) if not (k == "decode" and inputs is not None)]
-    if changed:
-        return cannot_judge(baseline, config, changed, lr, baseline_lr, samples, window, why)
-    return with_inputs(same_math_unjudged(baseline, config, lr, samples, window, why, inputs), inputs)
+    elif changed := [k for k in changes_math(baseline, config) if not (k == "decode" and inputs is not None)]:
+        verdict = cannot_judge(baseline, config, changed, lr, baseline_lr, samples, window, why)
+    else:
+        verdict = same_math_unjudged(baseline, config, lr, samples, window, why, inputs)
+    return with_inputs(verdict, inputs)
 
 
 def _inputs_clause(inputs: InputsVerdict | None) -> str:

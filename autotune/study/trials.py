@@ -101,7 +101,7 @@ def out_of_time(setup: Setup) -> bool:
     if not measured:
         return setup.elapsed() >= budget
     trial_s = statistics.median(measured)
-    # No more finalists than configs have completed besides the baseline: costed at the full count, a heavy
+    # No more finalists than trials have completed besides the baseline's: costed at the full count, a heavy
     # model's first two trials (ResNet-50 on 5 cores, 31 and 37 s) ended an H200 search of 338 s after 68 s.
     finalists = min(setup.options.finalists, max(1, len(complete) - 1))
     check_s = 0.0

@@ -8,8 +8,8 @@ no training, so it holds even where a short run learns too little to judge by
 (ResNet-50 on ImageNet, whose first minute of training is the move to guessing
 evenly).
 
-``draws`` takes IMAGES images of the data set (a seeded random sample) and makes
-each of them DRAWS times through a pipeline, each time with its own random crop
+``host_draws`` and ``device_draws`` take IMAGES images of the data set (a seeded
+random sample) and make each of them DRAWS times through a pipeline, each time with its own random crop
 and flip. Every output is reduced to a coarse GRID x GRID picture per channel
 (block means: robust to the few pixel levels by which two JPEG decoders and two
 resampling kernels differ, sensitive to which part of the image was taken and
@@ -63,11 +63,11 @@ def device_draws(
     from autotune.loop.device_decode import decode_batch
 
     generator = torch.Generator(device=device).manual_seed(seed)
-    repeated = [i for i in indices for _ in range(draws)]
+    read = [files[i][0] for i in indices]  # each file read once, its bytes decoded `draws` times
+    repeated = [data for data in read for _ in range(draws)]
     parts = []
     for lo in range(0, len(repeated), BATCH):
-        data = [files[i][0] for i in repeated[lo : lo + BATCH]]
-        parts.append(features(decode_batch(pipeline, data, device, generator)))
+        parts.append(features(decode_batch(pipeline, repeated[lo : lo + BATCH], device, generator)))
     return torch.cat(parts).view(len(indices), draws, -1)
 
 
@@ -75,14 +75,14 @@ def compare(dataset: Any, device: torch.device, workers: int, pipeline: Any = No
             images: int = IMAGES, draws: int = DRAWS) -> dict[str, Any]:
     """The distances ``autotune.study.parity_inputs.judge`` reads: two host draws apart, and host from device.
 
-    `pipeline` and `files` default to what ``derive`` makes of the data set (a test gives a wrong pipeline).
+    `pipeline` and `files`, given together, replace what ``derive`` makes of the data set (a test gives a wrong
+    pipeline).
     """
     from autotune.study.parity_inputs import distance
     from autotune.workloads.decode import derive
 
     if pipeline is None or files is None:
-        derived, derived_files = derive(dataset)
-        pipeline, files = pipeline or derived, files or derived_files
+        pipeline, files = derive(dataset)
     start = time.perf_counter()
     indices = chosen(dataset, images)
     host = host_draws(dataset, indices, draws, workers)

@@ -103,6 +103,7 @@ class _Answer:
         if request.get("cmd") == "inputs":
             from autotune.trial import inputs
 
+            # At most 16 workers: the check's 2 x 2,048 host decodes need no more, and each costs a start.
             found = inputs.compare(self.runner.dataset, self.runner.device, workers=min(self.runner.cpu_share, 16))
             self.send(event="inputs", found=found)
             return

@@ -71,7 +71,7 @@ def _parity_rows(profiles: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
     for p in profiles:
         check = p.get("parity") or {}
         if not check.get("checked"):
-            values = ["not checked" if check else "-", "-", "-", "-", "-"]
+            values = ["not checked" if check else "-"] + ["-"] * (len(cells) - 1)
         else:
             inconclusive = ", inconclusive: same math as the baseline" if check.get("conclusive") is False else ""
             values = [
