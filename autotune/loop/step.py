@@ -108,6 +108,26 @@ class Step:
         """The loss of a batch already on the device, with no autocast and no update: for evaluation."""
         return self.compute_loss(self.model, batch)
 
+    def gradient(self, batch: Any) -> list[torch.Tensor]:
+        """Each parameter's gradient of the loss of one batch already on the device, at the current weights, under
+        this step's numerics (autocast, memory format, fp16's loss scale); no update. What the numerics check
+        compares (``autotune.trial.gradients``).
+
+        Under fp16 the loss is scaled as the step scales it and the gradient unscaled after; while the scaled
+        gradient overflows, the scale is halved and the batch run again, as GradScaler backs off over steps.
+        """
+        scale = self.scaler.get_scale() if self.scaler is not None else 1.0
+        while True:
+            self.optimizer.zero_grad(set_to_none=True)
+            with self._autocast():
+                loss = self.compute_loss(self.model, batch)
+            (loss * scale).backward()
+            grads = [torch.zeros_like(p) if p.grad is None else p.grad / scale for p in self.model.parameters()]
+            if self.scaler is None or scale <= 1.0 or all(bool(torch.isfinite(g).all()) for g in grads):
+                self.optimizer.zero_grad(set_to_none=True)
+                return grads
+            scale /= 2
+
     def _forward_backward(self, batch: Any) -> torch.Tensor:
         with self._autocast():
             loss = self.compute_loss(self.model, batch)

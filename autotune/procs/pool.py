@@ -168,6 +168,13 @@ class TrialPool:
             return Outcome("failed", reason=INTERRUPTED)
         return self._alone_after_oom(lambda: self._child(False, config).inputs_check(timeout_s))
 
+    def numerics_check(self, baseline: Config, config: Config, lr: float, timeout_s: float) -> Outcome:
+        """The numerics check of `config`'s amp against `baseline`'s fp32, in a trial process built for `config`."""
+        if self.killed:
+            return Outcome("failed", reason=INTERRUPTED)
+        return self._alone_after_oom(lambda: self._child(False, config).numerics_check(baseline, config, lr,
+                                                                                       timeout_s))
+
     def _alone_after_oom(self, attempt: Callable[[], Outcome]) -> Outcome:
         """`attempt`, and once more alone on the device if it failed `oom` beside another autotune process there.
 

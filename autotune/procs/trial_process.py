@@ -2,11 +2,12 @@
 
 The process (forked from the fork server: ``autotune.procs.trial_main``;
 ``autotune.trial.serve`` runs inside it) reads JSON requests from one pipe
-(measure a config, make a parity run, check the decode path's inputs, release memory, quit) and answers with
-JSON events on another, so the workload's prints stay in its log. After a failure it exits:
-a CUDA context that saw an error or an OOM is not trusted with the next
-request. Starting and stopping go through ``autotune.procs.lifecycle`` (its
-NOTE says who starts whom and how each stops).
+(measure a config, make a parity run, check the decode path's inputs or amp's
+gradients, release memory, quit) and answers with JSON events on another, so
+the workload's prints stay in its log. After a failure it exits: a CUDA context
+that saw an error or an OOM is not trusted with the next request. Starting and
+stopping go through ``autotune.procs.lifecycle`` (its NOTE says who starts whom
+and how each stops).
 """
 
 from __future__ import annotations
@@ -158,6 +159,11 @@ class TrialProcess:
     def inputs_check(self, timeout_s: float) -> Outcome:
         """The inputs check (autotune.trial.inputs.compare) in this process; its distances are the result."""
         return self._ask({"cmd": "inputs"}, "inputs", "found", "inputs check", timeout_s)
+
+    def numerics_check(self, baseline: Config, config: Config, lr: float, timeout_s: float) -> Outcome:
+        """The numerics check (autotune.trial.gradients.compare) in this process; its numbers are the result."""
+        request = {"cmd": "numerics", "baseline": baseline.as_dict(), "config": config.as_dict(), "lr": lr}
+        return self._ask(request, "numerics", "found", "numerics check", timeout_s)
 
     def _ask(self, request: dict[str, Any], answer: str, key: str, what: str, timeout_s: float) -> Outcome:
         """Send `request` and wait for the `answer` event; its `key` is the outcome's result."""

@@ -21,10 +21,11 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import Config
 from autotune.procs.pool import TrialPool
-from autotune.study import baseline_run, parity_inputs
+from autotune.study import baseline_run, parity_inputs, parity_numerics
 from autotune.study.parity import CHECK_SHARE, ParityError, ParityRunFailed
 from autotune.study.parity_check import ParityCheck
 from autotune.study.parity_inputs import InputsVerdict
+from autotune.study.parity_numerics import NumericsVerdict
 from autotune.study.pools import SearchPools, Team
 from autotune.study.setup import SearchError, Setup
 from autotune.text import rate
@@ -150,6 +151,12 @@ def new_parity_check(
             return parity_inputs.failed(outcome.reason or "no result")
         return parity_inputs.judge(outcome.result)
 
+    def check_numerics(config: Config) -> NumericsVerdict:
+        outcome = pool.numerics_check(setup.baseline, config, setup.lr(setup.baseline), timeout)
+        if outcome.state != "complete" or outcome.result is None:
+            return parity_numerics.failed(outcome.reason or "no result", config.amp)
+        return parity_numerics.judge(outcome.result, config.amp)
+
     stored = baseline_run.wait_for(setup, team.baseline_run_pending)
     # A baseline run made during the trials was sized for the space's largest batch; the check keeps that length.
     check = ParityCheck(
@@ -164,6 +171,7 @@ def new_parity_check(
         lr_rule=setup.lr_rule,
         lr_at=setup.lr,
         check_inputs=check_inputs,
+        check_numerics=check_numerics,
     )
     setup.echo(
         f"parity: checking the fastest against the baseline ({setup.baseline.describe()}, lr "

@@ -21,7 +21,8 @@ targets are spread, not what its inputs say: ResNet-50 after 18,000 ImageNet
 samples), gives no unit to judge by: the check is inconclusive
 (``conclusive()``), and a config that changes the math (batch size, amp)
 cannot pass it. Device decode is judged by its images instead
-(``autotune.study.parity_inputs``): once they match, it keeps the math.
+(``autotune.study.parity_inputs``), and amp alone by its gradients
+(``autotune.study.parity_numerics``): once they pass, it keeps the math.
 docs/parity.md gives the measurements the tolerances were chosen from.
 ``ParityCheck`` (``autotune.study.parity_check``) runs the check over a
 search's fastest configs.
@@ -140,6 +141,10 @@ class ParityVerdict:
     inputs_passed: bool | None = None
     inputs_distance: float | None = None
     inputs_host_distance: float | None = None  # the host pipeline drawn twice: the noise level
+    # amp, where no run could judge it: whether its gradients' error was within the batch's own noise
+    # (autotune.study.parity_numerics), and that error as a share of the noise
+    numerics_passed: bool | None = None
+    numerics_ratio: float | None = None
 
     @property
     def word(self) -> str:

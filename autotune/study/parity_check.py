@@ -10,7 +10,9 @@ rejected. A baseline that learns too little to judge by is run once more, longer
 if it still has, the check is inconclusive: configs with the baseline's math pass
 unrun (a run's deviations would be noise), and no other may. A config that decodes
 on the device passes only once the inputs check, made once per search, has shown
-that its images match the host pipeline's (``autotune.study.parity_inputs``). Every parity run is
+that its images match the host pipeline's (``autotune.study.parity_inputs``); where
+the check is inconclusive, amp passes only once its gradients are shown to differ
+from fp32's by less than the batch's own noise (``autotune.study.parity_numerics``). Every parity run is
 made by a caller-given function (in a search, in a trial process); the check
 keeps what each cost and stops running once its budget is spent
 (``autotune.study.parity_budget``). The verdicts it states without a run, and the
@@ -43,12 +45,13 @@ from autotune.study.parity import (
 )
 from autotune.study.parity_budget import ParityBudget
 from autotune.study.parity_inputs import DecodeInputs, InputsVerdict
+from autotune.study.parity_numerics import AmpNumerics, NumericsVerdict
 from autotune.study.parity_verdicts import (
     explained,
     inconclusive_reason,
     same_as_baseline,
     too_low,
-    with_inputs,
+    with_checks,
     without_run,
 )
 from autotune.trial.parity_run import ParityRun
@@ -81,10 +84,13 @@ class ParityCheck:
         lr_rule: LrRule | None = None,
         lr_at: Callable[[Config, str], float] | None = None,
         check_inputs: Callable[[Config], InputsVerdict] | None = None,
+        check_numerics: Callable[[Config], NumericsVerdict] | None = None,
     ) -> None:
         self.baseline, self.lr_of, self.make_run, self.echo = baseline, lr_of, make_run, echo
         self.inputs = DecodeInputs(baseline, check_inputs and (lambda c: self.budget.timed(lambda: check_inputs(c))),
                                    echo)
+        self.amp = AmpNumerics(baseline, check_numerics and (lambda c: self.budget.timed(lambda: check_numerics(c))),
+                               echo)
         self.lr_rule, self.lr_at = lr_rule, lr_at
         self.budget = ParityBudget(budget_s, echo)  # every run's time, the baseline's included: the check's cost
         # `max_batch`: the largest batch any candidate may have, when the runs begin before all are known.
@@ -172,8 +178,10 @@ class ParityCheck:
         inputs = self.inputs.of(config)  # decode = gpu: its images must match the host pipeline's, or nothing does
         if not self.conclusive or (inputs is not None and not inputs.passed):
             unjudged = None if self.conclusive else self._inconclusive_reason()
-            verdict = without_run(self.baseline, config, inputs, self.lr_of(config), self.lr_of(self.baseline),
-                                  self.samples, self.window, unjudged)
+            # amp, where no run can judge it: by its gradients against fp32's (once its images matched, for decode)
+            numerics = self.amp.of(config) if unjudged and (inputs is None or inputs.passed) else None
+            verdict = without_run(self.baseline, config, inputs, numerics, self.lr_of(config),
+                                  self.lr_of(self.baseline), self.samples, self.window, unjudged)
             self.echo(f"  parity {verdict.summary()}  {config.describe()}")
             return verdict
         failed: list[tuple[str | None, ParityVerdict]] = []
@@ -198,8 +206,8 @@ class ParityCheck:
                 break
             failed.append((rule, verdict))
         if verdict is None:  # every rate it would be tried at failed for another config of its batch size
-            return with_inputs(failed[-1][1], inputs)
-        return with_inputs(verdict, inputs)
+            return with_checks(failed[-1][1], inputs)
+        return with_checks(verdict, inputs)
 
     def _check(self, config: Config, lr: float) -> tuple[ParityVerdict, bool]:
         """One candidate run, judged; and whether another learning rate may change the verdict (the run completed
@@ -243,7 +251,7 @@ class ParityCheck:
         self.echo(
             f"parity: inconclusive: {self._inconclusive_reason()}. Only configs that leave the math unchanged "
             f"(loader knobs, placement, cudnn_benchmark, channels_last, cuda_graph; decode once its images are shown "
-            f"to match) may win"
+            f"to match; amp once its gradients are shown within the batch's own noise) may win"
         )
 
     def _baseline_run(self) -> ParityRun:

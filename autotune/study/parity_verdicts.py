@@ -16,6 +16,7 @@ from typing import Any
 from autotune.config import Config, LrRule
 from autotune.study.parity import MIN_PROGRESS, TOLERANCES, ParityVerdict, changes_math, family, progress
 from autotune.study.parity_inputs import InputsVerdict
+from autotune.study.parity_numerics import NumericsVerdict
 from autotune.trial.parity_run import ParityRun
 
 
@@ -65,11 +66,11 @@ def cannot_judge(
 
 def same_math_unjudged(
     baseline: Config, config: Config, lr: float, samples: int, window: int, why: str,
-    inputs: InputsVerdict | None = None,
+    inputs: InputsVerdict | None = None, numerics: NumericsVerdict | None = None,
 ) -> ParityVerdict:
     """No run: against a baseline that learned nothing measurable (`why`), a config with the baseline's math
     (loader knobs, placement, cudnn.benchmark, channels_last, a graph; the device decode path whose images passed
-    the inputs check, `inputs`) passes, inconclusively.
+    the inputs check, `inputs`; amp whose gradients passed the numerics check, `numerics`) passes, inconclusively.
 
     A run could not judge it: its deviations would be in units of noise (ResNet-50 on an H200, the same math in a
     graph and channels_last: probe -26.6% of the baseline's 0.11 drop, a 0.03 difference in 6.9).
@@ -83,44 +84,57 @@ def same_math_unjudged(
         window,
         lr,
         lr,
-        reason=f"{_inputs_clause(inputs)}it keeps the baseline's math, and {why}",
+        reason=f"{_clauses(inputs, numerics)}it keeps the baseline's math, and {why}",
         conclusive=False,
     )
 
 
 def without_run(
-    baseline: Config, config: Config, inputs: InputsVerdict | None, lr: float, baseline_lr: float, samples: int,
-    window: int, why: str | None,
+    baseline: Config, config: Config, inputs: InputsVerdict | None, numerics: NumericsVerdict | None, lr: float,
+    baseline_lr: float, samples: int, window: int, why: str | None,
 ) -> ParityVerdict:
     """A verdict no run could change. A device decode path whose images differ from the host pipeline's (`inputs`)
     fails whatever a training run would show. Against a baseline that learned nothing measurable (`why`), a
     config that changes the math cannot be judged, and one that keeps it passes; decode, once its images match,
-    keeps it."""
+    keeps it, and so does amp once its gradients are within the batch's noise (`numerics`); amp whose are not
+    fails."""
     name = family(baseline, config)
     if inputs is not None and not inputs.passed:
         verdict = ParityVerdict(False, name, TOLERANCES[name], samples, window, lr, lr,
                                 reason=f"decode: {inputs.summary()}")
     elif why is None:
         raise ValueError("a config whose images match is judged by a run when the check is conclusive")
-    elif changed := [k for k in changes_math(baseline, config) if not (k == "decode" and inputs is not None)]:
+    elif numerics is not None and not numerics.passed:
+        verdict = ParityVerdict(False, name, TOLERANCES[name], samples, window, lr, lr,
+                                reason=f"amp: {numerics.summary()}")
+    elif changed := [k for k in changes_math(baseline, config)
+                     if not (k == "decode" and inputs is not None) and not (k == "amp" and numerics is not None)]:
         verdict = cannot_judge(baseline, config, changed, lr, baseline_lr, samples, window, why)
     else:
-        verdict = same_math_unjudged(baseline, config, lr, samples, window, why, inputs)
-    return with_inputs(verdict, inputs)
+        verdict = same_math_unjudged(baseline, config, lr, samples, window, why, inputs, numerics)
+    return with_checks(verdict, inputs, numerics)
 
 
-def _inputs_clause(inputs: InputsVerdict | None) -> str:
-    return "" if inputs is None else f"decode: {inputs.summary()}; otherwise "
+def _clauses(inputs: InputsVerdict | None, numerics: NumericsVerdict | None) -> str:
+    clauses = [f"decode: {inputs.summary()}"] if inputs is not None else []
+    clauses += [f"amp: {numerics.summary()}"] if numerics is not None else []
+    return "".join(f"{c}; " for c in clauses) + ("otherwise " if clauses else "")
 
 
-def with_inputs(verdict: ParityVerdict, inputs: InputsVerdict | None) -> ParityVerdict:
-    """The verdict with the inputs check's outcome and distances, for a config that decodes on the device."""
-    if inputs is None:
-        return verdict
-    apart = {} if inputs.reason is not None else {
-        "inputs_distance": inputs.host_to_device, "inputs_host_distance": inputs.host_to_host
-    }
-    return dataclasses.replace(verdict, inputs_passed=inputs.passed, **apart)
+def with_checks(verdict: ParityVerdict, inputs: InputsVerdict | None,
+                numerics: NumericsVerdict | None = None) -> ParityVerdict:
+    """The verdict with the outcome and numbers of the checks that need no run: the inputs check, for a config
+    that decodes on the device, and the numerics check, for one whose amp no run could judge."""
+    changes: dict[str, Any] = {}
+    if inputs is not None:
+        changes["inputs_passed"] = inputs.passed
+        if inputs.reason is None:
+            changes.update(inputs_distance=inputs.host_to_device, inputs_host_distance=inputs.host_to_host)
+    if numerics is not None:
+        changes["numerics_passed"] = numerics.passed
+        if numerics.batches:
+            changes["numerics_ratio"] = numerics.ratio
+    return dataclasses.replace(verdict, **changes)
 
 
 def inconclusive_reason(base: ParityRun, samples: int, window: int, extended: bool) -> str:

@@ -45,8 +45,8 @@ def seed_configs(workload: Workload, machine: Machine, space: Space) -> list[Con
             for decode in ("cpu", "gpu")
         ),
         # The baseline's arithmetic with every knob that keeps it: the winner when the parity check cannot tell
-        # (a heavy model learns too little in the check's share of the search to judge amp or a batch size by),
-        # and it needs no parity run.
+        # (a heavy model learns too little in the check's share of the search to judge a batch size by, or amp
+        # when its gradients do not pass the numerics check), and it needs no parity run.
         Config(batch_size=bs, **all_cores, cudnn_benchmark=True, channels_last=True, cuda_graph=True),
         # The same with JPEGs decoded on the device: it passes such a check too once the inputs check has shown
         # that the device path's images match the host pipeline's (autotune.study.parity_inputs).

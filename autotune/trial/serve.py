@@ -4,6 +4,8 @@ Requests arrive as plain dicts (``autotune.procs.trial_process`` sends them):
 ``trial`` measures a config (``Runner.run``), ``parity`` makes a parity run
 (``autotune.trial.parity_run.train``), ``inputs`` compares the device decode
 path's images with the host pipeline's (``autotune.trial.inputs.compare``),
+``numerics`` a config's gradients with the baseline's
+(``autotune.trial.gradients.compare``),
 ``release`` lets go of device memory,
 ``quit`` ends. Events go back through `send`. A request that fails ends the
 process: a CUDA context that saw an error or an OOM is not trusted again.
@@ -108,6 +110,12 @@ class _Answer:
             self.send(event="inputs", found=found)
             return
         config = Config.from_dict(request["config"])
+        if request.get("cmd") == "numerics":
+            from autotune.trial import gradients
+
+            baseline = Config.from_dict(request["baseline"])
+            self.send(event="numerics", found=gradients.compare(self.runner.build, baseline, config, request["lr"]))
+            return
         if request.get("cmd") == "parity":
             if self.probe_set is None:
                 self.probe_set = parity_run.probe(self.runner.dataset, self.runner.workload.collate_fn)

@@ -234,11 +234,17 @@ RECORD_KEYS: dict[str, tuple[tuple[type, ...], bool]] = {
     "inputs_passed": ((bool,), False),
     "inputs_distance": (_NUMBER, False),
     "inputs_host_distance": (_NUMBER, False),
+    # amp where no run could judge it: its gradients against fp32's (autotune.study.parity_numerics)
+    "numerics_passed": ((bool,), False),
+    "numerics_ratio": (_NUMBER, False),
 }
 # Knobs whose change makes other arithmetic than the baseline's (fp32, eager, contiguous), whatever its batch size:
-# a config with any of these on cannot pass an inconclusive check (autotune.study.parity.SAME_MATH_KNOBS); decode
-# may be gpu when the inputs check showed its images match the host pipeline's (inputs_passed).
+# a config with any of these on cannot pass an inconclusive check (autotune.study.parity.SAME_MATH_KNOBS), unless a
+# check that needs no training showed the change harmless (SHOWN_BY).
 OTHER_MATH = {"amp": "off", "decode": "cpu", "bucketing": False, "pad_multiple": 0}
+# decode may be gpu when the inputs check showed its images match the host pipeline's, and amp on when the numerics
+# check showed its gradients within the batch's own noise.
+SHOWN_BY = {"decode": "inputs_passed", "amp": "numerics_passed"}
 
 
 def _inconclusive_math(at: str, profile: dict[str, Any]) -> list[str]:
@@ -251,7 +257,7 @@ def _inconclusive_math(at: str, profile: dict[str, Any]) -> list[str]:
         f"conclusive = false (an inconclusive check passes only configs that leave the math unchanged), but got "
         f"{knobs[knob]!r}"
         for knob, value in OTHER_MATH.items()
-        if knob in knobs and knobs[knob] != value and not (knob == "decode" and check.get("inputs_passed") is True)
+        if knob in knobs and knobs[knob] != value and not (knob in SHOWN_BY and check.get(SHOWN_BY[knob]) is True)
     ]
 
 

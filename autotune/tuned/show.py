@@ -66,6 +66,7 @@ def _parity_rows(profiles: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
         "parity deviation/probe": [],
         "parity loss (baseline)": [],
         "parity inputs (host)": [],  # decode = gpu: how far its images are from the host's (two host draws)
+        "parity numerics": [],  # amp, where no run could judge it: its gradients' error over the batch's noise
         "parity check, s": [],
     }
     for p in profiles:
@@ -82,6 +83,7 @@ def _parity_rows(profiles: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
                 if "loss" in check
                 else "-",
                 _inputs(check),
+                _numerics(check),
                 f"{check['check_s']:.1f} ({check['configs_checked']} checked, {check['configs_rejected']} rejected)",
             ]
         for key, value in zip(cells, values):
@@ -152,3 +154,12 @@ def render(data: dict[str, Any], path: Path) -> str:
         if p.get("command"):
             lines.append(f"{name}: made by `{p['command']}` on {p.get('created', '?')}")
     return "\n".join(line.rstrip() for line in lines)
+
+
+def _numerics(check: dict[str, Any]) -> str:
+    if "numerics_passed" not in check:
+        return "-"
+    if "numerics_ratio" not in check:
+        return "not shown: the numerics check failed to run"
+    word = "within" if check["numerics_passed"] else "BEYOND"
+    return f"{word} the batch's noise: error {check['numerics_ratio']:.3g}x its variance"

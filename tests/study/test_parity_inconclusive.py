@@ -146,7 +146,8 @@ def test_an_inconclusive_baseline_is_run_once_longer_then_only_configs_with_its_
     assert lines[2] == (
         "parity: inconclusive: the baseline learned 0.4% of its initial loss 2 in 16,384 samples, run once longer; "
         "a verdict needs 1.5%. Only configs that leave the math unchanged (loader knobs, placement, cudnn_benchmark, "
-        "channels_last, cuda_graph; decode once its images are shown to match) may win"
+        "channels_last, cuda_graph; decode once its images are shown to match; amp once its gradients are shown "
+        "within the batch's own noise) may win"
     )
     assert lines[3] == (
         "  parity inconclusive  it changes batch_size, and the baseline learned 0.4% of its initial loss 2 in 16,384 "

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+from _steps import NoScalerStep, with_step
 
 from autotune.config import Config
 from autotune.loop import Step
@@ -41,24 +42,6 @@ class StaleInputStep(Step):
         if not hasattr(self, "first"):
             self.first = batch
         return super().__call__(self.first)
-
-
-class NoScalerStep(Step):
-    """fp16 autocast without the GradScaler that fp16 needs."""
-
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
-        self.scaler = None
-
-
-def with_step(runner: Runner, step_cls: type[Step]) -> parity_run.Builder:
-    """Runner.build, with the step replaced by `step_cls` over the same model, loss and optimizer."""
-
-    def build(config: Config, lr: float) -> tuple[Any, Step, float]:
-        loader, step, seconds = runner.build(config, lr)
-        return loader, step_cls(step.model, step.loss_fn, step.optimizer, config, step.device), seconds
-
-    return build
 
 
 class Bench:

@@ -1,0 +1,122 @@
+"""The numerics check in a trial process: amp's gradients against fp32's, in units of the batch's own noise.
+
+The broken numerics are real bugs, built for real: fp16 without a GradScaler on a
+workload whose gradients underflow (tests/fixtures/underflow.py), and a model whose
+features bf16 rounds away (tests/fixtures/offset.py). CPU autocast is real autocast;
+`pytest -m gpu tests/trial/test_gradients.py` runs the same on CUDA.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from _steps import NoScalerStep, with_step
+
+from autotune.config import Config
+from autotune.loop import Step
+from autotune.study import parity_numerics
+from autotune.trial import gradients
+from autotune.trial.runner import Runner
+from autotune.workloads import load, resolve
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+BASE = Config(batch_size=16)
+
+
+def runner(name: str, root: Path, device: str = "cpu") -> Runner:
+    return Runner(load(resolve(str(FIXTURES / name))), torch.device(device), root=root)
+
+
+def checked(
+    run: Runner, amp: str, build: object = None, channels_last: bool = False
+) -> parity_numerics.NumericsVerdict:
+    config = Config(batch_size=16, amp=amp, channels_last=channels_last)
+    found = gradients.compare(build or run.build, BASE, config, float(run.workload.defaults["lr"]))
+    assert (found["batches"], found["batch_size"]) == (gradients.BATCHES, 16)
+    return parity_numerics.judge(found, amp)
+
+
+def test_fp16_with_its_scaler_and_bf16_keep_the_gradients_and_fp16_without_a_scaler_loses_them(
+    tmp_path: Path,
+) -> None:
+    run = runner("underflow.py", tmp_path)
+    scaled, bf16 = checked(run, "fp16"), checked(run, "bf16")
+    assert scaled.passed and scaled.ratio < 0.01, scaled.summary()
+    assert bf16.passed and bf16.ratio < 0.01, bf16.summary()
+    lost = checked(run, "fp16", with_step(run, NoScalerStep))
+    assert not lost.passed and lost.reason is None
+    # Every gradient underflowed to zero: the error is each fp32 gradient's whole square, the mean's plus the noise.
+    found = gradients.compare(with_step(run, NoScalerStep), BASE, Config(batch_size=16, amp="fp16"),
+                              float(run.workload.defaults["lr"]))
+    batches = gradients.BATCHES
+    assert found["error"] == pytest.approx(found["signal"] + found["noise"] * (batches - 1) / batches, rel=1e-9)
+    assert lost.summary() == (
+        f"fp16's gradients are beyond the batch's own noise: their error is {lost.ratio:.3g}x the variance between "
+        f"fp32 gradients of two batches (limit 0.25x), 8 batches of 16"
+    )
+
+
+def test_a_model_whose_logits_bf16_rounds_away_fails(tmp_path: Path) -> None:
+    run = runner("offset.py", tmp_path)
+    assert checked(run, "off", channels_last=True).ratio < 1e-6  # fp32 with another memory format: the same math
+    broken = checked(run, "bf16")
+    assert not broken.passed and broken.ratio > 1, broken.summary()
+
+
+def test_the_gradients_are_compared_at_the_weights_the_baseline_trained_to(tmp_path: Path) -> None:
+    run = runner("tiny.py", tmp_path)
+    steps: list[Step] = []
+    trained: list[int] = []
+
+    class Counted(Step):
+        def __call__(self, *batch: Any) -> torch.Tensor:
+            trained.append(len(steps))
+            return super().__call__(*batch)
+
+        def gradient(self, batch: Any) -> list[torch.Tensor]:
+            # Every gradient, the candidate's too, is taken at the baseline's weights after its steps.
+            assert all(torch.equal(a, b) for a, b in zip(self.model.parameters(), steps[0].model.parameters()))
+            return super().gradient(batch)
+
+    def build(config: Config, lr: float) -> tuple[Any, Step, float]:
+        loader, step, seconds = with_step(run, Counted)(config, lr)
+        steps.append(step)
+        return loader, step, seconds
+
+    found = gradients.compare(build, BASE, Config(batch_size=16, amp="bf16"), 0.05)
+    assert found["warm_steps"] == 50 and trained == [1] * 50, "50 steps of the baseline (one build), none after"
+    assert len(steps) == 2 and steps[1].config.amp == "bf16"
+
+
+def test_the_candidate_s_numerics_at_the_baseline_s_batch() -> None:
+    candidate = Config(batch_size=256, num_workers=8, amp="bf16", channels_last=True, cuda_graph=True, decode="gpu")
+    assert gradients.numerics_of(BASE, candidate) == Config(batch_size=16, amp="bf16", channels_last=True)
+
+
+def test_a_search_s_trial_process_makes_the_numerics_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check as a search asks for it: in a trial process of the workload, its numbers sent back as data."""
+    from autotune.procs.pool import TrialPool
+
+    monkeypatch.setenv("AUTOTUNE_DATA", str(tmp_path / "data"))
+    pool = TrialPool(FIXTURES / "underflow.py", "cpu", 1, tmp_path / "logs", 60.0)
+    try:
+        outcome = pool.numerics_check(BASE, Config(batch_size=16, amp="bf16", num_workers=2), 0.05, 60.0)
+    finally:
+        pool.stop()
+    assert outcome.state == "complete" and outcome.result is not None, outcome.reason
+    verdict = parity_numerics.judge(outcome.result, "bf16")
+    assert verdict.passed and verdict.batches == 8 and verdict.batch_size == 16
+
+
+@pytest.mark.gpu
+def test_gpu_bf16_and_scaled_fp16_pass_and_the_broken_ones_fail(tmp_path: Path) -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    run = runner("underflow.py", tmp_path, "cuda")
+    assert checked(run, "bf16").passed and checked(run, "fp16").passed
+    assert checked(run, "bf16", channels_last=True).passed
+    assert not checked(run, "fp16", with_step(run, NoScalerStep)).passed
+    assert not checked(runner("offset.py", tmp_path, "cuda"), "bf16").passed
