@@ -4,7 +4,8 @@
 #     bash benchmarks/one_gpu_runs.sh OUT first    # GPU tests, both decode paths on 5 cores and the gpu path on
 #                                                  # all cores (truth benchmark), the Adadelta MNIST search
 #     bash benchmarks/one_gpu_runs.sh OUT search   # autotune search --recipe imagenet_resnet50, default options,
-#                                                  # then its winner through the truth benchmark
+#                                                  # then through the truth benchmark its winner, the workload's own
+#                                                  # settings and the sweep's best rows (TRUTH_S seconds each)
 #     bash benchmarks/one_gpu_runs.sh OUT check    # the whole hand sweep through the truth benchmark
 #     bash benchmarks/one_gpu_runs.sh OUT final    # autotune search --recipe text_transformer, GPU tests, the hand
 #                                                  # sweep's best row, the ImageNet search on 5 cores with what is left
@@ -64,8 +65,15 @@ search)
     cp /tmp/runs/imagenet_search/recipes/imagenet_resnet50.tuned.toml "$OUT/" 2>/dev/null
     # Its winner through the truth benchmark, right after, on the same host.
     [ -f /tmp/runs/imagenet_search/recipes/imagenet_resnet50.tuned.toml ] && step winner bash -c "cd /tmp/runs/imagenet_search \
-        && python3 $REPO/benchmarks/truth.py --configs tuned --seconds 20 --out /tmp/runs/winner"
+        && python3 $REPO/benchmarks/truth.py --configs tuned --seconds ${TRUTH_S:-20} --out /tmp/runs/winner"
     cp /tmp/runs/winner/truth.json "$OUT/winner.json" 2>/dev/null
+    # Then what the winner is held against, while the part's time lasts: the workload's own settings, and the hand
+    # sweep's rows that were best before (all cores and one less, bf16 + channels_last).
+    step own python3 "$REPO/benchmarks/truth.py" --configs default --match own --seconds "${TRUTH_S:-20}" --out .
+    cp /tmp/runs/own/truth.json "$OUT/own.json" 2>/dev/null
+    step hand_best python3 "$REPO/benchmarks/truth.py" --configs sweep --match "^($NCPU|$((NCPU - 1))) workers, bf16" \
+        --seconds "${TRUTH_S:-20}" --out .
+    cp /tmp/runs/hand_best/truth.json "$OUT/hand_best.json" 2>/dev/null
     ;;
 check)
     [ -d "$AUTOTUNE_DATA/imagenet-synthetic" ] || step data bash -c "$DATA"

@@ -261,8 +261,15 @@ def measure_rounds(setup: Setup, pools: SearchPools, finalists: list[Config]) ->
     pools.trials.stop()  # the trial processes are done: none tears down while a round measures
 
     def rounds_on(k: int) -> None:
+        last_s = 0.0
         for r in range(k, setup.options.rounds, len(rounds)):
+            if r >= len(rounds) and past_budget(setup, last_s):
+                setup.echo(f"  round {r + 1} not run: the last took {last_s:.0f} s, and the search's time budget "
+                           f"({setup.options.time_budget_s:.0f} s) would not cover another")
+                return
+            began = setup.elapsed()
             _round(setup, rounds[k], r, order, results)
+            last_s = setup.elapsed() - began
 
     if len(rounds) == 1:
         rounds_on(0)
@@ -278,6 +285,13 @@ def measure_rounds(setup: Setup, pools: SearchPools, finalists: list[Config]) ->
                 each.kill()
         executor.shutdown(wait=True)
     return results
+
+
+def past_budget(setup: Setup, round_s: float) -> bool:
+    """Another round of `round_s` would end the search after its time budget: the first round always runs, and
+    every later one keeps to the budget, whatever the trials' times made of the end's cost."""
+    budget = setup.options.time_budget_s
+    return budget is not None and setup.elapsed() + round_s > budget
 
 
 def _round(setup: Setup, pool: TrialPool, r: int, order: list[Config], results: Results) -> None:

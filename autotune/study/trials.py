@@ -86,9 +86,9 @@ def out_of_time(setup: Setup) -> bool:
 
     The end is the parity check (the baseline's run at its trial's rate, each candidate's guessed at
     half that, and never more than the check's own share of the budget, which bounds it) and the
-    finalists' rounds (each config measured once per round, as long as a measurement took: the median
-    of the trials that completed; a process's start-up is not counted, the fork server makes it short), for
-    as many finalists as there are complete configs so far.
+    finalists' rounds (each config measured once per round, as long as a trial took: the median wall time
+    of the trials that completed), for as many finalists as there are complete configs so far; the rounds
+    after the first keep to the budget themselves (``autotune.study.finalists.measure_rounds``).
     A failed or pruned trial's time is not what a round costs: on an H200, one ResNet-50 trial that ran
     out of memory after a minute of filling batch 2048 made the median a round's cost and ended the
     search after two trials.
@@ -173,8 +173,9 @@ def _run_trial(
                 outcome = pool.run(config, lr, setup.windows, on_window, give_up_s=give_up[0] if give_up else None)
                 if give_up and outcome.state == "pruned" and (outcome.reason or "").startswith(GAVE_UP):
                     outcome = dataclasses.replace(outcome, reason=f"{outcome.reason}: {give_up[1]}")
-                took = (outcome.result or {}).get("measure_s") or time.monotonic() - began
-                trial.set_user_attr("duration_s", round(took, 2))
+                # Wall time, as a finalist's round pays it: its process's start, the build, warm-up and backlog,
+                # the windows and the teardown (the measurement alone made an H200 search's end 2 minutes late).
+                trial.set_user_attr("duration_s", round(time.monotonic() - began, 2))
         except KeyboardInterrupt:
             with lifecycle.signals_ignored():  # a second Ctrl-C must not cut the hand-back short
                 pool.kill()

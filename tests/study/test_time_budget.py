@@ -11,6 +11,8 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
 from autotune.config import Config
+from autotune.procs.trial_process import Outcome
+from autotune.study.finalists import measure_rounds
 from autotune.study.options import SearchOptions
 from autotune.study.trials import out_of_time
 
@@ -83,3 +85,29 @@ def test_a_trial_is_given_up_after_twice_the_best_declared_run_and_a_margin() ->
     )
     assert give_up_after(setup, SimpleNamespace(user_attrs={"role": "baseline"})) is None
     assert give_up_after(_setup([], elapsed_s=0.0), running) is None  # nothing complete yet
+
+
+def test_the_rounds_after_the_first_keep_to_the_budget() -> None:
+    # The H200 ResNet-50 search, 16 cores: its trials' measurements alone costed the rounds at half what they took,
+    # and the second round was still measuring 568 s into a 480 s budget.
+    clock = [400.0]
+    lines: list[str] = []
+
+    class Pool:
+        def run(self, config: Config, lr: float, windows: object, fresh: bool = False) -> Outcome:
+            clock[0] += 20.0
+            return Outcome("complete", result={"samples_per_s": 1000.0})
+
+    finalist = Config(256, num_workers=16, pin_memory=True)
+    setup = SimpleNamespace(options=SearchOptions(time_budget_s=480.0, rounds=3), elapsed=lambda: clock[0],
+                            lr=lambda config: 0.1, windows=None, baseline=BASELINE, echo=lines.append)
+    pools = SimpleNamespace(rounds=[Pool()], trials=SimpleNamespace(stop=lambda: None))
+    results = measure_rounds(setup, pools, [finalist])  # type: ignore[arg-type]
+    # Round 1 ends at 440 s, round 2 at 480 s: a third would end at 520 s.
+    assert [len(results[c]) for c in (BASELINE, finalist)] == [2, 2] and clock[0] == 480.0
+    assert lines[-1] == (
+        "  round 3 not run: the last took 40 s, and the search's time budget (480 s) would not cover another"
+    )
+    clock[0] = 470.0
+    results = measure_rounds(setup, pools, [finalist])  # type: ignore[arg-type]
+    assert [len(results[c]) for c in (BASELINE, finalist)] == [1, 1], "the first round runs whatever the clock"
