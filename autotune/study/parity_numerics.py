@@ -15,7 +15,7 @@ the check's time: ResNet-50 on ImageNet-class data). Measured, 8 batches after
 channels_last (other TF32 kernels) 0.0001; on a CPU, tests/fixtures/tiny.py
 in bf16 0.0002. The bugs it is built to catch are far above the limit: a
 gradient lost to fp16 underflow without a GradScaler (tests/fixtures/underflow.py)
-3.45, features that bf16 rounds away (tests/fixtures/offset.py) 1.92. A lost
+3.45, features that bf16 rounds away (tests/fixtures/tiny.py, TINY_OFFSET=256) 1.92. A lost
 gradient is an error of its whole square: at least (batches - 1) / batches,
 since the noise is part of it.
 """

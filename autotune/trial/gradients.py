@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from autotune.config import Config
-from autotune.trial.parity_run import ORDER_SEED, Builder, _own_order
+from autotune.trial.parity_run import ORDER_SEED, Builder, own_order
 
 BATCHES = 8  # batches of the baseline's size, each one's gradient computed by both numerics
 WARM_STEPS = 50  # the baseline's steps before the gradients are compared: off the chaotic initial weights
@@ -77,7 +77,7 @@ def compare(build: Builder, baseline: Config, candidate: Config, lr: float, batc
                 break
         if trained == before:
             raise ValueError(f"the loader of {baseline.describe()} yielded no batch")
-    _own_order(loader, ORDER_SEED)
+    own_order(loader, ORDER_SEED)
     host = list(itertools.islice(iter(loader), batches))
     if len(host) < 2:
         raise ValueError(f"the numerics check needs at least 2 batches of {baseline.batch_size}, but got {len(host)}")

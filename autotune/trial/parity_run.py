@@ -79,7 +79,7 @@ class ParityRun:
         return cls(**values)
 
 
-def _own_order(loader: Any, seed: int) -> None:
+def own_order(loader: Any, seed: int) -> None:
     """Seed the order of a shuffling loader's next epoch, whatever the loader.
 
     A DataLoader draws one global seed per epoch with persistent workers and two
@@ -187,7 +187,7 @@ def train(
     seen = epoch = 0
     while seen < samples:
         before = seen
-        _own_order(loader, ORDER_SEED + epoch)
+        own_order(loader, ORDER_SEED + epoch)
         epoch += 1
         for batch in loader:
             loss = step(batch)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -82,8 +83,8 @@ def _parity_rows(profiles: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
                 f"{check['loss']:.4g} ({check['baseline_loss']:.4g}) at {check['samples']:,}"
                 if "loss" in check
                 else "-",
-                _inputs(check),
-                _numerics(check),
+                _runless(check, "inputs"),
+                _runless(check, "numerics"),
                 f"{check['check_s']:.1f} ({check['configs_checked']} checked, {check['configs_rejected']} rejected)",
             ]
         for key, value in zip(cells, values):
@@ -91,13 +92,23 @@ def _parity_rows(profiles: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
     return list(cells.items())
 
 
-def _inputs(check: dict[str, Any]) -> str:
-    if "inputs_passed" not in check:
+# The checks that need no training run (autotune.study.parity_inputs, autotune.study.parity_numerics): the record's
+# key for the outcome, the key of its number, the words for pass and fail, and what the cell shows of the numbers.
+RUNLESS: dict[str, tuple[str, str, tuple[str, str], Callable[[dict[str, Any]], str]]] = {
+    "inputs": ("inputs_passed", "inputs_distance", ("match", "DIFFER"),
+               lambda c: f"{c['inputs_distance']:.2f} apart ({c['inputs_host_distance']:.2f})"),
+    "numerics": ("numerics_passed", "numerics_ratio", ("within", "BEYOND"),
+                 lambda c: f"error {c['numerics_ratio']:.3g}x the batch noise"),
+}
+
+
+def _runless(check: dict[str, Any], what: str) -> str:
+    passed, number, words, shown = RUNLESS[what]
+    if passed not in check:
         return "-"
-    if "inputs_distance" not in check:
-        return "not shown: the inputs check failed to run"
-    word = "match" if check["inputs_passed"] else "DIFFER"
-    return f"{word}: {check['inputs_distance']:.2f} apart ({check['inputs_host_distance']:.2f})"
+    if number not in check:
+        return f"not shown: the {what} check failed to run"
+    return f"{words[0] if check[passed] else words[1]}: {shown(check)}"
 
 
 def render(data: dict[str, Any], path: Path) -> str:
@@ -154,12 +165,3 @@ def render(data: dict[str, Any], path: Path) -> str:
         if p.get("command"):
             lines.append(f"{name}: made by `{p['command']}` on {p.get('created', '?')}")
     return "\n".join(line.rstrip() for line in lines)
-
-
-def _numerics(check: dict[str, Any]) -> str:
-    if "numerics_passed" not in check:
-        return "-"
-    if "numerics_ratio" not in check:
-        return "not shown: the numerics check failed to run"
-    word = "within" if check["numerics_passed"] else "BEYOND"
-    return f"{word} the batch's noise: error {check['numerics_ratio']:.3g}x its variance"

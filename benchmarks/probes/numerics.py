@@ -20,7 +20,7 @@ import torch
 
 from autotune.config import Config
 from autotune.trial.gradients import numerics_of
-from autotune.trial.parity_run import ORDER_SEED, _own_order
+from autotune.trial.parity_run import ORDER_SEED, own_order
 from autotune.trial.runner import Runner
 from autotune.workloads import load, resolve
 
@@ -58,7 +58,7 @@ def main() -> None:
                     if trained >= target:
                         break
             train_s = time.perf_counter() - started
-            _own_order(loader, ORDER_SEED)
+            own_order(loader, ORDER_SEED)
             host = list(itertools.islice(iter(loader), args.batches))
             refs = [grads(base_step, b, i) for i, b in enumerate(host)]
             for spec in args.amp:

@@ -2,7 +2,7 @@
 
 The broken numerics are real bugs, built for real: fp16 without a GradScaler on a
 workload whose gradients underflow (tests/fixtures/underflow.py), and a model whose
-features bf16 rounds away (tests/fixtures/offset.py). CPU autocast is real autocast;
+features bf16 rounds away (tests/fixtures/tiny.py with TINY_OFFSET=256). CPU autocast is real autocast;
 `pytest -m gpu tests/trial/test_gradients.py` runs the same on CUDA.
 """
 
@@ -59,8 +59,9 @@ def test_fp16_with_its_scaler_and_bf16_keep_the_gradients_and_fp16_without_a_sca
     )
 
 
-def test_a_model_whose_logits_bf16_rounds_away_fails(tmp_path: Path) -> None:
-    run = runner("offset.py", tmp_path)
+def test_a_model_whose_features_bf16_rounds_away_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TINY_OFFSET", "256")
+    run = runner("tiny.py", tmp_path)
     assert checked(run, "off", channels_last=True).ratio < 1e-6  # fp32 with another memory format: the same math
     broken = checked(run, "bf16")
     assert not broken.passed and broken.ratio > 1, broken.summary()
@@ -112,11 +113,14 @@ def test_a_search_s_trial_process_makes_the_numerics_check(tmp_path: Path, monke
 
 
 @pytest.mark.gpu
-def test_gpu_bf16_and_scaled_fp16_pass_and_the_broken_ones_fail(tmp_path: Path) -> None:
+def test_gpu_bf16_and_scaled_fp16_pass_and_the_broken_ones_fail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     run = runner("underflow.py", tmp_path, "cuda")
     assert checked(run, "bf16").passed and checked(run, "fp16").passed
     assert checked(run, "bf16", channels_last=True).passed
     assert not checked(run, "fp16", with_step(run, NoScalerStep)).passed
-    assert not checked(runner("offset.py", tmp_path, "cuda"), "bf16").passed
+    monkeypatch.setenv("TINY_OFFSET", "256")
+    assert not checked(runner("tiny.py", tmp_path, "cuda"), "bf16").passed
