@@ -114,17 +114,25 @@ class Step:
         compares (``autotune.trial.gradients``).
 
         Under fp16 the loss is scaled as the step scales it and the gradient unscaled after; while the scaled
-        gradient overflows, the scale is halved and the batch run again, as GradScaler backs off over steps.
+        gradient overflows, the scale is halved and the batch run again, as GradScaler backs off over steps, from
+        the same random state (the same dropout masks). Every parameter's gradient is cleared before and after,
+        not only the optimizer's.
         """
         scale = self.scaler.get_scale() if self.scaler is not None else 1.0
+        cuda = self.device.type == "cuda"
+        cpu_state = torch.get_rng_state()
+        cuda_state = torch.cuda.get_rng_state(self.device) if cuda else None
         while True:
-            self.optimizer.zero_grad(set_to_none=True)
+            torch.set_rng_state(cpu_state)
+            if cuda_state is not None:
+                torch.cuda.set_rng_state(cuda_state, self.device)
+            self.model.zero_grad(set_to_none=True)
             with self._autocast():
                 loss = self.compute_loss(self.model, batch)
             (loss * scale).backward()
             grads = [torch.zeros_like(p) if p.grad is None else p.grad / scale for p in self.model.parameters()]
             if self.scaler is None or scale <= 1.0 or all(bool(torch.isfinite(g).all()) for g in grads):
-                self.optimizer.zero_grad(set_to_none=True)
+                self.model.zero_grad(set_to_none=True)
                 return grads
             scale /= 2
 

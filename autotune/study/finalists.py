@@ -236,7 +236,8 @@ def choose(
         raise SearchError(
             f"no config faster than the baseline may win: the parity check is inconclusive (the baseline learned "
             f"too little in it to judge by), so only configs that differ from it in loader knobs, placement, "
-            f"cudnn_benchmark, channels_last or cuda_graph alone may, and none of those ran faster. Narrow the search "
+            f"cudnn_benchmark, channels_last or cuda_graph alone may (and decode or amp once their checks passed), "
+            f"and none of those ran faster. Narrow the search "
             f"(e.g. --fix batch_size={setup.baseline.batch_size}), or skip the check with --no-parity-check."
         )
     if not chosen:

@@ -4,10 +4,11 @@
 few steps, each of a few batches' gradient in fp32 and under the candidate's
 numerics. ``ratio`` is the candidate's mean squared error against the variance
 of one batch's fp32 gradient about their mean: the sampling noise of SGD at the
-baseline's batch. An error that adds a share `ratio` of that variance makes a
-step as noisy as the baseline's at 1 / (1 + ratio) of its batch; where noise
-limits progress, that costs at most a factor (1 + ratio) in steps. A ratio of
-at most LIMIT passes.
+baseline's batch. Were the error independent noise, a share `ratio` of that
+variance would make a step as noisy as the baseline's at 1 / (1 + ratio) of its
+batch. Part of amp's error is a bias that averaging over batches does not
+remove; the ratio bounds it too, at one point of training. A ratio of at most
+LIMIT passes.
 
 Used only where a training run cannot judge (the baseline learns too little in
 the check's time: ResNet-50 on ImageNet-class data). Measured, 8 batches after
@@ -53,7 +54,7 @@ class NumericsVerdict:
         word = "within" if self.passed else "beyond"
         return (
             f"{self.amp}'s gradients are {word} the batch's own noise: their error is {self.ratio:.3g}x the variance "
-            f"between fp32 gradients of two batches (limit {LIMIT:g}x), {self.batches} batches of {self.batch_size}"
+            f"of fp32's gradient from batch to batch (limit {LIMIT:g}x), {self.batches} batches of {self.batch_size}"
         )
 
 

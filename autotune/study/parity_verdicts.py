@@ -105,8 +105,9 @@ def without_run(
     elif why is None:
         raise ValueError("a config whose images match is judged by a run when the check is conclusive")
     elif numerics is not None and not numerics.passed:
+        # Its gradients measured beyond the noise: rejected. Not measured (the check's run failed): unjudged.
         verdict = ParityVerdict(False, name, TOLERANCES[name], samples, window, lr, lr,
-                                reason=f"amp: {numerics.summary()}")
+                                reason=f"amp: {numerics.summary()}", conclusive=numerics.batches > 0)
     elif changed := [k for k in changes_math(baseline, config)
                      if not (k == "decode" and inputs is not None) and not (k == "amp" and numerics is not None)]:
         verdict = cannot_judge(baseline, config, changed, lr, baseline_lr, samples, window, why)

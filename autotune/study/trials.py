@@ -173,8 +173,9 @@ def _run_trial(
                 outcome = pool.run(config, lr, setup.windows, on_window, give_up_s=give_up[0] if give_up else None)
                 if give_up and outcome.state == "pruned" and (outcome.reason or "").startswith(GAVE_UP):
                     outcome = dataclasses.replace(outcome, reason=f"{outcome.reason}: {give_up[1]}")
-                # Wall time, as a finalist's round pays it: its process's start, the build, warm-up and backlog,
-                # the windows and the teardown (the measurement alone made an H200 search's end 2 minutes late).
+                # Wall time, as a finalist's round pays it: the build, warm-up and backlog, the windows and the
+                # teardown, and a new process's start where the trial needed one (every round does). The
+                # measurement alone made an H200 search's end 2 minutes late.
                 trial.set_user_attr("duration_s", round(time.monotonic() - began, 2))
         except KeyboardInterrupt:
             with lifecycle.signals_ignored():  # a second Ctrl-C must not cut the hand-back short

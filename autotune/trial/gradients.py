@@ -7,10 +7,10 @@ run's deviations are noise. This judges amp without learning, by what every
 step is made of: the gradient. The baseline trains WARM_STEPS steps (fp32, its
 own loader and rate); at those weights, on the same BATCHES batches of the
 baseline's size, the baseline's step and the candidate's numerics (its autocast
-dtype and loss scale, its memory format and cuDNN choice) each compute each
-batch's gradient. ``compare`` returns how far apart the two are, against how
-far the baseline's gradients of two different batches are apart: the noise SGD
-trains through at that batch size. ``autotune.study.parity_numerics`` judges
+dtype and loss scale, its memory format) each compute each batch's gradient.
+``compare`` returns how far apart the two are, against how far the baseline's
+gradients of two different batches are apart: the noise SGD trains through at
+that batch size. ``autotune.study.parity_numerics`` judges
 the two numbers.
 
 Why not at the initial weights: an untrained BatchNorm ResNet's gradient is
@@ -41,15 +41,14 @@ SEED = 0  # seeds each batch's forward alike in both (dropout, stochastic layers
 
 
 def numerics_of(baseline: Config, candidate: Config) -> Config:
-    """The baseline with `candidate`'s numerics: its autocast dtype, memory format and cuDNN choice.
+    """The baseline with `candidate`'s numerics: its autocast dtype and memory format.
 
     A graph replays the eager step's kernels, and the loader knobs and placement change no arithmetic; decode is
-    judged by its images (``autotune.trial.inputs``). The batch size stays the baseline's: a new one is judged by a
-    training run.
+    judged by its images (``autotune.trial.inputs``). cuDNN's choice of kernels stays the baseline's: it is one
+    flag for the whole process, so both steps must run under one setting. The batch size stays the baseline's: a
+    new one is judged by a training run.
     """
-    return dataclasses.replace(
-        baseline, amp=candidate.amp, channels_last=candidate.channels_last, cudnn_benchmark=candidate.cudnn_benchmark
-    )
+    return dataclasses.replace(baseline, amp=candidate.amp, channels_last=candidate.channels_last)
 
 
 def _flat(grads: list[torch.Tensor]) -> torch.Tensor:
@@ -61,9 +60,9 @@ def compare(build: Builder, baseline: Config, candidate: Config, lr: float, batc
     """The candidate's gradient error and the baseline's batch-to-batch noise, as squared norms (float).
 
     `error`: the mean over the batches of |g_candidate - g_baseline|^2; `noise`: the unbiased variance of one
-    batch's baseline gradient about their mean, sum over parameters; `signal`: the mean's squared norm. `finite`:
-    every candidate gradient finite. Both at the weights the baseline reached in `warm_steps` steps. `build` is
-    ``Runner.build``.
+    batch's baseline gradient about their mean (half the mean |g_i - g_j|^2 of two batches), sum over parameters;
+    `signal`: the mean's squared norm. `finite`: every candidate gradient finite. All at the weights the baseline
+    reached in `warm_steps` steps. `build` is ``Runner.build``.
     """
     start = time.perf_counter()
     loader, base_step, _ = build(baseline, lr)
@@ -83,7 +82,9 @@ def compare(build: Builder, baseline: Config, candidate: Config, lr: float, batc
         raise ValueError(f"the numerics check needs at least 2 batches of {baseline.batch_size}, but got {len(host)}")
     _, step, _ = build(numerics_of(baseline, candidate), lr)
     step.model.load_state_dict(base_step.model.state_dict())  # the trained weights, in the candidate's format
-    references = []
+    # Running sums, not the gradients themselves: the check must fit wherever two models and a step fit.
+    total: torch.Tensor | None = None
+    squares = 0.0
     error = 0.0
     finite = True
     for i, batch in enumerate(host):
@@ -92,14 +93,20 @@ def compare(build: Builder, baseline: Config, candidate: Config, lr: float, batc
         torch.manual_seed(SEED + i)
         mine = _flat(step.gradient(step.to_device(batch)))
         finite = finite and bool(torch.isfinite(mine).all())
-        error += float((mine.double() - reference.double()).square().sum()) if finite else float("inf")
-        references.append(reference)
-    mean = torch.stack(references).double().mean(dim=0)
-    noise = sum(float((r.double() - mean).square().sum()) for r in references) / (len(host) - 1)
+        error += float(torch.sum((mine - reference).square(), dtype=torch.float64)) if finite else float("inf")
+        del mine
+        reference = reference.double()  # the noise is a difference of two sums: kept exact in float64
+        squares += float(reference.square().sum())
+        total = reference if total is None else total.add_(reference)
+        del reference
+    assert total is not None
+    signal = float((total / len(host)).square().sum())
+    # sum |r_i - mean|^2 = sum |r_i|^2 - k |mean|^2, the unbiased variance of one batch's gradient
+    noise = max(0.0, squares - len(host) * signal) / (len(host) - 1)
     return {
         "error": error / len(host),
         "noise": noise,
-        "signal": float(mean.square().sum()),
+        "signal": signal,
         "finite": finite,
         "batches": len(host),
         "batch_size": baseline.batch_size,

@@ -13,7 +13,7 @@ import pytest
 from autotune.config import Config
 from autotune.study.parity_check import ParityCheck
 from autotune.study.parity_inputs import judge as judge_inputs
-from autotune.study.parity_numerics import NumericsVerdict, judge
+from autotune.study.parity_numerics import NumericsVerdict, failed, judge
 from autotune.trial.parity_run import ParityRun
 from autotune.tuned.schema import validate, validate_parity
 from autotune.tuned.show import render
@@ -75,7 +75,7 @@ def test_an_inconclusive_check_judges_amp_by_its_gradients_once_per_dtype_and_me
     assert checked == [bf16_cl, fp16], "one check per dtype and memory format; none for a new batch size"
     assert gate.verdicts[bf16_larger].word == "inconclusive", "a new batch size is still judged by a run alone"
     summary = (f"bf16's gradients are {'within' if within else 'beyond'} the batch's own noise: their error is "
-               f"{0.12 if within else 0.4:.3g}x the variance between fp32 gradients of two batches (limit 0.25x), "
+               f"{0.12 if within else 0.4:.3g}x the variance of fp32's gradient from batch to batch (limit 0.25x), "
                f"8 batches of 16")
     assert f"  numerics {'pass' if within else 'FAIL':<6} {summary}  [2.0 s]" in lines
     verdict = gate.verdicts[bf16_cl]
@@ -107,6 +107,16 @@ def test_device_decode_with_amp_needs_both_its_images_and_its_gradients() -> Non
     assert verdict.reason is not None and verdict.reason.startswith("decode: the device path's images match")
     assert "; amp: bf16's gradients are within the batch's own noise" in verdict.reason
     assert (verdict.inputs_passed, verdict.numerics_passed, verdict.conclusive) == (True, True, False)
+
+
+def test_a_numerics_check_that_failed_to_run_leaves_amp_unjudged_not_rejected() -> None:
+    bf16 = Config(batch_size=16, amp="bf16")
+    gate = ParityCheck(BASE, lambda c: 0.05, inconclusive_run, [bf16], lambda line: None,
+                       check_numerics=lambda c: failed("timeout: no result within 90 s", c.amp))
+    assert gate.select([bf16], want=1, max_runs=1) == []
+    verdict = gate.verdicts[bf16]
+    assert (verdict.word, verdict.numerics_passed, verdict.numerics_ratio) == ("inconclusive", False, None)
+    assert verdict.reason == "amp: numerics check of bf16: failed to run: timeout: no result within 90 s"
 
 
 def test_a_check_without_a_numerics_check_cannot_judge_amp() -> None:
