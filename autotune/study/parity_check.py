@@ -12,8 +12,8 @@ unrun (a run's deviations would be noise), and no other may. A config that decod
 on the device passes only once the inputs check, made once per search, has shown
 that its images match the host pipeline's (``autotune.study.parity_inputs``); where
 the check is inconclusive, amp passes only once its gradients are shown to differ
-from fp32's by less than the batch's own noise (``autotune.study.parity_numerics``). Every parity run is
-made by a caller-given function (in a search, in a trial process); the check
+from fp32's by less than the batch's own noise (``autotune.study.parity_numerics``).
+Every parity run is made by a caller-given function (in a search, in a trial process); the check
 keeps what each cost and stops running once its budget is spent
 (``autotune.study.parity_budget``). The verdicts it states without a run, and the
 reasons a verdict gives, are in ``autotune.study.parity_verdicts``.

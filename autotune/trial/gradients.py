@@ -10,8 +10,7 @@ baseline's size, the baseline's step and the candidate's numerics (its autocast
 dtype and loss scale, its memory format) each compute each batch's gradient.
 ``compare`` returns how far apart the two are, against how far the baseline's
 gradients of two different batches are apart: the noise SGD trains through at
-that batch size. ``autotune.study.parity_numerics`` judges
-the two numbers.
+that batch size. ``autotune.study.parity_numerics`` judges the two numbers.
 
 Why not at the initial weights: an untrained BatchNorm ResNet's gradient is
 chaotic. ResNet-50 on an H200, batch 256: at initialisation 90% of the
@@ -55,6 +54,21 @@ def _flat(grads: list[torch.Tensor]) -> torch.Tensor:
     return torch.cat([g.float().reshape(-1) for g in grads])  # reshape: the logical order, in any memory format
 
 
+def train_steps(step: Any, loader: Any, steps: int) -> int:
+    """Train `steps` steps through `loader`, epoch after epoch; returns how many (a loader with no batch raises)."""
+    trained = 0
+    while trained < steps:
+        before = trained
+        for batch in loader:
+            step(batch)
+            trained += 1
+            if trained == steps:
+                break
+        if trained == before:
+            raise ValueError("the loader yielded no batch")
+    return trained
+
+
 def compare(build: Builder, baseline: Config, candidate: Config, lr: float, batches: int = BATCHES,
             warm_steps: int = WARM_STEPS) -> dict[str, Any]:
     """The candidate's gradient error and the baseline's batch-to-batch noise, as squared norms (float).
@@ -66,16 +80,7 @@ def compare(build: Builder, baseline: Config, candidate: Config, lr: float, batc
     """
     start = time.perf_counter()
     loader, base_step, _ = build(baseline, lr)
-    trained = 0
-    while trained < warm_steps:
-        before = trained
-        for batch in loader:
-            base_step(batch)
-            trained += 1
-            if trained == warm_steps:
-                break
-        if trained == before:
-            raise ValueError(f"the loader of {baseline.describe()} yielded no batch")
+    trained = train_steps(base_step, loader, warm_steps)
     own_order(loader, ORDER_SEED)
     host = list(itertools.islice(iter(loader), batches))
     if len(host) < 2:

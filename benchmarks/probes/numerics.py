@@ -19,7 +19,7 @@ import time
 import torch
 
 from autotune.config import Config
-from autotune.trial.gradients import numerics_of
+from autotune.trial.gradients import numerics_of, train_steps
 from autotune.trial.parity_run import ORDER_SEED, own_order
 from autotune.trial.runner import Runner
 from autotune.workloads import load, resolve
@@ -51,12 +51,7 @@ def main() -> None:
         trained = 0
         for target in args.trained:
             started = time.perf_counter()
-            while trained < target:
-                for batch in loader:
-                    base_step(batch)
-                    trained += 1
-                    if trained >= target:
-                        break
+            trained += train_steps(base_step, loader, target - trained)
             train_s = time.perf_counter() - started
             own_order(loader, ORDER_SEED)
             host = list(itertools.islice(iter(loader), args.batches))
@@ -66,38 +61,36 @@ def main() -> None:
 
 
 def measure(args, runner, base, base_step, spec, host, refs, names, lr, bs, trained, train_s) -> None:
-    if True:
-        if True:
-            amp, _, cl = spec.partition(":")
-            start = time.perf_counter()
-            _, step, _ = runner.build(numerics_of(base, Config(batch_size=bs, amp=amp, channels_last=cl == "cl")), lr)
-            step.model.load_state_dict(base_step.model.state_dict())
-            k = len(host)
-            err = torch.zeros(len(names), dtype=torch.float64)
-            noise = torch.zeros(len(names), dtype=torch.float64)
-            mean = [sum(r[j] for r in refs) / k for j in range(len(names))]
-            unit = torch.cat(mean)
-            unit = unit / unit.norm()
-            proj_err, proj_ref = [], []
-            for i, batch in enumerate(host):
-                mine = grads(step, batch, i)
-                for j in range(len(names)):
-                    err[j] += float((mine[j].double() - refs[i][j].double()).square().sum()) / k
-                    noise[j] += float((refs[i][j].double() - mean[j].double()).square().sum()) / (k - 1)
-                proj_err.append(float((torch.cat(mine) - torch.cat(refs[i])) @ unit))
-                proj_ref.append(float(torch.cat(refs[i]) @ unit))
-            top = sorted(range(len(names)), key=lambda j: -err[j])[:5]
-            pr = torch.tensor(proj_ref, dtype=torch.float64)
-            print(json.dumps({
-                "recipe": args.recipe, "batch_size": bs, "numerics": spec, "batches": k, "trained_steps": trained,
-                "train_s": round(train_s, 1),
-                "ratio": float(err.sum() / noise.sum()), "error": float(err.sum()), "noise": float(noise.sum()),
-                "signal": float(sum(m.double().square().sum() for m in mean)),
-                "projected_ratio": float(torch.tensor(proj_err, dtype=torch.float64).square().mean() / pr.var()),
-                "top": [[names[j], round(float(err[j] / err.sum()), 4), round(float(err[j] / noise[j]), 4)]
-                        for j in top],
-                "seconds": round(time.perf_counter() - start, 1),
-            }), flush=True)
+    amp, _, cl = spec.partition(":")
+    start = time.perf_counter()
+    _, step, _ = runner.build(numerics_of(base, Config(batch_size=bs, amp=amp, channels_last=cl == "cl")), lr)
+    step.model.load_state_dict(base_step.model.state_dict())
+    k = len(host)
+    err = torch.zeros(len(names), dtype=torch.float64)
+    noise = torch.zeros(len(names), dtype=torch.float64)
+    mean = [sum(r[j] for r in refs) / k for j in range(len(names))]
+    unit = torch.cat(mean)
+    unit = unit / unit.norm()
+    proj_err, proj_ref = [], []
+    for i, batch in enumerate(host):
+        mine = grads(step, batch, i)
+        for j in range(len(names)):
+            err[j] += float((mine[j].double() - refs[i][j].double()).square().sum()) / k
+            noise[j] += float((refs[i][j].double() - mean[j].double()).square().sum()) / (k - 1)
+        proj_err.append(float((torch.cat(mine) - torch.cat(refs[i])) @ unit))
+        proj_ref.append(float(torch.cat(refs[i]) @ unit))
+    top = sorted(range(len(names)), key=lambda j: -err[j])[:5]
+    pr = torch.tensor(proj_ref, dtype=torch.float64)
+    print(json.dumps({
+        "recipe": args.recipe, "batch_size": bs, "numerics": spec, "batches": k, "trained_steps": trained,
+        "train_s": round(train_s, 1),
+        "ratio": float(err.sum() / noise.sum()), "error": float(err.sum()), "noise": float(noise.sum()),
+        "signal": float(sum(m.double().square().sum() for m in mean)),
+        "projected_ratio": float(torch.tensor(proj_err, dtype=torch.float64).square().mean() / pr.var()),
+        "top": [[names[j], round(float(err[j] / err.sum()), 4), round(float(err[j] / noise[j]), 4)]
+                for j in top],
+        "seconds": round(time.perf_counter() - start, 1),
+    }), flush=True)
 
 
 if __name__ == "__main__":
