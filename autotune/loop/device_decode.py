@@ -97,12 +97,17 @@ class DecodingLoader:
         self.batch_size = loader.batch_size
         self.drop_last = loader.drop_last
         self.dataset = loader.dataset
+        # The workers' queue, as a measurement reads it (autotune.trial.backlog): they read the bytes.
+        self.num_workers, self.prefetch_factor = loader.num_workers, loader.prefetch_factor
 
     def __len__(self) -> int:
         return len(self.loader)
 
     def __iter__(self) -> Iterator[Batch]:
-        batches = iter(self.loader)
+        source = iter(self.loader)
+        return _Decoding(source, self._decoded(source))
+
+    def _decoded(self, batches: Iterator[Any]) -> Iterator[Batch]:
         # The iterator's base seed (the one its workers derive theirs from), drawn by DataLoader itself.
         seed = getattr(batches, "_base_seed", None)
         generator = torch.Generator(device=self.device)
@@ -120,6 +125,19 @@ class DecodingLoader:
     def _decode(self, data: list[torch.Tensor], targets: torch.Tensor, generator: torch.Generator) -> Batch:
         images = decode_batch(self.pipeline, data, self.device, generator, self.memory_format)
         return images, torch.as_tensor(targets).to(self.device, non_blocking=True)
+
+
+class _Decoding:
+    """A DecodingLoader's iterator; `source`, the DataLoader iterator of bytes under it, is what its workers fill."""
+
+    def __init__(self, source: Iterator[Any], batches: Iterator[Batch]) -> None:
+        self.source, self.batches = source, batches
+
+    def __iter__(self) -> "_Decoding":
+        return self
+
+    def __next__(self) -> Batch:
+        return next(self.batches)
 
 
 class _Inline:

@@ -21,7 +21,9 @@ capture) is timed separately as a one-time cost. Then:
   not stated as exact.
 
 A fresh epoch's iterator start-up is measured at epoch boundaries and spread over
-the epoch's steps, so persistent workers show their worth. No Optuna here: a
+the epoch's steps, so persistent workers show their worth. A boundary timed before
+an epoch's end first lets the workers finish what they were given
+(``autotune.trial.backlog.settle``), so it costs what a real epoch's end costs. No Optuna here: a
 caller that wants to stop early answers ``on_window``.
 """
 
@@ -138,6 +140,11 @@ class _Feed:
     def ready(self) -> int | None:
         return backlog.ready(self.iterator)
 
+    def settle(self) -> None:
+        """Untimed, let the workers finish the batches they were given, as they have at an epoch's real end."""
+        if self.remaining and self.iterator is not None:
+            backlog.settle(self.iterator)
+
     @property
     def remaining(self) -> int:
         return self.steps_per_epoch - self.position
@@ -202,6 +209,8 @@ def _timed(feed: _Feed, step: Callable[..., Any], n: int, clock: Clock, sync: Ca
            restart: bool = False) -> _Window:
     """One window of `n` steps, timed from synchronised device to synchronised device."""
     before = None if restart else feed.ready()
+    if restart:  # an epoch cut short: what its workers still make would be waited for, then thrown away
+        feed.settle()
     feed.reset_tokens()
     t0 = clock()
     if restart:

@@ -15,6 +15,7 @@ from torchvision.transforms import v2
 
 from autotune.config import Config
 from autotune.loop.device_decode import decode_batch, decoding_loader
+from autotune.trial import backlog
 from autotune.workloads.decode import (
     COLLATE_REFUSAL,
     CenterCrop,
@@ -178,6 +179,20 @@ def test_decoding_loader_keeps_the_cpu_paths_data_order_and_targets(tmp_path: Pa
     assert [y.tolist() for _, y in batches] == cpu_targets
     assert [tuple(x.shape) for x, _ in batches] == [(3, 3, 64, 64), (3, 3, 64, 64), (2, 3, 64, 64)]
     assert all(x.is_contiguous(memory_format=torch.channels_last) for x, _ in batches)
+
+
+def test_a_measurement_reads_the_decoding_loaders_worker_queue(tmp_path: Path) -> None:
+    """The device path's workers prefetch bytes as any DataLoader's do: a measurement must see that backlog."""
+    folder = datasets.ImageFolder(str(_write_jpegs(tmp_path)), transform=T.Compose([T.CenterCrop(64), T.ToTensor()]))
+    config = Config(batch_size=1, num_workers=2, prefetch_factor=3)
+    loader = decoding_loader(folder, config, shuffle=False, drop_last=False, device=torch.device("cpu"))
+    assert backlog.capacity(loader) == 6
+    batches = iter(loader)
+    next(batches)  # the loader decodes one batch ahead: two taken from the workers
+    assert backlog.settle(batches)
+    # 8 files: 6 given to the workers at the start, one more for each of the 2 taken; all 6 left wait ready.
+    assert (backlog.in_flight(batches), backlog.ready(batches)) == (0, 6)
+    assert len(list(batches)) == 7
 
 
 def test_files_that_are_not_jpegs_are_named(tmp_path: Path) -> None:
