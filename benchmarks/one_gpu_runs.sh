@@ -6,7 +6,8 @@
 #     bash benchmarks/one_gpu_runs.sh OUT search   # autotune search --recipe imagenet_resnet50, default options,
 #                                                  # then through the truth benchmark its winner, the workload's own
 #                                                  # settings and the sweep's best rows (TRUTH_S seconds each)
-#     bash benchmarks/one_gpu_runs.sh OUT check    # the whole hand sweep through the truth benchmark
+#     bash benchmarks/one_gpu_runs.sh OUT check    # the committed winner and the own settings through the truth
+#                                                  # benchmark, then the whole hand sweep, by hand alone
 #     bash benchmarks/one_gpu_runs.sh OUT final    # autotune search --recipe text_transformer, GPU tests, the hand
 #                                                  # sweep's best row, the ImageNet search on 5 cores with what is left
 #     bash benchmarks/one_gpu_runs.sh OUT cores5   # the ImageNet search on 5 cores (--cpus 5), then its winner and
@@ -77,8 +78,14 @@ search)
     ;;
 check)
     [ -d "$AUTOTUNE_DATA/imagenet-synthetic" ] || step data bash -c "$DATA"
-    # The hand sweep a winner is held against (truth.py's sweep: workers 8, 12, cores-1 and cores, fp32 and bf16+CL).
-    step sweep python3 "$REPO/benchmarks/truth.py" --configs sweep --seconds 20 --out .
+    # The committed tuned file's winner and the workload's own settings through the truth benchmark, then the hand
+    # sweep the winner is held against (truth.py's sweep: workers 8, 12, cores-1 and cores, fp32 and bf16+CL), by
+    # hand alone, back to back on this host.
+    step winner bash -c "cd $REPO && python3 benchmarks/truth.py --configs tuned --seconds 30 --out /tmp/runs/winner"
+    cp /tmp/runs/winner/truth.json "$OUT/winner.json" 2>/dev/null
+    step own python3 "$REPO/benchmarks/truth.py" --configs default --match own --seconds 30 --out .
+    cp /tmp/runs/own/truth.json "$OUT/own.json" 2>/dev/null
+    step sweep python3 "$REPO/benchmarks/truth.py" --configs sweep --hand-only --seconds 20 --out .
     cp /tmp/runs/sweep/truth.json "$OUT/sweep.json" 2>/dev/null
     ;;
 final)
