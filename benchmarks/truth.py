@@ -76,6 +76,12 @@ def _configs(cores: int, bs: int) -> dict[str, dict[str, Config]]:
                 bs, num_workers=cores - 1, prefetch_factor=2, persistent_workers=True, decode=where, **fast)
             for where in ("gpu", "cpu")
         },
+        # The device decode path by its workers, who only read bytes: how many it needs on a host with many cores.
+        "gpu_workers": {
+            f"{w} workers, gpu decode, bf16+CL": Config(
+                bs, num_workers=w, prefetch_factor=4, persistent_workers=True, decode="gpu", **fast)
+            for w in sorted({2, 4, 8, cores - 1})
+        },
     }
 
 
@@ -190,7 +196,8 @@ def by_autotune(workload_path: Path, config: Config, lr: float, cores: int, logs
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--recipe", default="imagenet_resnet50")
-    parser.add_argument("--configs", default="default", help="default, sweep, or tuned (the tuned file's profile)")
+    parser.add_argument("--configs", default="default",
+                        help="default, sweep, decode, gpu_workers, or tuned (the tuned file's profile)")
     parser.add_argument("--seconds", type=float, default=30.0, help="how long the hand-written loop is timed")
     parser.add_argument("--only", type=int, help="the first N configs of the set only")
     parser.add_argument("--match", default="", help="only the configs whose name this regular expression finds")
