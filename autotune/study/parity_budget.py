@@ -68,7 +68,8 @@ class ParityBudget:
             self._told_spent = True
             self.echo(
                 f"parity: the check's time is spent ({self.seconds:.1f} s of its {self.budget_s:.0f} s, "
-                f"{CHECK_SHARE:.0%} of the search's budget); the configs not yet checked cannot be finalists"
+                f"{CHECK_SHARE:.0%} of the search's budget); of the configs not yet checked, only those that keep "
+                f"the baseline's math can be finalists"
             )
         return True
 

@@ -34,6 +34,7 @@ from autotune.study.parity import (
     ParityError,
     ParityRunFailed,
     ParityVerdict,
+    changes_math,
     clearly_too_far,
     compare,
     conclusive,
@@ -50,6 +51,7 @@ from autotune.study.parity_verdicts import (
     explained,
     inconclusive_reason,
     same_as_baseline,
+    same_math_unjudged,
     too_low,
     with_checks,
     without_run,
@@ -143,7 +145,13 @@ class ParityCheck:
                     f"whatever the numerics: see {twin.describe()})  {config.describe()}"
                 )
             elif self.runs >= limit or self.budget.spent(self.runs):
-                continue  # no run left for this one; a later config whose math is the baseline's needs none
+                if changes_math(self.baseline, config):
+                    continue  # no run left for this one; a later config whose math is the baseline's needs none
+                # The baseline's arithmetic (cudnn.benchmark, channels_last, a graph, placement): passed on its
+                # math alone, as against a baseline that learned too little, rather than no config at all.
+                verdict = same_math_unjudged(self.baseline, config, self.lr_of(config), self.samples, self.window,
+                                             "no run of it fit in the check's time")
+                self.echo(f"  parity {verdict.summary()}  {config.describe()}")
             else:
                 verdict = self._judge(config, limit)
                 self._by_numerics[key] = (config, verdict)

@@ -262,10 +262,30 @@ def test_no_candidate_run_starts_once_the_check_s_budget_is_spent() -> None:
     # The first candidate always runs; the next would take the check past 15 s (10 s spent, 10 s more expected).
     assert [c.batch_size for c, _, _ in calls] == [128]
     assert lines[-1] == (
-        "parity: the check's time is spent (10.0 s of its 15 s, 15% of the search's budget); the configs not yet "
-        "checked cannot be finalists"
+        "parity: the check's time is spent (10.0 s of its 15 s, 15% of the search's budget); of the configs not "
+        "yet checked, only those that keep the baseline's math can be finalists"
     )
     assert list(gate.verdicts) == [Config(batch_size=128)]
+
+
+def test_once_the_check_s_budget_is_spent_a_config_with_the_baseline_s_math_passes_without_a_run() -> None:
+    """Seen on an H200: cifar10_resnet18's 150 s search rejected its fastest config (bf16) and had no time left
+    for the next, the baseline's math in a graph at 13x the baseline: it ended with no config at all."""
+    make_run, calls = fake_make_run(lambda samples: 0.5, lambda c, lr: 1.9)  # a run of a candidate is rejected
+    bf16 = Config(batch_size=16, amp="bf16", cuda_graph=True)
+    graph = Config(batch_size=16, num_workers=4, channels_last=True, cudnn_benchmark=True, cuda_graph=True)
+    larger = Config(batch_size=64, cuda_graph=True)
+    lines: list[str] = []
+    gate = ParityCheck(BASE, lambda c: 0.1, make_run, [bf16, graph], lines.append, budget_s=15.0)
+    gate.adopt_baseline(ParityRun(16, 0.1, 2.0, 1.0, (8192,), (1.0,), True, 10.0), "made elsewhere")
+    assert gate.select([bf16, larger, graph], want=1, max_runs=9) == [graph]
+    assert [c for c, _, _ in calls] == [bf16]
+    assert list(gate.verdicts) == [bf16, graph]  # the larger batch changes the math: no verdict without a run
+    assert lines[-1] == (
+        "  parity pass    it keeps the baseline's math, and no run of it fit in the check's time  "
+        + graph.describe()
+    )
+    assert gate.record(graph)["conclusive"] is False and gate.verdicts[graph].passed
 
 
 def test_the_run_length_follows_the_model_s_speed_within_the_check_s_share() -> None:
