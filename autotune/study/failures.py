@@ -6,7 +6,12 @@ Once a value has failed with a code error (not an OOM, a timeout or a crash,
 which depend on the rest of the config) in every trial that used it, and often
 enough, the search stops spending trials on it. Blame goes to the value that
 explains the most failures first, so a value that only ever appeared beside a
-broken one is not blamed with it.
+broken one is not blamed with it. Where values explain as many, the error's
+origin decides: one raised in a DataLoader worker blames a loader knob, any
+other a knob of the step. Seen on an H200: mnist_cnn's first two failures had
+both channels_last=on and prefetch_factor=4, and blaming the second (first by
+name) let channels_last fail 10 more of a 30-trial search. A trial skipped by
+prediction never ran its config, so its values are not cleared by it.
 
 One failure is enough for a CUDA graph that a host sync in the step broke
 (``autotune.trial.capture``): the sync is in the workload's code, so every
@@ -19,9 +24,11 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from autotune.study.parity import LOADER_KNOBS
 from autotune.trial.capture import HOST_SYNC
 
 MIN_FAILURES = 2  # one failure could be the rest of the config; two with the value always present is a pattern
+WORKER_ERROR = "in DataLoader worker process"  # how torch words an exception re-raised from a worker
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +73,7 @@ def hopeless_values(trials: Iterable[Finished], min_failures: int = MIN_FAILURES
                     counts.setdefault((k, _key(v)), []).append(t)
         if not counts:
             break
-        (knob, key), blamed = max(counts.items(), key=lambda item: (len(item[1]), item[0][0]))
+        (knob, key), blamed = max(counts.items(), key=lambda item: (len(item[1]), _plausible(*item), item[0][0]))
         if len(blamed) < min_failures:
             break
         value = blamed[0].config[knob]
@@ -74,6 +81,13 @@ def hopeless_values(trials: Iterable[Finished], min_failures: int = MIN_FAILURES
         for t in blamed:
             uncovered.pop(t.number)
     return found
+
+
+def _plausible(value: tuple[str, Any], failed: list[Finished]) -> bool:
+    """Could `value`'s knob raise these errors where they were raised: a loader knob in a DataLoader worker, a knob
+    of the step in the loop's own process."""
+    in_a_worker = any(WORKER_ERROR in (t.reason or "") for t in failed)
+    return (value[0] in LOADER_KNOBS) == in_a_worker
 
 
 def graph_broken_by_a_sync(trials: Iterable[Finished]) -> list[Hopeless]:

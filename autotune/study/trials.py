@@ -313,13 +313,20 @@ def _progress(setup: Setup, number: int, config: Config, outcome: Outcome, same:
     setup.echo(f"{head}  trial {number:<3} {what:<28} {config.describe():<58} {tail}".rstrip())
 
 
+def trained(trial: FrozenTrial) -> bool:
+    """The trial built its config and trained: complete, or pruned while it ran. One skipped by prediction never
+    built its config, so it shows nothing of its values."""
+    reason = str(trial.user_attrs.get("reason") or "")
+    return trial.state == TrialState.COMPLETE or (trial.state == TrialState.PRUNED and not reason.startswith(PREDICTED))
+
+
 def learn_failures(setup: Setup, learned: Learned) -> None:
     """Before each trial: find values that cannot work, say so once, and stop sampling them."""
     finished = [
         Finished(
             t.number,
             t.user_attrs.get("config", {}),
-            t.state in (TrialState.COMPLETE, TrialState.PRUNED),
+            trained(t),
             t.user_attrs.get("reason"),
         )
         # Not a trial queued again (its worker died, or the workload changed since it failed): its retry stands for it.

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
 from autotune.study.failures import Finished, blocks, hopeless_values
+from autotune.study.predict import PREDICTED
+from autotune.study.trials import trained
 from autotune.trial.capture import HOST_SYNC
 
 VIEW = "error: RuntimeError: view size is not compatible with input tensor's size and stride"
@@ -67,3 +72,32 @@ def test_one_host_sync_in_a_capture_stops_graphs_at_once_where_a_cuda_error_does
     assert found.describe() == f"cuda_graph=on cannot capture this workload's step (2): {sync}"
     assert blocks({"cuda_graph": True, "batch_size": 16}, [found]) is found
     assert blocks({"cuda_graph": False, "batch_size": 128}, [found]) is None
+
+
+def test_between_values_that_explain_as_many_failures_the_error_s_origin_decides() -> None:
+    """mnist_cnn on an H200: its first two failures had channels_last=on and prefetch_factor=4 both; prefetch_factor
+    came first by name, and channels_last went on failing."""
+    step = [_t(0, True, channels_last=False, prefetch_factor=2),
+            _t(1, False, VIEW, channels_last=True, prefetch_factor=4),
+            _t(2, False, VIEW, channels_last=True, prefetch_factor=4)]
+    (found,) = hopeless_values(step)
+    assert (found.knob, found.value) == ("channels_last", True)
+    worker = "error: ValueError: Caught ValueError in DataLoader worker process 0."
+    loader = [_t(0, True, channels_last=False, prefetch_factor=2),
+              _t(1, False, worker, channels_last=True, prefetch_factor=4),
+              _t(2, False, worker, channels_last=True, prefetch_factor=4)]
+    (found,) = hopeless_values(loader)
+    assert (found.knob, found.value) == ("prefetch_factor", 4)
+
+
+def test_a_trial_skipped_by_prediction_did_not_train_its_config() -> None:
+    """mnist_cnn on an H200: two configs with channels_last=on skipped by prediction cleared the value, and its
+    failures were blamed on batch_size=4096 instead."""
+    def finished(state: TrialState, reason: str | None) -> FrozenTrial:
+        return optuna.trial.create_trial(state=state, user_attrs={"reason": reason}, value=1.0 if reason is None
+                                         and state == TrialState.COMPLETE else None)
+
+    assert trained(finished(TrialState.COMPLETE, None))
+    assert trained(finished(TrialState.PRUNED, "pruned at window 2"))
+    assert not trained(finished(TrialState.PRUNED, f"{PREDICTED}: its loader makes at most 80,836/s"))
+    assert not trained(finished(TrialState.FAIL, VIEW))
