@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import optuna
@@ -109,8 +110,10 @@ def test_seeds_come_first_and_the_baseline_is_trial_0(project: Path, fake_pool: 
     search("tiny", SearchOptions(trials=3), echo=lambda line: None)
     assert fake_pool.runs[0] == Config(batch_size=16)  # the workload's own settings
     # Then every knob on at the workload's own batch size (it fits wherever the baseline fits), before any larger
-    # batch; on a CPU, amp's only choice is bf16 and no graph or device decode is offered.
-    assert fake_pool.runs[1] == Config(batch_size=16, num_workers=2, persistent_workers=True, prefetch_factor=4,
+    # batch, with a worker on every core but the loop's own; on a CPU, amp's only choice is bf16 and no graph or
+    # device decode is offered.
+    workers = max(1, len(os.sched_getaffinity(0)) - 1)
+    assert fake_pool.runs[1] == Config(batch_size=16, num_workers=workers, persistent_workers=True, prefetch_factor=4,
                                        channels_last=True, amp="bf16")
 
 
@@ -153,6 +156,8 @@ def test_seeds_on_a_gpu_try_the_fast_loop_at_a_larger_batch_in_bf16_and_in_fp32(
     fast = [c for c in seeds if c.placement == "device" and c.cuda_graph and c.batch_size == 1024]
     assert sorted(c.amp for c in fast) == ["bf16", "off"]
     assert len(set(seeds)) == len(seeds)
+    # The streaming seeds leave a core to the loop's own process; the second seed's advice keeps its 8 workers.
+    assert sorted({c.num_workers for c in seeds if c.placement == "stream"}) == [0, 8, 15]
 
 
 def test_nothing_faster_than_the_baseline_keeps_the_workloads_own_settings(
