@@ -42,6 +42,7 @@ PREFETCH_RANGE = (1, 8)  # batches each worker keeps in flight
 BATCH_EXPONENTS = range(-2, 7)  # batch sizes from 1/4x to 64x the workload's own
 DEVICE_MEMORY_SHARE = 0.25  # a device-resident data set may take this much of the device's memory
 IO_BOUND_WORKERS_PER_CORE = 4  # the most workers per core, however little CPU a sample costs
+BUSY_SHARE = 0.5  # a worker whose loading keeps its core at least this busy gets no second worker on the core
 
 
 class SpaceError(ValueError):
@@ -90,7 +91,7 @@ def max_workers(cpu_share: int, load_cpu_share: float) -> int:
     >>> max_workers(16, 1.0), max_workers(16, 0.25), max_workers(2, 0.01)
     (16, 64, 8)
     """
-    if load_cpu_share >= 0.5:
+    if load_cpu_share >= BUSY_SHARE:
         return cpu_share
     return min(math.ceil(cpu_share / max(load_cpu_share, 1e-9)), IO_BOUND_WORKERS_PER_CORE * cpu_share)
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from autotune.config import Config
-from autotune.study.space import DataFacts, Machine, SpaceError, build_space, parse_fix
+from autotune.study.space import BUSY_SHARE, DataFacts, Machine, SpaceError, build_space, parse_fix
 
 GPU = Machine("NVIDIA H200", cuda=True, cpu_share=16, amp_dtypes=("bf16", "fp16"), memory_bytes=140 * 2**30)
 CPU = Machine("cpu", cuda=False, cpu_share=2, amp_dtypes=("bf16",), memory_bytes=24 * 2**30)
@@ -191,6 +191,7 @@ def test_fix_outside_the_domain_names_the_domain_and_why() -> None:
         build_space(128, GPU, MNIST, {"batch_size": (100,)})
 
 
+@pytest.mark.alone  # CPU time over wall time
 def test_workers_may_outnumber_the_cores_when_loading_a_sample_mostly_waits() -> None:
     import time
 
@@ -216,3 +217,32 @@ def test_workers_may_outnumber_the_cores_when_loading_a_sample_mostly_waits() ->
     facts = dataclasses.replace(MNIST, load_cpu_share=waiting)
     assert max(build_space(128, GPU, facts).domains["num_workers"]) == 4 * GPU.cpu_share
     assert max(build_space(128, GPU, dataclasses.replace(MNIST, load_cpu_share=busy)).domains["num_workers"]) == 16
+
+
+@pytest.mark.alone  # CPU time over wall time
+def test_a_load_share_that_was_disturbed_is_measured_again_on_other_samples() -> None:
+    """A CPU-bound data set whose first timed loads were descheduled (wall time without CPU): the first try alone
+    calls it waiting, and would let num_workers range to 4x the cores."""
+    import time
+
+    from autotune.trial.facts import load_cpu_share
+
+    class Descheduled:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def __len__(self) -> int:
+            return 1000
+
+        def __getitem__(self, i: int) -> int:
+            self.calls += 1
+            if self.calls <= 8:
+                time.sleep(0.005)  # the first try's 8 loads: this process was not running
+            end = time.process_time() + 0.002
+            while time.process_time() < end:
+                pass
+            return i
+
+    assert load_cpu_share(Descheduled(), tries=1) < BUSY_SHARE
+    data = Descheduled()
+    assert load_cpu_share(data) >= BUSY_SHARE and data.calls == 16  # the second try showed a busy core, and ended it
