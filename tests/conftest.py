@@ -1,24 +1,113 @@
-"""Shared fixtures: a tiny workload, a temporary project folder, a stored study, a GPU marker that skips on a CPU."""
+"""Shared fixtures: a tiny workload, a temporary project folder, a stored study, a GPU marker that skips on a CPU.
+
+Also how the tests share the cores under pytest-xdist (pyproject.toml's addopts runs two workers): each worker
+and every process it starts computes on one thread; a test marked `alone` runs while no other test runs; tests
+that share a module-scoped fixture run on one worker, which builds it once; tests marked `slow` start first.
+"""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-import torch
 
 TINY = Path(__file__).parent / "fixtures" / "tiny.py"
 
+# Tests that time real work, in files this suite does not mark itself: they run alone under pytest-xdist.
+ALONE_FILES = ("tests/trial/test_timing.py",)
 
+
+def pytest_configure(config: pytest.Config) -> None:
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None and workerinput["workercount"] > 1:
+        config.pluginmanager.register(SharedCores(workerinput["testrunuid"]), "autotune-shared-cores")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if torch.cuda.is_available():
-        return
+    import torch  # here, not above: pytest-xdist's controller process, which runs no test, never imports it
+
+    gpu = torch.cuda.is_available()
     skip = pytest.mark.skip(reason="needs a CUDA GPU; run `pytest -m gpu` on a GPU machine")
     for item in items:
         if "gpu" in item.keywords:
-            item.add_marker(skip)
+            if not gpu:
+                item.add_marker(skip)
+            else:
+                item.add_marker(pytest.mark.alone)  # one device: a test measuring it or its memory has it alone
+        if item.nodeid.split("::")[0] in ALONE_FILES:
+            item.add_marker(pytest.mark.alone)
+        if item.get_closest_marker("alone"):
+            item.add_marker(pytest.mark.xdist_group("alone"))  # one worker runs them back to back
+            continue
+        fixtures = getattr(item, "_fixtureinfo", None)  # a doctest has none
+        defined = fixtures.name2fixturedefs.items() if fixtures is not None else ()
+        shared = sorted(name for name, defs in defined if defs and defs[-1].scope == "module")
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(f"{item.nodeid.split('::')[0]}:{'+'.join(shared)}"))
+    if getattr(config, "workerinput", None) is not None:
+        # The slow tests are handed out first and the many short ones fill in after them, so that both workers
+        # finish at about the same time. (Each worker collects, and so sorts, the same items alike.)
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+class SharedCores:
+    """A readers-writer lock over the run's workers, on two files each worker opens once.
+
+    Every test holds `held` shared; a test marked `alone` holds it exclusively, and keeps it through the
+    `alone` tests that follow it on its worker. Taking `turn` first keeps a worker that waits to run alone
+    from being passed by the other workers' back-to-back shared holds.
+
+    Each worker computes on one thread, and so does every process it starts (an inherited OMP_NUM_THREADS;
+    a search's fork server keeps the value it started with, for every trial process it forks after): two
+    workers each computing on every core slow each other's torch several times over, spinning at its barriers.
+    """
+
+    def __init__(self, run: str) -> None:
+        import torch
+
+        folder = Path(tempfile.gettempdir())
+        self.paths = [folder / f"autotune-pytest-{run}.{name}" for name in ("turn", "held")]
+        self.turn, self.held = (os.open(path, os.O_RDWR | os.O_CREAT, 0o600) for path in self.paths)
+        self.alone = False
+        torch.set_num_threads(1)
+        os.environ["OMP_NUM_THREADS"] = "1"
+
+    @contextmanager
+    def _turn(self) -> Iterator[None]:
+        fcntl.flock(self.turn, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self.turn, fcntl.LOCK_UN)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> object:
+        alone = item.get_closest_marker("alone") is not None
+        if alone and not self.alone:
+            with self._turn():
+                fcntl.flock(self.held, fcntl.LOCK_EX)
+            self.alone = True
+        elif not alone:
+            with self._turn():
+                fcntl.flock(self.held, fcntl.LOCK_SH)
+        try:
+            return (yield)
+        finally:
+            if not (alone and nextitem is not None and nextitem.get_closest_marker("alone")):
+                self.alone = False
+                fcntl.flock(self.held, fcntl.LOCK_UN)
+
+    def pytest_unconfigure(self) -> None:
+        for fd, path in zip((self.turn, self.held), self.paths):
+            os.close(fd)
+            path.unlink(missing_ok=True)
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ TRIAL_LINE = re.compile(
 )
 
 
+@pytest.mark.slow
 def test_search_writes_the_recipe_then_resumes_and_show_prints_it(project: Path) -> None:
     cores = len(os.sched_getaffinity(0))
     # One finalist, one round: the resumed search below checks and measures its finalists again.

@@ -145,7 +145,12 @@ def test_tuned_recipe_that_is_not_toml(project: Path) -> None:
         ("batch_size", "--fix must look like knob=value, knob=a,b or knob=lo..hi, but got 'batch_size'."),
     ],
 )
-def test_bad_fix(project: Path, fix: str, message: str) -> None:
+def test_bad_fix(project: Path, monkeypatch: pytest.MonkeyPatch, fix: str, message: str) -> None:
+    # tiny makes its samples on a core, so num_workers' domain is 0..cores, and the messages name it. The share is
+    # CPU over wall time of a few loads (~0.1 ms each), which a test running beside this one can deschedule on every
+    # try; measured once, it came out under 0.5 in 2 of 60 runs of this command alone. Pinned here at what it is;
+    # tests/study/test_space.py tests the measurement.
+    monkeypatch.setattr("autotune.trial.facts.load_cpu_share", lambda dataset, *args, **kwargs: 1.0)
     out = run_bad(project, "--recipe", "tiny", "--fix", fix)
     assert message in out
 
@@ -309,6 +314,7 @@ with claim.heartbeat():
 """
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("fake_pool")
 def test_a_rerun_soon_after_the_writer_was_killed_takes_over_and_writes(
     project: Path, monkeypatch: pytest.MonkeyPatch

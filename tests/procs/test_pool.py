@@ -196,6 +196,7 @@ def test_stopping_keeps_the_logs_of_children_that_ran_something(project: Path) -
     assert len(logs) == 1 and logs[0].name.startswith(f"trial-process-{os.getpid()}-")
 
 
+@pytest.mark.slow
 def test_a_search_takes_the_processes_started_early_for_it(project: Path) -> None:
     from autotune.study import SearchOptions, search
 
@@ -381,6 +382,7 @@ def test_on_a_gpu_an_idle_child_drops_its_data_set_only_if_it_is_not_small(
     assert len(runner._device_tensors) == 1 - dropped
 
 
+@pytest.mark.slow
 def test_a_trial_past_its_give_up_time_is_pruned_and_the_next_runs_in_a_fresh_child(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

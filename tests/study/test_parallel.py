@@ -77,6 +77,7 @@ def check_study(study: optuna.Study, trials: int) -> list[optuna.trial.FrozenTri
     return all_trials
 
 
+@pytest.mark.slow
 def test_gpus_runs_a_worker_per_device_and_the_parent_writes(project: Path) -> None:
     """`--gpus 0,1` as the CLI runs it, on the CPU: this process and a worker, one study in the default SQLite file."""
     lines: list[str] = []
@@ -122,6 +123,7 @@ def test_gpus_runs_a_worker_per_device_and_the_parent_writes(project: Path) -> N
     assert len(trials) == 6
 
 
+@pytest.mark.slow
 def test_the_writer_waits_for_the_baseline_run_of_a_worker_that_joins_late(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -149,6 +151,7 @@ def test_the_writer_waits_for_the_baseline_run_of_a_worker_that_joins_late(
     assert not any(line.startswith("cpu1 | [") for line in lines), "the parent took every ticket"
 
 
+@pytest.mark.slow
 def test_gpus_workers_share_the_tickets(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With no baseline run to make first, both processes take tickets from the start.
 
@@ -192,6 +195,7 @@ def test_gpus_workers_share_the_tickets(project: Path, monkeypatch: pytest.Monke
     assert baseline_run.ATTRIBUTE not in study.user_attrs
 
 
+@pytest.mark.slow
 def test_gpus_with_bad_input_ends_its_waiting_workers_quietly(project: Path) -> None:
     """A bad --fix stops the parent before the study exists: the worker it started ends without a line."""
     lines: list[str] = []
@@ -202,6 +206,7 @@ def test_gpus_with_bad_input_ends_its_waiting_workers_quietly(project: Path) -> 
     assert not (project / ".autotune").exists(), "nothing written"
 
 
+@pytest.mark.slow
 def test_two_commands_share_one_postgres_study(project: Path, postgres_url: str) -> None:
     """The same `autotune search` on two "hosts": two processes, one PostgreSQL study, one recipe writer."""
     study_name = f"tiny-{uuid.uuid4().hex[:8]}"

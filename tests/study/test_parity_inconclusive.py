@@ -356,6 +356,7 @@ def test_the_schema_refuses_an_inconclusive_pass_that_changes_the_math() -> None
     ]
 
 
+@pytest.mark.slow
 def test_random_labels_keep_the_workload_s_batch_size_and_the_profile_says_inconclusive(project: Path) -> None:
     shutil.copy(FIXTURES / "random_labels.py", project / "recipes" / "random_labels.py")
     # Batch 16 (the workload's) and 128, the data set on the "device" (this CPU): batch 128 runs several times faster.

@@ -94,6 +94,7 @@ def test_each_ticket_is_taken_by_exactly_one_worker(storage_url: str, study_name
     assert all(t.state == TrialState.COMPLETE for t in trials)
 
 
+@pytest.mark.slow
 def test_a_dead_workers_trial_is_failed_and_its_config_queued_again(
     storage_url: str, study_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

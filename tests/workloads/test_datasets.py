@@ -44,6 +44,7 @@ def test_synthetic_cifar10_keeps_the_pil_path(tmp_path: Path) -> None:
     assert x.shape == (3, 32, 32)
 
 
+@pytest.mark.slow
 def test_processes_building_one_data_set_at_once_all_get_it_whole(tmp_path: Path) -> None:
     """A search's trial processes start while it loads: each builds the data set, and none may see half of it."""
     import subprocess
@@ -66,6 +67,7 @@ def test_processes_building_one_data_set_at_once_all_get_it_whole(tmp_path: Path
     assert not list((tmp_path / "MNIST" / "raw").glob("*.tmp")), "no half-written file left"
 
 
+@pytest.mark.slow
 def test_a_process_waits_while_another_builds_the_data_set(tmp_path: Path) -> None:
     """The lock itself: while this test holds it, a process asking for MNIST waits; released, it gets it."""
     import fcntl

@@ -181,6 +181,7 @@ def test_decoding_loader_keeps_the_cpu_paths_data_order_and_targets(tmp_path: Pa
     assert all(x.is_contiguous(memory_format=torch.channels_last) for x, _ in batches)
 
 
+@pytest.mark.alone  # the workers must fill their queues while the test waits
 def test_a_measurement_reads_the_decoding_loaders_worker_queue(tmp_path: Path) -> None:
     """The device path's workers prefetch bytes as any DataLoader's do: a measurement must see that backlog."""
     folder = datasets.ImageFolder(str(_write_jpegs(tmp_path)), transform=T.Compose([T.CenterCrop(64), T.ToTensor()]))
