@@ -147,8 +147,7 @@ class ParityCheck:
             elif self.runs >= limit or self.budget.spent(self.runs):
                 if changes_math(self.baseline, config):
                     continue  # no run left for this one; a later config whose math is the baseline's needs none
-                # The baseline's arithmetic (cudnn.benchmark, channels_last, a graph, placement): passed on its
-                # math alone, as against a baseline that learned too little, rather than no config at all.
+                # The baseline's arithmetic: passed on it, as against a baseline that learned too little.
                 verdict = same_math_unjudged(self.baseline, config, self.lr_of(config), self.samples, self.window,
                                              "no run of it fit in the check's time")
                 self.echo(f"  parity {verdict.summary()}  {config.describe()}")
