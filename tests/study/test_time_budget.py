@@ -47,18 +47,21 @@ def test_a_long_failed_trial_does_not_set_what_a_round_costs() -> None:
 
 
 def test_the_parity_check_is_reserved_at_most_its_share_of_the_budget() -> None:
-    # Four complete trials, so three finalists: 8 rounds of 10 s plus a trial, 90 s; the check is capped at 15% of
-    # 480 s, 72 s: 162 s of end to reserve.
-    assert not out_of_time(_setup([(TrialState.COMPLETE, 10.0)] * 4, elapsed_s=480.0 - 163.0))
-    assert out_of_time(_setup([(TrialState.COMPLETE, 10.0)] * 4, elapsed_s=480.0 - 161.0))
+    # Four complete trials, so three finalists: a first round of 4 configs at 10 s plus a trial, 50 s; the check is
+    # capped at 15% of 480 s, 72 s: 122 s of end to reserve.
+    assert not out_of_time(_setup([(TrialState.COMPLETE, 10.0)] * 4, elapsed_s=480.0 - 123.0))
+    assert out_of_time(_setup([(TrialState.COMPLETE, 10.0)] * 4, elapsed_s=480.0 - 121.0))
 
 
 def test_the_rounds_are_costed_for_no_more_finalists_than_configs_have_completed() -> None:
     # The H200 ResNet-50 search on 5 cores, 338 s: two trials of 31 and 37 s, 68 s in. Costed for three finalists
-    # (8 rounds of 34 s) it stopped there; one finalist is what it had: 4 rounds of 34 s, a trial, and the check.
+    # (8 rounds of 34 s) it stopped there; one finalist is what it had. Reserved now: a round of 2 configs at 34 s,
+    # a trial, and the check at its share (50.7 s): 152.7 s. With four complete, three finalists: 220.7 s.
     two = [(TrialState.COMPLETE, 31.0), (TrialState.COMPLETE, 37.0)]
-    assert not out_of_time(_setup(two, elapsed_s=68.0, budget_s=338.0))
-    assert out_of_time(_setup(two * 2, elapsed_s=68.0, budget_s=338.0)), "four complete: three finalists' rounds"
+    assert not out_of_time(_setup(two, elapsed_s=185.0, budget_s=338.0))
+    assert out_of_time(_setup(two, elapsed_s=186.0, budget_s=338.0))
+    assert not out_of_time(_setup(two * 2, elapsed_s=117.0, budget_s=338.0))
+    assert out_of_time(_setup(two * 2, elapsed_s=118.0, budget_s=338.0)), "four complete: three finalists"
 
 
 def test_with_only_failures_the_search_runs_until_the_budget() -> None:
