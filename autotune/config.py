@@ -11,6 +11,8 @@ from autotune.workloads import Workload
 AMP_CHOICES = ("off", "bf16", "fp16")
 PLACEMENT_CHOICES = ("stream", "device")
 DECODE_CHOICES = ("cpu", "gpu")  # gpu: workers read JPEG bytes, the device decodes and augments (loop.device_decode)
+# The DataLoader knobs: they change how fast batches come, not which samples or in what order.
+LOADER_KNOBS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
 # Token positions a padded batch is rounded up to (0: the batch's longest sequence, as the collate_fn pads it).
 # 8 keeps a matrix dimension a multiple of what fp16/bf16 tensor cores take whole; 64 leaves at most 8 lengths
 # for sequences of 16..512 tokens, so per-shape costs (an attention plan, a kernel choice) are paid 8 times, not 497.

@@ -24,7 +24,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from autotune.study.parity import LOADER_KNOBS
+from autotune.config import LOADER_KNOBS
 from autotune.trial.capture import HOST_SYNC
 
 MIN_FAILURES = 2  # one failure could be the rest of the config; two with the value always present is a pattern

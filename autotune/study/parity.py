@@ -34,10 +34,9 @@ import dataclasses
 import math
 from typing import Any
 
-from autotune.config import Config
+from autotune.config import LOADER_KNOBS, Config
 from autotune.trial.parity_run import ParityRun
 
-LOADER_KNOBS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
 # bucketing changes which samples share a batch (and so each step's gradient), pad_multiple the shapes the model's
 # kernels reduce over (masked positions are not free of rounding): both are judged as numerics.
 NUMERICS_KNOBS = (
