@@ -111,7 +111,8 @@ def seed_loop_as_written(dataset: Any) -> tuple[Callable, DataLoader]:
     loader = DataLoader(dataset, batch_size=128, shuffle=False, pin_memory=True)
     totals = {"loss": 0.0, "acc": 0.0}
 
-    def step(img: torch.Tensor, label: torch.Tensor) -> None:
+    def step(batch: tuple[torch.Tensor, torch.Tensor]) -> None:  # a measurement hands a step one batch
+        img, label = batch
         img = img.to(DEVICE)
         label = label.to(DEVICE)
         out = model(img)
@@ -159,7 +160,7 @@ def whole_run(step: Callable, loader: Any, epochs: int) -> float:
     start = time.perf_counter()
     for _ in range(epochs):
         for batch in loader:
-            step(*batch)
+            step(batch)
     sync()
     return time.perf_counter() - start
 
