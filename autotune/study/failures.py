@@ -7,11 +7,16 @@ which depend on the rest of the config) in every trial that used it, and often
 enough, the search stops spending trials on it. Blame goes to the value that
 explains the most failures first, so a value that only ever appeared beside a
 broken one is not blamed with it. Where values explain as many, the error's
-origin decides: one raised in a DataLoader worker blames a loader knob, any
-other a knob of the step. Seen on an H200: mnist_cnn's first two failures had
-both channels_last=on and prefetch_factor=4, and blaming the second (first by
-name) let channels_last fail 10 more of a 30-trial search. A trial skipped by
-prediction never ran its config, so its values are not cleared by it.
+origin narrows them: one raised in a DataLoader worker blames loader knobs, any
+other knobs of the step. Values still tied are blamed together: only a config
+that sets every one of them is skipped, until a failure without one of them (or
+a trial that ran one) tells them apart. Seen on an H200: mnist_cnn's first two
+failures had channels_last=on, cudnn_benchmark=on and prefetch_factor=4 in
+common. Blaming prefetch_factor (first by name) let channels_last fail 10 more
+of a 30-trial search; blaming cudnn_benchmark (first among the step's knobs)
+skipped the seed that had won before (batch 1024 on the device in a graph,
+cudnn.benchmark on), and the search stated 1.13M samples/s, not 1.5M. A trial
+skipped by prediction never ran its config, so its values are not cleared by it.
 
 One failure is enough for a CUDA graph that a host sync in the step broke
 (``autotune.trial.capture``): the sync is in the workload's code, so every
@@ -43,15 +48,14 @@ class Finished:
 
 @dataclasses.dataclass(frozen=True)
 class Hopeless:
-    knob: str
-    value: Any
-    trials: tuple[int, ...]  # the failed trials this value explains
+    values: tuple[tuple[str, Any], ...]  # (knob, value) pairs: a config that sets all of them is not tried again
+    trials: tuple[int, ...]  # the failed trials these values explain
     reason: str  # the error they share (the first one's)
-    rule: str = "failed in every trial that used it"  # why the value is not tried again
+    rule: str = "failed in every trial that used it"  # why the values are not tried again
 
     def short(self) -> str:
-        shown = {True: "on", False: "off"}[self.value] if isinstance(self.value, bool) else self.value
-        return f"{self.knob}={shown} {self.rule} ({', '.join(map(str, self.trials))})"
+        rule = self.rule if len(self.values) == 1 else "failed together in every trial that used them all"
+        return f"{' with '.join(_shown(k, v) for k, v in self.values)} {rule} ({', '.join(map(str, self.trials))})"
 
     def describe(self) -> str:
         return f"{self.short()}: {self.reason}"
@@ -73,11 +77,17 @@ def hopeless_values(trials: Iterable[Finished], min_failures: int = MIN_FAILURES
                     counts.setdefault((k, _key(v)), []).append(t)
         if not counts:
             break
-        (knob, key), blamed = max(counts.items(), key=lambda item: (len(item[1]), _plausible(*item), item[0][0]))
+        rank = {pair: (len(ts), _plausible(pair, ts)) for pair, ts in counts.items()}
+        first = max(counts, key=lambda pair: (*rank[pair], pair[0]))
+        blamed = counts[first]
         if len(blamed) < min_failures:
             break
-        value = blamed[0].config[knob]
-        found.append(Hopeless(knob, value, tuple(sorted(t.number for t in blamed)), blamed[0].reason or ""))
+        numbers = tuple(sorted(t.number for t in blamed))
+        # Values that explain exactly these failures, as plausibly: nothing here tells them apart.
+        tied = sorted(pair for pair, ts in counts.items()
+                      if rank[pair] == rank[first] and tuple(sorted(t.number for t in ts)) == numbers)
+        values = tuple((knob, blamed[0].config[knob]) for knob, _ in tied)
+        found.append(Hopeless(values, numbers, blamed[0].reason or ""))
         for t in blamed:
             uncovered.pop(t.number)
     return found
@@ -96,7 +106,8 @@ def graph_broken_by_a_sync(trials: Iterable[Finished]) -> list[Hopeless]:
     if not synced:
         return []
     first = synced[0]
-    return [Hopeless("cuda_graph", True, (first.number,), first.reason or "", "cannot capture this workload's step")]
+    rule = "cannot capture this workload's step"
+    return [Hopeless((("cuda_graph", True),), (first.number,), first.reason or "", rule)]
 
 
 def _key(value: Any) -> Any:
@@ -104,9 +115,13 @@ def _key(value: Any) -> Any:
     return (type(value).__name__, value)
 
 
+def _shown(knob: str, value: Any) -> str:
+    return f"{knob}={({True: 'on', False: 'off'}[value] if isinstance(value, bool) else value)}"
+
+
 def blocks(config: Mapping[str, Any], hopeless: Iterable[Hopeless]) -> Hopeless | None:
-    """The hopeless value this config uses, if any."""
+    """The hopeless values this config sets, all of them, if any."""
     for h in hopeless:
-        if h.knob in config and _key(config[h.knob]) == _key(h.value):
+        if all(knob in config and _key(config[knob]) == _key(value) for knob, value in h.values):
             return h
     return None

@@ -335,13 +335,13 @@ def learn_failures(setup: Setup, learned: Learned) -> None:
         if t.state.is_finished() and "duplicate_of" not in t.user_attrs  # a duplicate's failure is its original's
     ]
     found = hopeless_values(finished)
-    known = {(h.knob, repr(h.value)) for h in learned.hopeless}
+    known = {repr(h.values) for h in learned.hopeless}
     for h in found:
-        if (h.knob, repr(h.value)) not in known:
+        if repr(h.values) not in known:
             setup.echo(f"  not trying again: {h.describe()}")
     learned.hopeless = found
     fixed = {}
-    for knob in {h.knob for h in found}:
+    for knob in {h.values[0][0] for h in found if len(h.values) == 1}:  # values blamed together stay sampled
         domain = setup.space.domains[knob]
         left = [v for v in domain if blocks({knob: v}, found) is None]
         if len(domain) > 1 and len(left) == 1:

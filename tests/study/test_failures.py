@@ -25,7 +25,7 @@ def test_a_value_that_fails_every_time_is_hopeless() -> None:
         _t(3, False, VIEW, channels_last=True, amp="fp16"),
     ]
     (found,) = hopeless_values(trials)
-    assert (found.knob, found.value, found.trials) == ("channels_last", True, (1, 2, 3))
+    assert (found.values, found.trials) == ((("channels_last", True),), (1, 2, 3))
     assert found.describe() == f"channels_last=on failed in every trial that used it (1, 2, 3): {VIEW}"
     # amp=fp16 never ran either, but only ever beside channels_last: not blamed.
     assert blocks({"channels_last": False, "amp": "fp16"}, [found]) is None
@@ -56,7 +56,7 @@ def test_true_and_one_are_different_values() -> None:
         _t(2, False, VIEW, num_workers=2, pin_memory=True),
     ]
     (found,) = hopeless_values(trials)
-    assert (found.knob, found.value) == ("pin_memory", True)
+    assert found.values == (("pin_memory", True),)
 
 
 def test_one_host_sync_in_a_capture_stops_graphs_at_once_where_a_cuda_error_does_not() -> None:
@@ -68,7 +68,7 @@ def test_one_host_sync_in_a_capture_stops_graphs_at_once_where_a_cuda_error_does
     ]
     assert hopeless_values(trials) == []
     (found,) = hopeless_values([*trials, _t(2, False, sync, cuda_graph=True, batch_size=128)])
-    assert (found.knob, found.value, found.trials) == ("cuda_graph", True, (2,))
+    assert (found.values, found.trials) == ((("cuda_graph", True),), (2,))
     assert found.describe() == f"cuda_graph=on cannot capture this workload's step (2): {sync}"
     assert blocks({"cuda_graph": True, "batch_size": 16}, [found]) is found
     assert blocks({"cuda_graph": False, "batch_size": 128}, [found]) is None
@@ -81,13 +81,35 @@ def test_between_values_that_explain_as_many_failures_the_error_s_origin_decides
             _t(1, False, VIEW, channels_last=True, prefetch_factor=4),
             _t(2, False, VIEW, channels_last=True, prefetch_factor=4)]
     (found,) = hopeless_values(step)
-    assert (found.knob, found.value) == ("channels_last", True)
+    assert found.values == (("channels_last", True),)
     worker = "error: ValueError: Caught ValueError in DataLoader worker process 0."
     loader = [_t(0, True, channels_last=False, prefetch_factor=2),
               _t(1, False, worker, channels_last=True, prefetch_factor=4),
               _t(2, False, worker, channels_last=True, prefetch_factor=4)]
     (found,) = hopeless_values(loader)
-    assert (found.knob, found.value) == ("prefetch_factor", 4)
+    assert found.values == (("prefetch_factor", 4),)
+
+
+def test_values_that_failed_only_together_are_blamed_together_until_a_failure_tells_them_apart() -> None:
+    """mnist_cnn on an H200: its first two failures had channels_last=on and cudnn_benchmark=on both, the error came
+    from the step, and blaming cudnn_benchmark (first by name) skipped the seed that had won before."""
+    both = dict(channels_last=True, cudnn_benchmark=True, prefetch_factor=4)
+    trials = [_t(0, True, channels_last=False, cudnn_benchmark=False, prefetch_factor=2),
+              _t(1, False, VIEW, **both, amp="bf16"),
+              _t(2, False, VIEW, **both, cuda_graph=True)]
+    (found,) = hopeless_values(trials)
+    assert (found.values, found.trials) == ((("channels_last", True), ("cudnn_benchmark", True)), (1, 2))
+    assert found.short() == "channels_last=on with cudnn_benchmark=on failed together in every trial that used them " \
+                            "all (1, 2)"
+    assert blocks({"channels_last": False, "cudnn_benchmark": True, "cuda_graph": True}, [found]) is None
+    assert blocks({"channels_last": True, "cudnn_benchmark": False}, [found]) is None
+    assert blocks({"channels_last": True, "cudnn_benchmark": True, "prefetch_factor": 2}, [found]) is found
+    # A failure with channels_last on and cudnn.benchmark off: channels_last explains all three, alone.
+    (found,) = hopeless_values([*trials, _t(3, False, VIEW, channels_last=True, cudnn_benchmark=False)])
+    assert (found.values, found.trials) == ((("channels_last", True),), (1, 2, 3))
+    # A trial that ran cudnn.benchmark clears it: channels_last is left.
+    (found,) = hopeless_values([*trials, _t(3, True, channels_last=False, cudnn_benchmark=True)])
+    assert (found.values, found.trials) == ((("channels_last", True),), (1, 2))
 
 
 def test_a_trial_skipped_by_prediction_did_not_train_its_config() -> None:
