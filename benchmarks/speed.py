@@ -165,42 +165,52 @@ def whole_run(step: Callable, loader: Any, epochs: int) -> float:
     return time.perf_counter() - start
 
 
-def _mnist_rows(searches: dict[str, dict[str, Any]]) -> tuple[list[tuple[str, str, float, str]], Any]:
-    rows: list[tuple[str, str, float, str]] = []
+Row = tuple[str, str, float, str]  # workload, loop, samples/s, ratio
+
+
+def _add(rows: list[Row], row: Row) -> None:
+    """Print the row as it is measured, so a run cut short still shows what it measured; then keep it."""
+    workload, loop, rate, ratio = row
+    print(f"{workload:<18} {loop:<92} {rate:>12,.0f}  {ratio}", flush=True)
+    rows.append(row)
+
+
+def _mnist_rows(searches: dict[str, dict[str, Any]]) -> tuple[list[Row], Any]:
+    rows: list[Row] = []
     mnist = load(resolve("mnist_cnn")).build_dataset(data_root())
     seed = rate_of(*seed_loop_as_written(mnist))
-    rows.append(("mnist_cnn", "the seed's loop as written (bs 128, 0 workers, .item() per step)", seed, "1.0x"))
+    _add(rows, ("mnist_cnn", "the seed's loop as written (bs 128, 0 workers, .item() per step)", seed, "1.0x"))
     advice = Config(batch_size=1024, num_workers=8, pin_memory=True, persistent_workers=True, prefetch_factor=2,
                     cudnn_benchmark=True)
     r = rate_of(*plain_loop("mnist_cnn", advice))
-    rows.append(("mnist_cnn", "the second seed's advice (bs 1024, 8 workers, pinned, persistent, cudnn)", r,
-                 f"{r / seed:.1f}x seed"))
+    _add(rows, ("mnist_cnn", "the second seed's advice (bs 1024, 8 workers, pinned, persistent, cudnn)", r,
+                f"{r / seed:.1f}x seed"))
     r = rate_of(*plain_loop("mnist_cnn", Config(batch_size=128, pin_memory=True)))
-    rows.append(("mnist_cnn", "untuned defaults through our loop (no per-step sync)", r, f"{r / seed:.1f}x seed"))
+    _add(rows, ("mnist_cnn", "untuned defaults through our loop (no per-step sync)", r, f"{r / seed:.1f}x seed"))
     for name in ("mnist_cnn@bs128", "mnist_cnn"):
         if name in searches:
             step, loader, what = tuned_loop("mnist_cnn", searches[name]["folder"])
             r = rate_of(step, loader)
-            rows.append(("mnist_cnn", f"tuned [{name}]: {what}", r, f"{r / seed:.1f}x seed"))
+            _add(rows, ("mnist_cnn", f"tuned [{name}]: {what}", r, f"{r / seed:.1f}x seed"))
     return rows, mnist
 
 
-def _cifar_rows(searches: dict[str, dict[str, Any]]) -> list[tuple[str, str, float, str]]:
-    rows: list[tuple[str, str, float, str]] = []
+def _cifar_rows(searches: dict[str, dict[str, Any]]) -> list[Row]:
+    rows: list[Row] = []
     untuned = rate_of(*plain_loop("cifar10_resnet18", Config(batch_size=128)))
-    rows.append(("cifar10_resnet18", "untuned defaults (bs 128, 0 workers, not pinned)", untuned, "1.0x"))
+    _add(rows, ("cifar10_resnet18", "untuned defaults (bs 128, 0 workers, not pinned)", untuned, "1.0x"))
     workers = {}
     for n in (8, 16):
         n_eff = min(n, len(os.sched_getaffinity(0)))
         config = Config(batch_size=128, num_workers=n_eff, prefetch_factor=2)
         workers[n] = rate_of(*plain_loop("cifar10_resnet18", config))
-        rows.append(("cifar10_resnet18", f"{n_eff} workers, all else default", workers[n],
-                     f"{workers[n] / untuned:.1f}x untuned"))
+        _add(rows, ("cifar10_resnet18", f"{n_eff} workers, all else default", workers[n],
+                    f"{workers[n] / untuned:.1f}x untuned"))
     if "cifar10_resnet18@bs128" in searches:
         step, loader, what = tuned_loop("cifar10_resnet18", searches["cifar10_resnet18@bs128"]["folder"])
         r = rate_of(step, loader)
-        rows.append(("cifar10_resnet18", f"tuned [bs128]: {what}", r,
-                     f"{r / untuned:.1f}x untuned, {r / max(workers.values()):.1f}x best workers"))
+        _add(rows, ("cifar10_resnet18", f"tuned [bs128]: {what}", r,
+                    f"{r / untuned:.1f}x untuned, {r / max(workers.values()):.1f}x best workers"))
     return rows
 
 
@@ -211,6 +221,7 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=150.0, help="seconds each search may take")
     parser.add_argument("--searches", default=",".join(SEARCHES), help="which of the searches to run, by name")
     parser.add_argument("--skip-search", action="store_true", help="reuse the searches already in --out")
+    parser.add_argument("--rows", default="mnist_cnn,cifar10_resnet18", help="which workloads' rows to measure")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"device: {torch.cuda.get_device_name(0) if DEVICE.type == 'cuda' else 'cpu'}, torch {torch.__version__}, "
@@ -223,14 +234,12 @@ def main() -> None:
                               "best_after_s": float("nan"), "trials": 0}
         else:
             searches[name] = run_search(name, recipe, extra, args.out, args.trials, args.budget)
-    mnist_rows, mnist = _mnist_rows(searches)
-    rows = mnist_rows + _cifar_rows(searches)
-    print()
-    print(f"{'workload':<18} {'loop':<92} {'samples/s':>12}  ratio")
-    for workload, loop, rate, ratio in rows:
-        print(f"{workload:<18} {loop:<92} {rate:>12,.0f}  {ratio}")
+    wanted = args.rows.split(",")
+    print(f"\n{'workload':<18} {'loop':<92} {'samples/s':>12}  ratio", flush=True)
+    mnist_rows, mnist = _mnist_rows(searches) if "mnist_cnn" in wanted else ([], None)
+    rows = mnist_rows + (_cifar_rows(searches) if "cifar10_resnet18" in wanted else [])
     whole: dict[str, float] = {}
-    if "mnist_cnn@bs128" in searches:
+    if "mnist_cnn@bs128" in searches and mnist is not None:
         whole = _whole_runs(mnist, searches["mnist_cnn@bs128"]["folder"])
     for name, s in searches.items():
         print(f"search {name:<24} wall {s['wall_s']:.0f} s, {s['trials']} trials, final best found "
