@@ -125,6 +125,20 @@ def test_check_picks_the_fastest_that_pass_and_reuses_verdicts_of_equal_numerics
     assert validate_parity("parity", record) == []
 
 
+def test_a_batch_larger_than_one_too_far_at_every_rate_is_rejected_without_a_run() -> None:
+    """mnist_cnn on an H200: batches 2048, 4096 and 8192 took every run the check had, at three rates each."""
+    run, calls = fake_runs({16: 1.0, 64: 1.9, 128: 1.0, 32: 1.05, 8: 1.0})  # 128 would pass, were it run
+    too_far, larger, nearer, smaller = (Config(batch_size=b) for b in (64, 128, 32, 8))
+    ranked = [too_far, larger, nearer, smaller]
+    lines: list[str] = []
+    gate = ParityCheck(Config(batch_size=16), lambda c: 0.1 * c.batch_size / 16, run, ranked, lines.append)
+    assert gate.select(ranked, want=2, max_runs=5) == [nearer, smaller]
+    assert calls == [Config(batch_size=16), too_far, nearer, smaller]  # a smaller batch than the baseline's runs
+    assert lines[1] == (f"  parity REJECT  (batch 64 is too far at every rate, and batch 128 is larger: see "
+                        f"{too_far.describe()})  {larger.describe()}")
+    assert not gate.verdicts[larger].passed and gate.verdicts[larger].deviation == pytest.approx(0.9)
+
+
 def test_check_runs_a_batch_size_again_when_its_rejection_was_narrow() -> None:
     run, calls = fake_runs({16: 1.0, 64: 1.28})  # deviation 0.28: beyond 0.25, but within what numerics may move
     configs = [Config(batch_size=64), Config(batch_size=64, amp="bf16")]
