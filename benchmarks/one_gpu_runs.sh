@@ -80,7 +80,7 @@ search)
     ;;
 check)
     [ -d "$AUTOTUNE_DATA/imagenet-synthetic" ] || step data bash -c "$DATA"
-    # The committed tuned file's winner and the workload's own settings through the truth benchmark, then the hand
+    # The winner and the workload's own settings through the truth benchmark, then the hand
     # sweep the winner is held against (truth.py's sweep: workers 8, 12, cores-1 and cores, fp32 and bf16+CL), by
     # hand alone, back to back on this host.
     # The tuned file a search part wrote on this host a moment ago, if there is one, else the committed one.

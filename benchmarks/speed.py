@@ -223,6 +223,10 @@ def main() -> None:
     parser.add_argument("--skip-search", action="store_true", help="reuse the searches already in --out")
     parser.add_argument("--rows", default="mnist_cnn,cifar10_resnet18", help="which workloads' rows to measure")
     args = parser.parse_args()
+    wanted = args.rows.split(",")
+    unknown = sorted(set(wanted) - {"mnist_cnn", "cifar10_resnet18"})
+    if unknown:
+        parser.error(f"--rows takes mnist_cnn and cifar10_resnet18, but got {', '.join(unknown)}")
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"device: {torch.cuda.get_device_name(0) if DEVICE.type == 'cuda' else 'cpu'}, torch {torch.__version__}, "
           f"CPU cores {len(os.sched_getaffinity(0))}", flush=True)
@@ -234,7 +238,6 @@ def main() -> None:
                               "best_after_s": float("nan"), "trials": 0}
         else:
             searches[name] = run_search(name, recipe, extra, args.out, args.trials, args.budget)
-    wanted = args.rows.split(",")
     print(f"\n{'workload':<18} {'loop':<92} {'samples/s':>12}  ratio", flush=True)
     mnist_rows, mnist = _mnist_rows(searches) if "mnist_cnn" in wanted else ([], None)
     rows = mnist_rows + (_cifar_rows(searches) if "cifar10_resnet18" in wanted else [])

@@ -10,13 +10,14 @@ broken one is not blamed with it. Where values explain as many, the error's
 origin narrows them: one raised in a DataLoader worker blames loader knobs, any
 other knobs of the step. Values still tied are blamed together: only a config
 that sets every one of them is skipped, until a failure without one of them (or
-a trial that ran one) tells them apart. Seen on an H200: mnist_cnn's first two
-failures had channels_last=on, cudnn_benchmark=on and prefetch_factor=4 in
-common. Blaming prefetch_factor (first by name) let channels_last fail 10 more
-of a 30-trial search; blaming cudnn_benchmark (first among the step's knobs)
-skipped the seed that had won before (batch 1024 on the device in a graph,
-cudnn.benchmark on), and the search stated 1.13M samples/s, not 1.5M. A trial
-skipped by prediction never ran its config, so its values are not cleared by it.
+a trial that ran one) tells them apart; meanwhile the sampler may still propose
+them together, and each such proposal is skipped as a failed trial. Seen on an
+H200: mnist_cnn's first two failures had channels_last=on, cudnn_benchmark=on
+and prefetch_factor=4 in common. Blaming prefetch_factor (first by name) let
+channels_last fail 10 more of a 30-trial search; blaming cudnn_benchmark (first
+among the step's knobs) skipped five seeds, among them batch 1024 on the device
+in a graph, and the search stated 1.13M samples/s. A trial skipped by
+prediction never ran its config, so its values are not cleared by it.
 
 One failure is enough for a CUDA graph that a host sync in the step broke
 (``autotune.trial.capture``): the sync is in the workload's code, so every
@@ -51,10 +52,12 @@ class Hopeless:
     values: tuple[tuple[str, Any], ...]  # (knob, value) pairs: a config that sets all of them is not tried again
     trials: tuple[int, ...]  # the failed trials these values explain
     reason: str  # the error they share (the first one's)
-    rule: str = "failed in every trial that used it"  # why the values are not tried again
+    rule: str = ""  # why the values are not tried again, where it is not that they failed every time
 
     def short(self) -> str:
-        rule = self.rule if len(self.values) == 1 else "failed together in every trial that used them all"
+        together = len(self.values) > 1
+        rule = self.rule or ("failed together in every trial that used them all" if together
+                             else "failed in every trial that used it")
         return f"{' with '.join(_shown(k, v) for k, v in self.values)} {rule} ({', '.join(map(str, self.trials))})"
 
     def describe(self) -> str:

@@ -163,21 +163,13 @@ class ParityCheck:
         return ladder(config, self.lr_of(config), self.lr_rule, self.lr_at, self.baseline.batch_size)
 
     def _hopeless(self, config: Config) -> tuple[Config, ParityVerdict, str] | None:
-        """A config whose batch was rejected by a margin at every rate it would be tried at, or is larger than such a
-        batch above the baseline's (fewer steps on as many samples), and why. On an H200, mnist_cnn's batches 2048,
-        4096 and 8192 took all 9 runs at three rates each; batch 1024 in fp32 (1.45M samples/s) was never checked."""
-        base = self.baseline.batch_size
-        nearer = sorted({b for b, _ in self._batch_rejected if base < b < config.batch_size})
-        for batch in [config.batch_size, *nearer]:
-            at = config if batch == config.batch_size else dataclasses.replace(config, batch_size=batch)
-            found = rejected_at_every_rate(self._batch_rejected, batch, *self._ladder(at))
-            if found is None:
-                continue
-            twin, verdict = found
-            if batch == config.batch_size:
-                return twin, verdict, f"batch {batch} at lr {verdict.lr:g} is too far whatever the numerics"
-            return twin, verdict, f"batch {batch} is too far at every rate, and batch {config.batch_size} is larger"
-        return None
+        """A config whose batch was rejected by a margin at every rate it would be tried at, or one larger than a
+        batch that learned too little at every rate (``larger_than_rejected``); the verdict it takes, and why."""
+        found = rejected_at_every_rate(self._batch_rejected, config.batch_size, *self._ladder(config))
+        if found is not None:
+            twin, verdict = found[-1]
+            return twin, verdict, f"batch {config.batch_size} at lr {verdict.lr:g} is too far whatever the numerics"
+        return larger_than_rejected(self._batch_rejected, self.baseline, config, self._ladder, self.lr_of(config))
 
     def _judge(self, config: Config, limit: int) -> ParityVerdict:
         """Run `config` at its rule's rate, then at the gentler ones while a batch size fails and a rate may help."""
@@ -334,9 +326,9 @@ def ladder(
 
 def rejected_at_every_rate(
     rejected: Mapping[tuple[int, float], tuple[Config, ParityVerdict]], batch: int, rates: Rates, bolder: Rates
-) -> tuple[Config, ParityVerdict] | None:
-    """The last of the verdicts that rejected `batch` by a margin at each of `rates` (and at each `bolder` one, when
-    the gentler ones showed the rate too low); None when a rate is left that no run has ruled out."""
+) -> list[tuple[Config, ParityVerdict]] | None:
+    """The runs that rejected `batch` by a margin at each of `rates` (and at each `bolder` one, when the gentler ones
+    showed the rate too low), in that order; None when a rate is left that no run has ruled out."""
     found = [rejected.get((batch, lr)) for _, lr in rates]
     if not found or any(f is None for f in found):
         return None
@@ -345,4 +337,35 @@ def rejected_at_every_rate(
         if any(b is None for b in more):
             return None
         found += more
-    return found[-1]
+    return [f for f in found if f is not None]
+
+
+def larger_than_rejected(
+    rejected: Mapping[tuple[int, float], tuple[Config, ParityVerdict]],
+    baseline: Config,
+    config: Config,
+    ladder_of: Callable[[Config], tuple[Rates, Rates]],
+    lr: float,
+) -> tuple[Config, ParityVerdict, str] | None:
+    """`config`'s rejection without a run, when its batch is larger than one above the baseline's that learned too
+    little at every rate it was tried at, with nothing but its batch changed from the baseline's math: on as many
+    samples, a larger batch takes fewer steps, each further from the baseline's. Seen on an H200: mnist_cnn's
+    batches 2048, 4096 and 8192 took all 9 of the check's runs, three rates each, and batch 1024 in fp32 (1.45M
+    samples/s) was never checked. A batch rejected beside amp, or for learning more than the baseline, says
+    nothing of a larger one."""
+    def batch_alone(twin: Config, verdict: ParityVerdict) -> bool:
+        same_math = numerics(dataclasses.replace(twin, batch_size=baseline.batch_size)) == numerics(baseline)
+        return same_math and (verdict.deviation or 0.0) > 0 and (verdict.probe_deviation or 0.0) >= 0
+
+    for batch in sorted({b for b, _ in rejected if baseline.batch_size < b < config.batch_size}):
+        found = rejected_at_every_rate(rejected, batch, *ladder_of(dataclasses.replace(config, batch_size=batch)))
+        if found is None or not all(batch_alone(*f) for f in found):
+            continue
+        twin, verdict = found[-1]
+        why = f"batch {batch} learned too little at every rate, and batch {config.batch_size} is larger"
+        carried = ParityVerdict(False, verdict.family, verdict.tolerance, verdict.samples, verdict.window, lr,
+                                verdict.baseline_lr, initial_loss=verdict.initial_loss,
+                                baseline_loss=verdict.baseline_loss, baseline_probe_loss=verdict.baseline_probe_loss,
+                                reason=why, conclusive=verdict.conclusive)
+        return twin, carried, why
+    return None

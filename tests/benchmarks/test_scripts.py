@@ -47,5 +47,5 @@ def test_truth_times_a_config_by_hand(project: Path, monkeypatch: pytest.MonkeyP
     config = Config(batch_size=32, num_workers=2, prefetch_factor=2, persistent_workers=True)
     result = truth.by_hand(load(resolve("tiny")), config, 0.05, 0.5, torch.device("cpu"))
     assert result["seconds"] >= 0.5
-    assert result["samples"] > 0 and result["samples"] % 32 == 0  # whole batches of 512 samples
+    assert result["samples"] > 0 and result["samples"] % 32 == 0  # whole batches of 32 (of a data set of 512)
     assert result["samples_per_s"] == pytest.approx(result["samples"] / result["seconds"])

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import optuna
+from optuna.distributions import CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.study.failures import Finished, blocks, hopeless_values
 from autotune.study.predict import PREDICTED
-from autotune.study.trials import trained
+from autotune.study.trials import Learned, learn_failures, trained
 from autotune.trial.capture import HOST_SYNC
 
 VIEW = "error: RuntimeError: view size is not compatible with input tensor's size and stride"
@@ -123,3 +126,29 @@ def test_a_trial_skipped_by_prediction_did_not_train_its_config() -> None:
     assert trained(finished(TrialState.PRUNED, "pruned at window 2"))
     assert not trained(finished(TrialState.PRUNED, f"{PREDICTED}: its loader makes at most 80,836/s"))
     assert not trained(finished(TrialState.FAIL, VIEW))
+
+
+def test_the_sampler_stops_proposing_a_value_blamed_alone_and_keeps_proposing_values_blamed_together() -> None:
+    def study_with(*failed: dict) -> optuna.Study:
+        study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+        study.add_trial(optuna.trial.create_trial(value=1.0, user_attrs={"config": {"channels_last": False,
+                                                                                    "cudnn_benchmark": False}}))
+        for config in failed:
+            study.add_trial(optuna.trial.create_trial(state=TrialState.FAIL,
+                                                      user_attrs={"config": config, "reason": VIEW}))
+        return study
+
+    both = {"channels_last": True, "cudnn_benchmark": True}
+    domains = {"channels_last": [False, True], "cudnn_benchmark": [False, True]}
+    for failed, fixed in [((both, both), False), ((both, both, {**both, "cudnn_benchmark": False}), True)]:
+        study, lines = study_with(*failed), []
+        setup = SimpleNamespace(study=study, echo=lines.append, space=SimpleNamespace(domains=domains))
+        own = study.sampler
+        learn_failures(setup, Learned(sampler=own))
+        assert len(lines) == 1 and lines[0].startswith("  not trying again: ")
+        asked = {study.ask({k: CategoricalDistribution(v) for k, v in domains.items()}).params["channels_last"]
+                 for _ in range(16)}
+        if not fixed:
+            assert study.sampler is own and asked == {False, True}  # blamed together: each value is still proposed
+        else:
+            assert asked == {False}  # channels_last blamed alone: never proposed again

@@ -163,6 +163,24 @@ def test_a_batch_size_that_fails_at_its_rule_s_rate_passes_at_the_next_gentler_o
     assert validate_parity("parity", record) == []
 
 
+def test_a_batch_larger_than_one_that_failed_at_every_rate_of_its_ladder_is_not_run() -> None:
+    calls: list[tuple[int, float]] = []
+
+    def make_run(config: Config, lr: float, samples: int) -> ParityRun:
+        calls.append((config.batch_size, lr))
+        loss = 1.9 if config.batch_size == 64 else 1.0  # batch 64 learns too little at any rate; 128 would pass
+        return ParityRun(config.batch_size, lr, 2.0, loss, (samples,), (loss,), True, 0.0)
+
+    lines: list[str] = []
+    big, bigger, smaller = Config(batch_size=64), Config(batch_size=128), Config(batch_size=32)
+    gate = gate_for(make_run, [big, bigger, smaller], lines)
+    assert gate.select([big, bigger, smaller], want=1, max_runs=9) == [smaller]
+    assert calls == [(16, 0.05), (64, 0.2), (64, 0.1), (64, 0.05), (32, 0.1)]  # linear, sqrt, none; then 32
+    assert gate.verdicts[bigger].lr == 0.4 and not gate.verdicts[bigger].passed  # linear's 0.8, capped
+    assert lines[3] == (f"  parity REJECT  (batch 64 learned too little at every rate, and batch 128 is larger: see "
+                        f"{big.describe()})  {bigger.describe()}")
+
+
 def test_every_gentler_rate_is_tried_in_turn_and_a_capped_rate_only_once() -> None:
     calls: list[tuple[int, float]] = []
     large, huge = Config(batch_size=256), Config(batch_size=1024)

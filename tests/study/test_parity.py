@@ -134,9 +134,25 @@ def test_a_batch_larger_than_one_too_far_at_every_rate_is_rejected_without_a_run
     gate = ParityCheck(Config(batch_size=16), lambda c: 0.1 * c.batch_size / 16, run, ranked, lines.append)
     assert gate.select(ranked, want=2, max_runs=5) == [nearer, smaller]
     assert calls == [Config(batch_size=16), too_far, nearer, smaller]  # a smaller batch than the baseline's runs
-    assert lines[1] == (f"  parity REJECT  (batch 64 is too far at every rate, and batch 128 is larger: see "
-                        f"{too_far.describe()})  {larger.describe()}")
-    assert not gate.verdicts[larger].passed and gate.verdicts[larger].deviation == pytest.approx(0.9)
+    why = "batch 64 learned too little at every rate, and batch 128 is larger"
+    assert lines[1] == f"  parity REJECT  ({why}: see {too_far.describe()})  {larger.describe()}"
+    carried = gate.verdicts[larger]  # its own rate, and no run's numbers: batch 64's are not batch 128's
+    assert (carried.passed, carried.lr, carried.reason, carried.deviation) == (False, 0.8, why, None)
+
+
+@pytest.mark.parametrize(("too_far", "loss"), [
+    (Config(batch_size=64, amp="fp16"), 1.9),  # rejected beside amp: fp16 may be what broke it
+    (Config(batch_size=64), 0.1),  # rejected for learning far more than the baseline: fewer steps cannot explain it
+])
+def test_a_rejection_that_a_smaller_batch_alone_does_not_explain_says_nothing_of_a_larger_batch(
+    too_far: Config, loss: float
+) -> None:
+    run, calls = fake_runs({16: 1.0, 64: loss, 128: 1.0})
+    larger = Config(batch_size=128)
+    gate = ParityCheck(Config(batch_size=16), lambda c: 0.1 * c.batch_size / 16, run, [too_far, larger],
+                       lambda line: None)
+    assert gate.select([too_far, larger], want=1, max_runs=5) == [larger]
+    assert calls == [Config(batch_size=16), too_far, larger]
 
 
 def test_check_runs_a_batch_size_again_when_its_rejection_was_narrow() -> None:
