@@ -12,6 +12,9 @@ DataLoader, autocast, channels_last, SGD) warms up, skips twice the batches its
 workers can prefetch, and is timed for `--seconds` (at least 30 by default),
 epochs and their start-up included, the device synchronised only at the ends.
 The table gives both numbers and their ratio; every number is from this run.
+Under each row, both are split the same way: the rate within epochs, and what an
+epoch boundary costs beyond it (the hand loop's from when it received each batch),
+so a ratio off 1 shows which of the two parts autotune has wrong.
 
 A ``decode = gpu`` config's hand loop is written out the same way: workers read each
 file's bytes, and batch k+1 is decoded and augmented on a side stream while batch
@@ -119,18 +122,40 @@ def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: to
     feed = batches()
     if config.decode == "gpu":
         feed = decoded_ahead(feed, translate(dataset.transform), device, fmt)
-    backlog = 2 * config.num_workers * (config.prefetch_factor or 2) if config.num_workers else 0
-    for _ in range(10 + backlog):  # warm-up (cuDNN autotuning), then twice what the workers can hold ready
+    capacity = config.num_workers * (config.prefetch_factor or 2) if config.num_workers else 0
+    taken = 10 + 2 * capacity
+    for _ in range(taken):  # warm-up (cuDNN autotuning), then twice what the workers can hold ready
         step(*next(feed))
     sync(device)
     samples, start = 0, time.perf_counter()
+    arrived: list[tuple[float, int, int]] = []  # each batch: when the loop had it, its place in its epoch, its size
     while time.perf_counter() - start < seconds:
         x, y = next(feed)
+        arrived.append((time.perf_counter() - start, taken % len(loader), len(x)))
+        taken += 1
         step(x, y)
         samples += len(x)
     sync(device)
     wall = time.perf_counter() - start
-    return {"samples_per_s": samples / wall, "seconds": wall, "samples": samples}
+    return {"samples_per_s": samples / wall, "seconds": wall, "samples": samples,
+            **epoch_parts(arrived, samples, wall, len(loader), capacity)}
+
+
+def epoch_parts(arrived: list[tuple[float, int, int]], samples: int, wall: float, per_epoch: int,
+                capacity: int) -> dict[str, float | int | None]:
+    """The hand loop split as autotune splits a measurement: its rate within epochs (from each epoch's second batch
+    to `capacity` batches before its end, where the workers still have the epoch's work), and what each epoch
+    boundary it crossed cost beyond that. Read where the loop received each batch: the device is not synchronised
+    per step, so each time may run ahead of the device by the few steps its queue holds."""
+    seconds = batches = within = 0.0
+    for (t0, place0, _), (t1, place1, size) in zip(arrived, arrived[1:]):
+        if place1 == place0 + 1 and 1 <= place0 and place1 < per_epoch - capacity:
+            seconds, within = seconds + t1 - t0, within + size
+            batches += 1
+    boundaries = sum(place == 0 for _, place, _ in arrived)
+    steady = within / seconds if batches >= 2 and seconds > 0 else None
+    cost = (wall - samples / steady) / boundaries if steady is not None and boundaries else None
+    return {"steady_samples_per_s": steady, "boundaries": boundaries, "boundary_s": cost}
 
 
 class JpegFiles(torch.utils.data.Dataset):
@@ -178,6 +203,14 @@ def take(x: torch.Tensor, y: torch.Tensor, done: Any, device: torch.device) -> t
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}/s"
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"
 
 
 def by_autotune(workload_path: Path, config: Config, lr: float, cores: int, logs: Path,
@@ -231,20 +264,29 @@ def main() -> None:
         if args.hand_only:
             hand = by_hand(workload, config, lr, args.seconds, device)
             rows.append({"config": name, "knobs": config.describe(), "hand": hand["samples_per_s"],
-                         "hand_seconds": hand["seconds"]})
-            print(f"  {name:<46} by hand {hand['samples_per_s']:>8,.0f}/s over {hand['seconds']:.0f} s", flush=True)
+                         "hand_seconds": hand["seconds"], "hand_steady": hand["steady_samples_per_s"],
+                         "hand_boundary_s": hand["boundary_s"]})
+            print(f"  {name:<46} by hand {hand['samples_per_s']:>8,.0f}/s over {hand['seconds']:.0f} s "
+                  f"(within epochs {_rate(hand['steady_samples_per_s'])}, an epoch boundary "
+                  f"{_seconds(hand['boundary_s'])})", flush=True)
             continue
         ours = by_autotune(ref.workload_path, config, lr, cores, args.out.resolve() / "logs", device)
         hand = by_hand(workload, config, lr, args.seconds, device)
         ratio = ours["samples_per_s"] / hand["samples_per_s"]
         rows.append({"config": name, "knobs": config.describe(), "autotune": ours["samples_per_s"],
                      "autotune_steady": ours["steady_samples_per_s"], "autotune_spread": ours["spread"],
+                     "autotune_epoch_overhead_s": ours.get("epoch_overhead_s"),
                      "backlog_steps": ours.get("backlog_steps"), "hand": hand["samples_per_s"],
-                     "hand_seconds": hand["seconds"], "ratio": ratio})
+                     "hand_seconds": hand["seconds"], "hand_steady": hand["steady_samples_per_s"],
+                     "hand_boundaries": hand["boundaries"], "hand_boundary_s": hand["boundary_s"], "ratio": ratio})
         print(f"  {name:<46} autotune {ours['samples_per_s']:>8,.0f}/s ±{ours['spread']:.1%}  "
               f"by hand {hand['samples_per_s']:>8,.0f}/s over {hand['seconds']:.0f} s  "
               f"ratio {ratio:.3f}{'' if abs(ratio - 1) <= TOLERANCE else '  OUTSIDE ±7%'}"
               f"{'  (the hand loop runs it eager, not in a CUDA graph)' if config.cuda_graph else ''}", flush=True)
+        print(f"  {'':<46} within epochs: autotune {ours['steady_samples_per_s']:,.0f}/s, by hand "
+              f"{_rate(hand['steady_samples_per_s'])}; an epoch boundary: autotune "
+              f"{ours.get('epoch_overhead_s') or 0:.2f} s, by hand {_seconds(hand['boundary_s'])} "
+              f"({hand['boundaries']} crossed)", flush=True)
         if device.type == "cuda":
             torch.cuda.empty_cache()
     (args.out / "truth.json").write_text(json.dumps(rows, indent=1))

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import time
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import pytest
 import torch
-from torch.utils.data import TensorDataset
+from torch import nn
+from torch.utils.data import Dataset, TensorDataset
 
 from autotune.config import Config
 from autotune.trial.timing import Windows
@@ -49,3 +51,34 @@ def test_truth_times_a_config_by_hand(project: Path, monkeypatch: pytest.MonkeyP
     assert result["seconds"] >= 0.5
     assert result["samples"] > 0 and result["samples"] % 32 == 0  # whole batches of 32 (of a data set of 512)
     assert result["samples_per_s"] == pytest.approx(result["samples"] / result["seconds"])
+
+
+class SlowStart(Dataset):
+    """64 samples at 2 ms each; a worker's first sample waits 0.3 s more: without persistent workers, every epoch's
+    workers start afresh and pay it, at the epoch's boundary."""
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        if not getattr(self, "started", False):
+            time.sleep(0.3)
+            self.started = True
+        time.sleep(0.002)
+        return torch.zeros(4), i % 2
+
+
+@pytest.mark.alone
+def test_truth_splits_the_hand_loop_into_its_rate_within_epochs_and_what_each_boundary_costs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    truth = _script("truth", monkeypatch)
+    workload = SimpleNamespace(build_model=lambda: nn.Linear(4, 2), build_loss=nn.CrossEntropyLoss,
+                               build_optimizer=lambda params, lr: torch.optim.SGD(params, lr=lr),
+                               build_dataset=lambda root: SlowStart())
+    config = Config(batch_size=8, num_workers=2, prefetch_factor=2)  # 8 batches an epoch, 4 held ready
+    result = truth.by_hand(workload, config, 0.1, 3.0, torch.device("cpu"))
+    # Within an epoch two workers make a batch of 8 in 16 ms each: about 1,000 samples/s; each boundary adds 0.3 s.
+    assert result["boundaries"] >= 4
+    assert 0.25 <= result["boundary_s"] <= 0.6
+    assert result["steady_samples_per_s"] > 3 * result["samples_per_s"]
