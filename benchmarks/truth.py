@@ -14,7 +14,8 @@ epochs and their start-up included, the device synchronised only at the ends.
 The table gives both numbers and their ratio; every number is from this run.
 Under each row, both are split the same way: the rate within epochs, and what an
 epoch boundary costs beyond it (the hand loop's from when it received each batch),
-so a ratio off 1 shows which of the two parts autotune has wrong.
+so a ratio off 1 shows which of the two parts autotune has wrong; and the hand
+loop's rate per 5 s, which shows a host whose cores slow under sustained load.
 
 A ``decode = gpu`` config's hand loop is written out the same way: workers read each
 file's bytes, and batch k+1 is decoded and augmented on a side stream while batch
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import re
 import time
@@ -50,6 +52,7 @@ from autotune.workloads.locate import data_root
 
 SEARCH_WINDOWS = Windows(window_s=0.2)  # what a search times a trial with on a GPU (autotune.study.setup)
 TOLERANCE = 0.07  # autotune's number within this of the hand-timed one
+TIMELINE_S = 5.0  # the hand loop's rate is also given per this many seconds
 
 
 def _configs(cores: int, bs: int) -> dict[str, dict[str, Config]]:
@@ -155,7 +158,13 @@ def epoch_parts(arrived: list[tuple[float, int, int]], samples: int, wall: float
     boundaries = sum(place == 0 for _, place, _ in arrived)
     steady = within / seconds if batches >= 2 and seconds > 0 else None
     cost = (wall - samples / steady) / boundaries if steady is not None and boundaries else None
-    return {"steady_samples_per_s": steady, "boundaries": boundaries, "boundary_s": cost}
+    # Samples/s in each TIMELINE_S of the loop: a rate that falls as the loop goes on (a host's cores leaving their
+    # boost clock under sustained load) shows here, and would make any short measurement read high.
+    bins = [0] * max(1, math.ceil(wall / TIMELINE_S))
+    for t, _, size in arrived:
+        bins[min(int(t // TIMELINE_S), len(bins) - 1)] += size
+    timeline = [round(n / min(TIMELINE_S, wall - i * TIMELINE_S), 1) for i, n in enumerate(bins)]
+    return {"steady_samples_per_s": steady, "boundaries": boundaries, "boundary_s": cost, "timeline": timeline}
 
 
 class JpegFiles(torch.utils.data.Dataset):
@@ -265,7 +274,7 @@ def main() -> None:
             hand = by_hand(workload, config, lr, args.seconds, device)
             rows.append({"config": name, "knobs": config.describe(), "hand": hand["samples_per_s"],
                          "hand_seconds": hand["seconds"], "hand_steady": hand["steady_samples_per_s"],
-                         "hand_boundary_s": hand["boundary_s"]})
+                         "hand_boundary_s": hand["boundary_s"], "hand_timeline": hand["timeline"]})
             print(f"  {name:<46} by hand {hand['samples_per_s']:>8,.0f}/s over {hand['seconds']:.0f} s "
                   f"(within epochs {_rate(hand['steady_samples_per_s'])}, an epoch boundary "
                   f"{_seconds(hand['boundary_s'])})", flush=True)
@@ -278,7 +287,8 @@ def main() -> None:
                      "autotune_epoch_overhead_s": ours.get("epoch_overhead_s"),
                      "backlog_steps": ours.get("backlog_steps"), "hand": hand["samples_per_s"],
                      "hand_seconds": hand["seconds"], "hand_steady": hand["steady_samples_per_s"],
-                     "hand_boundaries": hand["boundaries"], "hand_boundary_s": hand["boundary_s"], "ratio": ratio})
+                     "hand_boundaries": hand["boundaries"], "hand_boundary_s": hand["boundary_s"],
+                     "hand_timeline": hand["timeline"], "autotune_windows": ours.get("window_rates"), "ratio": ratio})
         print(f"  {name:<46} autotune {ours['samples_per_s']:>8,.0f}/s ±{ours['spread']:.1%}  "
               f"by hand {hand['samples_per_s']:>8,.0f}/s over {hand['seconds']:.0f} s  "
               f"ratio {ratio:.3f}{'' if abs(ratio - 1) <= TOLERANCE else '  OUTSIDE ±7%'}"
@@ -286,7 +296,8 @@ def main() -> None:
         print(f"  {'':<46} within epochs: autotune {ours['steady_samples_per_s']:,.0f}/s, by hand "
               f"{_rate(hand['steady_samples_per_s'])}; an epoch boundary: autotune "
               f"{ours.get('epoch_overhead_s') or 0:.2f} s, by hand {_seconds(hand['boundary_s'])} "
-              f"({hand['boundaries']} crossed)", flush=True)
+              f"({hand['boundaries']} crossed); by hand per {TIMELINE_S:.0f} s: "
+              f"{', '.join(f'{r:,.0f}' for r in hand['timeline'])}", flush=True)
         if device.type == "cuda":
             torch.cuda.empty_cache()
     (args.out / "truth.json").write_text(json.dumps(rows, indent=1))

@@ -82,3 +82,5 @@ def test_truth_splits_the_hand_loop_into_its_rate_within_epochs_and_what_each_bo
     assert result["boundaries"] >= 4
     assert 0.25 <= result["boundary_s"] <= 0.6
     assert result["steady_samples_per_s"] > 3 * result["samples_per_s"]
+    # Per 5 s: the 3 s of the loop in one bin, at the loop's own rate.
+    assert result["timeline"] == [pytest.approx(result["samples_per_s"], rel=0.05)]
