@@ -150,11 +150,10 @@ def epoch_parts(arrived: list[tuple[float, int, int]], samples: int, wall: float
     to `capacity` batches before its end, where the workers still have the epoch's work), and what each epoch
     boundary it crossed cost beyond that. Read where the loop received each batch: the device is not synchronised
     per step, so each time may run ahead of the device by the few steps its queue holds."""
-    seconds = batches = within = 0.0
+    seconds, batches, within = 0.0, 0, 0
     for (t0, place0, _), (t1, place1, size) in zip(arrived, arrived[1:]):
         if place1 == place0 + 1 and 1 <= place0 and place1 < per_epoch - capacity:
-            seconds, within = seconds + t1 - t0, within + size
-            batches += 1
+            seconds, batches, within = seconds + t1 - t0, batches + 1, within + size
     boundaries = sum(place == 0 for _, place, _ in arrived)
     steady = within / seconds if batches >= 2 and seconds > 0 else None
     cost = (wall - samples / steady) / boundaries if steady is not None and boundaries else None

@@ -329,15 +329,17 @@ def rejected_at_every_rate(
 ) -> list[tuple[Config, ParityVerdict]] | None:
     """The runs that rejected `batch` by a margin at each of `rates` (and at each `bolder` one, when the gentler ones
     showed the rate too low), in that order; None when a rate is left that no run has ruled out."""
-    found = [rejected.get((batch, lr)) for _, lr in rates]
-    if not found or any(f is None for f in found):
+    def runs(tried: Rates) -> list[tuple[Config, ParityVerdict]] | None:
+        found = [rejected.get((batch, lr)) for _, lr in tried]
+        return None if any(f is None for f in found) else [f for f in found if f is not None]
+
+    found = runs(rates)
+    if not found:
         return None
-    if too_low([(rule, f[1]) for (rule, _), f in zip(rates, found) if f is not None]):
-        more = [rejected.get((batch, lr)) for _, lr in bolder]
-        if any(b is None for b in more):
-            return None
-        found += more
-    return [f for f in found if f is not None]
+    if too_low([(rule, verdict) for (rule, _), (_, verdict) in zip(rates, found)]):
+        more = runs(bolder)
+        return None if more is None else found + more
+    return found
 
 
 def larger_than_rejected(
