@@ -11,8 +11,9 @@ from autotune.workloads import Workload
 AMP_CHOICES = ("off", "bf16", "fp16")
 PLACEMENT_CHOICES = ("stream", "device")
 DECODE_CHOICES = ("cpu", "gpu")  # gpu: workers read JPEG bytes, the device decodes and augments (loop.device_decode)
-# The DataLoader knobs: they change how fast batches come, not which samples or in what order.
-LOADER_KNOBS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
+# The loader's knobs: they change how fast batches come, not which samples, their values or their order.
+# device_normalize moves ToTensor and Normalize from the workers to the device, with the same arithmetic.
+LOADER_KNOBS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "device_normalize")
 # Token positions a padded batch is rounded up to (0: the batch's longest sequence, as the collate_fn pads it).
 # 8 keeps a matrix dimension a multiple of what fp16/bf16 tensor cores take whole; 64 leaves at most 8 lengths
 # for sequences of 16..512 tokens, so per-shape costs (an attention plan, a kernel choice) are paid 8 times, not 497.
@@ -41,6 +42,8 @@ class Config:
     cuda_graph: bool = False
     placement: str = "stream"
     decode: str = "cpu"
+    # The workers hand over uint8 images; the device runs the pipeline's ToTensor and Normalize (loop.device_normalize)
+    device_normalize: bool = False
     pad_multiple: int = 0  # 0: off; N: the collate_fn pads each batch to a multiple of N (pad_to_multiple_of)
     bucketing: bool = False  # batches of samples of similar length (loop.buckets), from the workload's sample_lengths
 
@@ -64,6 +67,8 @@ class Config:
             parts.append(f"workers={self.num_workers}")
             if self.decode == "gpu":
                 parts.append("gpu-decode")
+            if self.device_normalize:
+                parts.append("device-normalize")
             if self.pin_memory:
                 parts.append("pinned")
             if self.persistent_workers:

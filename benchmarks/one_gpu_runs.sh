@@ -3,7 +3,8 @@
 #
 #     bash benchmarks/one_gpu_runs.sh OUT first    # GPU tests, both decode paths on 5 cores and the gpu path on
 #                                                  # all cores (truth benchmark), the Adadelta MNIST search
-#     bash benchmarks/one_gpu_runs.sh OUT search   # autotune search --recipe imagenet_resnet50, default options,
+#     bash benchmarks/one_gpu_runs.sh OUT search   # autotune search --recipe imagenet_resnet50, default options
+#                                                  # (GPU_TESTS=expr: those GPU tests first, beside the data set),
 #                                                  # then through the truth benchmark its winner, the workload's own
 #                                                  # settings and the sweep's best rows (TRUTH_S seconds each)
 #     bash benchmarks/one_gpu_runs.sh OUT check    # the winner (this host's last search, else the committed one)
@@ -62,7 +63,11 @@ first)
     cp "$REPO/benchmarks/workloads/mnist_adadelta.tuned.toml" "$OUT/" 2>/dev/null
     ;;
 search)
+    # GPU_TESTS: a pytest -k expression; those GPU tests run while the data set is written.
+    [ -n "${GPU_TESTS:-}" ] && step pytest_gpu bash -c "cd $REPO && python3 -m pytest -q -m gpu -p no:cacheprovider \
+        -rs -k '$GPU_TESTS'" &
     [ -d "$AUTOTUNE_DATA/imagenet-synthetic" ] || step data bash -c "$DATA"
+    wait
     step imagenet_search bash -c "python3 -m autotune search --recipe imagenet_resnet50 \
         && python3 -m autotune show --recipe imagenet_resnet50"
     cp /tmp/runs/imagenet_search/recipes/imagenet_resnet50.tuned.toml "$OUT/" 2>/dev/null

@@ -22,14 +22,17 @@ file's bytes, and batch k+1 is decoded and augmented on a side stream while batc
 k trains. The one autotune function it calls is the per-batch decode itself
 (``autotune.loop.device_decode.decode_batch``): what is checked is the measurement
 of a loop, not the arithmetic of a crop, which the CPU tests compare with
-torchvision's. A hand loop does not capture CUDA graphs; a config that asks for one
-is run eager, and its row says so.
+torchvision's. A ``device_normalize`` config's hand loop gives its workers the pipeline up to
+ToTensor, then PILToTensor, and divides by 255 and normalises on the device itself.
+A hand loop does not capture CUDA graphs; a config that asks for one is run eager,
+and its row says so.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import json
 import math
 import os
@@ -82,6 +85,13 @@ def _configs(cores: int, bs: int) -> dict[str, dict[str, Config]]:
                 bs, num_workers=cores - 1, prefetch_factor=2, persistent_workers=True, decode=where, **fast)
             for where in ("gpu", "cpu")
         },
+        # Workers that hand over uint8 images (ToTensor and Normalize on the device) against workers that make floats.
+        "pixels": {
+            f"{w} workers, prefetch 4, {'uint8, normalized on the device' if on else 'float32 from the workers'}, "
+            f"bf16+CL": Config(bs, num_workers=w, prefetch_factor=4, persistent_workers=True, device_normalize=on,
+                               **fast)
+            for w in (cores - 1, cores) for on in (True, False)
+        },
         # The device decode path by its workers, who only read bytes: how many it needs on a host with many cores.
         "gpu_workers": {
             f"{w} workers, gpu decode, bf16+CL": Config(
@@ -103,6 +113,8 @@ def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: to
     dataset = workload.build_dataset(data_root())
     if config.decode == "gpu":
         files, collate = JpegFiles([path for path, _ in dataset.samples], [t for _, t in dataset.samples]), by_list
+    elif config.device_normalize:
+        files, collate, finish = uint8_pixels(dataset, device)
     else:
         files, collate = dataset, None
     loader = DataLoader(files, batch_size=config.batch_size, shuffle=True, num_workers=config.num_workers,
@@ -110,7 +122,10 @@ def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: to
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.amp)
 
     def step(x: torch.Tensor, y: torch.Tensor) -> None:
-        x = x.to(device, non_blocking=config.pin_memory).contiguous(memory_format=fmt)
+        x = x.to(device, non_blocking=config.pin_memory)
+        if config.device_normalize:
+            x = finish(x)
+        x = x.contiguous(memory_format=fmt)
         y = y.to(device, non_blocking=config.pin_memory)
         with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
             loss = criterion(model(x), y)
@@ -164,6 +179,20 @@ def epoch_parts(arrived: list[tuple[float, int, int]], samples: int, wall: float
         bins[min(int(t // TIMELINE_S), len(bins) - 1)] += size
     timeline = [round(n / min(TIMELINE_S, wall - i * TIMELINE_S), 1) for i, n in enumerate(bins)]
     return {"steady_samples_per_s": steady, "boundaries": boundaries, "boundary_s": cost, "timeline": timeline}
+
+
+def uint8_pixels(dataset: Any, device: torch.device) -> tuple[Any, None, Any]:
+    """A device_normalize loop by hand: the workers run the pipeline up to ToTensor, then PILToTensor; the device
+    divides by 255 and normalises as ToTensor and Normalize would. Written for a [..., ToTensor, Normalize] pipeline."""
+    from torchvision import transforms
+
+    *head, to_tensor, normalize = dataset.transform.transforms
+    assert type(to_tensor).__name__ == "ToTensor" and type(normalize).__name__ == "Normalize", dataset.transform
+    pixels = copy.copy(dataset)
+    pixels.transform = transforms.Compose([*head, transforms.PILToTensor()])
+    mean = torch.tensor(normalize.mean, device=device).view(1, -1, 1, 1)
+    std = torch.tensor(normalize.std, device=device).view(1, -1, 1, 1)
+    return pixels, None, lambda x: x.float().div(255).sub_(mean).div_(std)
 
 
 class JpegFiles(torch.utils.data.Dataset):
@@ -238,7 +267,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--recipe", default="imagenet_resnet50")
     parser.add_argument("--configs", default="default",
-                        help="default, sweep, decode, gpu_workers, or tuned (the tuned file's profile)")
+                        help="default, sweep, decode, pixels, gpu_workers, or tuned (the tuned file's profile)")
     parser.add_argument("--seconds", type=float, default=30.0, help="how long the hand-written loop is timed")
     parser.add_argument("--only", type=int, help="the first N configs of the set only")
     parser.add_argument("--match", default="", help="only the configs whose name this regular expression finds")

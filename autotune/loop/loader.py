@@ -153,7 +153,7 @@ def build_loader(
     collate_fn: Collate | None = None,
     lengths: Sequence[int] | None = None,
     **user_args: Any,
-) -> DataLoader | DeviceLoader:
+) -> Any:
     """The loader a config describes; `user_args` are the workload's own DataLoader arguments, kept.
 
     `lengths` (one per sample, the workload's ``sample_lengths``) is what ``bucketing`` groups by.
@@ -181,6 +181,11 @@ def build_loader(
 
         sampled = {"batch_sampler": order["batch_sampler"]} if "batch_sampler" in order else {}
         return decoding_loader(dataset, config, shuffle, drop_last, device, collate_fn, **user_args, **sampled)
+    if config.device_normalize:  # the workers make uint8 images; the device runs ToTensor and Normalize
+        from autotune.loop.device_normalize import normalizing_loader
+
+        sampled = {"batch_sampler": order["batch_sampler"]} if "batch_sampler" in order else {}
+        return normalizing_loader(dataset, config, shuffle, drop_last, device, collate_fn, **user_args, **sampled)
     kwargs: dict[str, Any] = {key: value for key, value in user_args.items() if value is not None}
     if config.num_workers > 0:
         kwargs["persistent_workers"] = config.persistent_workers

@@ -35,6 +35,8 @@ def holds_at_least(config: Config, failed: Config) -> bool:
         return False
     if failed.decode == "gpu" and config.decode != "gpu":
         return False
+    if failed.device_normalize and not config.device_normalize:  # its uint8 copy of each batch, besides the floats
+        return False
     # Bucketing's longest batch is batch_size samples of the longest lengths, as long as any random batch's; padding
     # to a multiple pads at least as far as padding to any of its divisors. The other way round may hold less.
     if failed.bucketing and not config.bucketing:

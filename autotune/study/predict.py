@@ -39,7 +39,8 @@ class LoaderModel:
 
     def ceiling(self, config: Config) -> float | None:
         """Samples/s the loader can make at most under `config`; None where no DataLoader decodes the data."""
-        if self.load_cpu_s <= 0 or config.placement == "device" or config.decode == "gpu":
+        # The measured cost is the whole pipeline's: a loader that leaves part of it to the device costs less.
+        if self.load_cpu_s <= 0 or config.placement == "device" or config.decode == "gpu" or config.device_normalize:
             return None
         return min(max(config.num_workers, 1), self.cores) / self.load_cpu_s
 

@@ -40,14 +40,13 @@ def seed_configs(workload: Workload, machine: Machine, space: Space) -> list[Con
         *few_shapes,
         # Every loader and loop knob on at the workload's own batch size: it fits wherever the workload's own
         # settings fit, and needs no parity run of its batch size, so it still stands when every larger batch
-        # fails the check. Then the same with JPEGs decoded on the device, where the space has that knob (on an
-        # H200 with 5 cores, 3.5x the host-decoded config by hand). Measured before any larger batch: ResNet-50's
+        # fails the check. The workers hand over uint8 images where the space has that knob (a quarter of the
+        # bytes, and no float arithmetic on the CPU); then the same with JPEGs decoded on the device (on an H200
+        # with 5 cores, 3.5x the host-decoded config by hand). Measured before any larger batch: ResNet-50's
         # seeds at batch 2048 (out of memory) and 1024 (over the trial's time limit) took 164 s of an 8-minute
         # search on an H200 when they came first.
-        *(
-            Config(batch_size=bs, **all_cores, cudnn_benchmark=True, channels_last=True, amp=amp, decode=decode)
-            for decode in ("cpu", "gpu")
-        ),
+        Config(batch_size=bs, **all_cores, cudnn_benchmark=True, channels_last=True, amp=amp, device_normalize=True),
+        Config(batch_size=bs, **all_cores, cudnn_benchmark=True, channels_last=True, amp=amp, decode="gpu"),
         # The baseline's arithmetic with every knob that keeps it: the winner when the parity check cannot tell
         # (a heavy model learns too little in the check's share of the search to judge a batch size by, or amp
         # when its gradients do not pass the numerics check), and it needs no parity run.

@@ -32,6 +32,7 @@ from autotune.trial.timing import Windows
 from autotune.tuned import file as tuned_file
 from autotune.workloads import RecipeRef, Workload, WorkloadError, load, resolve
 from autotune.workloads.decode import verdict as decode_verdict
+from autotune.workloads.pixels import verdict as pixels_verdict
 
 DEFAULT_WINDOW_S = 0.2  # seconds of work a timing window aims for
 
@@ -110,7 +111,10 @@ def prepare(recipe: str, options: SearchOptions, echo: Callable[[str], None] = p
         facts = runner.facts()
         # The device decode path, read off the data set's own transform (workloads.decode), or why there is none.
         derived, refused = decode_verdict(runner.dataset, getattr(workload, "collate_fn", None))
-        facts = dataclasses.replace(facts, gpu_decode=derived, gpu_decode_refused=refused)
+        # And the tail (ToTensor, Normalize) the device can run instead of the workers (workloads.pixels).
+        tail, tail_refused = pixels_verdict(runner.dataset, getattr(workload, "collate_fn", None))
+        facts = dataclasses.replace(facts, gpu_decode=derived, gpu_decode_refused=refused, device_normalize=tail,
+                                    device_normalize_refused=tail_refused)
     except Exception as exc:  # user code: say where it failed, in one line
         raise WorkloadError(
             f"workload {ref.workload_path}: building or reading its data set failed: "
@@ -171,6 +175,8 @@ def announce(p: Prepared) -> None:
         p.echo(f"  {knob}: left out ({why})")
     if "decode" not in p.space.excluded:
         p.echo(f"  decode gpu: {p.facts.gpu_decode}")
+    if "device_normalize" not in p.space.excluded:
+        p.echo(f"  device_normalize: {p.facts.device_normalize}")
     if len(p.space.domains["batch_size"]) > 1 or p.space.domains["batch_size"][0] != p.baseline.batch_size:
         p.echo(f"  learning rate for a new batch size: {p.lr_rule.why}")
     if p.ref.tuned_path.exists():

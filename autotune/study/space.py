@@ -25,6 +25,7 @@ KNOBS = (
     "persistent_workers",
     "prefetch_factor",
     "decode",
+    "device_normalize",
     "bucketing",
     "pad_multiple",
     "cudnn_benchmark",
@@ -32,12 +33,13 @@ KNOBS = (
     "amp",
     "cuda_graph",
 )
-BOOL_KNOBS = ("pin_memory", "persistent_workers", "bucketing", "cudnn_benchmark", "channels_last", "cuda_graph")
+BOOL_KNOBS = ("pin_memory", "persistent_workers", "device_normalize", "bucketing", "cudnn_benchmark", "channels_last",
+              "cuda_graph")
 INT_KNOBS = ("batch_size", "num_workers", "prefetch_factor", "pad_multiple")
 # Knobs of the DataLoader: a device-resident data set has none (it slices its own batches, in its own order, from
 # rows of one shape, so there is nothing to pad or group).
-STREAM_KNOBS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "decode", "bucketing",
-                "pad_multiple")
+STREAM_KNOBS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "decode", "device_normalize",
+                "bucketing", "pad_multiple")
 PREFETCH_RANGE = (1, 8)  # batches each worker keeps in flight
 BATCH_EXPONENTS = range(-2, 7)  # batch sizes from 1/4x to 64x the workload's own
 DEVICE_MEMORY_SHARE = 0.25  # a device-resident data set may take this much of the device's memory
@@ -76,6 +78,8 @@ class DataFacts:
     load_cpu_s: float = 0.0  # CPU seconds one process spends to make one sample (0: not measured)
     gpu_decode: str = ""  # the device decode path derived from the transform (workloads.decode), in one line
     gpu_decode_refused: str = ""  # why there is none, when the transform was read and could not be translated
+    device_normalize: str = ""  # the transform's tail the device can run instead of the workers (workloads.pixels)
+    device_normalize_refused: str = "the data set's transform was not read"  # why it cannot, when it cannot
     # Why pad_multiple / bucketing are left out ("": offered); trial.facts reads them off the workload.
     pad_refused: str = "the workload's collate_fn was not read"
     bucket_refused: str = "the workload's sample_lengths was not read"
@@ -130,6 +134,8 @@ class Space:
             values["num_workers"] = self._pick(trial, "num_workers")
             values["pin_memory"] = self._pick(trial, "pin_memory")
             values["decode"] = self._pick(trial, "decode")
+            if values["decode"] == "cpu":  # the device decode path makes its float images on the device already
+                values["device_normalize"] = self._pick(trial, "device_normalize")
             values["bucketing"] = self._pick(trial, "bucketing")
             values["pad_multiple"] = self._pick(trial, "pad_multiple")
             if values["num_workers"] > 0:
@@ -157,6 +163,8 @@ class Space:
                 continue
             if knob in ("persistent_workers", "prefetch_factor") and config.num_workers == 0:
                 continue
+            if knob == "device_normalize" and config.decode != "cpu":
+                continue
             if value not in self.domains[knob]:
                 return None
             if len(self.domains[knob]) > 1:
@@ -169,12 +177,14 @@ class Space:
         if config.placement == "device":
             changes.update(
                 num_workers=0, pin_memory=False, persistent_workers=False, prefetch_factor=None, decode="cpu",
-                bucketing=False, pad_multiple=0,
+                device_normalize=False, bucketing=False, pad_multiple=0,
             )
         elif config.num_workers == 0:
             changes.update(persistent_workers=False, prefetch_factor=None)
         elif config.prefetch_factor is None:
             changes.update(prefetch_factor=2)  # DataLoader's own: the same loop as one that says so
+        if config.decode != "cpu":  # the device decode path makes its float images on the device already
+            changes.update(device_normalize=False)
         for knob in self.excluded:
             changes[knob] = self.domains[knob][0]
         return dataclasses.replace(config, **changes)
@@ -257,6 +267,11 @@ def build_space(
         excluded["decode"] = "needs CUDA"
     elif not facts.gpu_decode:
         excluded["decode"] = facts.gpu_decode_refused or "the data set's transform was not read"
+    domains["device_normalize"] = (False, True)
+    if not machine.cuda:
+        excluded["device_normalize"] = "needs CUDA"  # on a CPU the same arithmetic would only move to the loop
+    elif facts.device_normalize_refused or not facts.device_normalize:
+        excluded["device_normalize"] = facts.device_normalize_refused or "the data set's transform was not read"
     domains["bucketing"] = (False, True)
     if facts.bucket_refused:
         excluded["bucketing"] = facts.bucket_refused

@@ -63,10 +63,12 @@ KNOB_TYPES: dict[str, tuple[type, ...]] = {
     "cuda_graph": (bool,),
     "placement": (str,),
     "decode": (str,),  # absent: cpu (files written before the knob existed)
+    "device_normalize": (bool,),  # absent: off (files written before the knob existed)
     "bucketing": (bool,),  # absent: off (files written before the knob existed)
     "pad_multiple": (int,),  # 0: off; absent: off (files written before the knob existed)
 }
-OPTIONAL_KNOBS = ("prefetch_factor", "decode", "bucketing", "pad_multiple")  # a profile may lack these
+# A profile may lack these.
+OPTIONAL_KNOBS = ("prefetch_factor", "decode", "device_normalize", "bucketing", "pad_multiple")
 MAX_PAD_MULTIPLE = 4096  # token positions; a larger multiple pads every batch to one absurd length
 
 

@@ -97,7 +97,7 @@ def translate(transform: Any) -> DevicePipeline:
     scale, shift = [1.0] * 3, [0.0] * 3
     geometry: list[GeometryStep] = []
     steps: list[str] = []
-    for t in _flatten(transform):
+    for t in flatten(transform):
         name = type(t).__name__
         geo = _geometry(t, name)
         if geo is not None:
@@ -146,10 +146,10 @@ def translate(transform: Any) -> DevicePipeline:
                           torch.float32 if pixels == "float" else torch.uint8, out_size, tuple(steps))
 
 
-def _flatten(transform: Any) -> list[Any]:
+def flatten(transform: Any) -> list[Any]:
     inner = getattr(transform, "transforms", None)
     if type(transform).__name__ == "Compose" and isinstance(inner, Sequence):
-        return [t for part in inner for t in _flatten(part)]
+        return [t for part in inner for t in flatten(part)]
     return [transform]
 
 

@@ -84,3 +84,27 @@ def test_truth_splits_the_hand_loop_into_its_rate_within_epochs_and_what_each_bo
     assert result["steady_samples_per_s"] > 3 * result["samples_per_s"]
     # Per 5 s: the 3 s of the loop in one bin, at the loop's own rate.
     assert result["timeline"] == [pytest.approx(result["samples_per_s"], rel=0.05)]
+
+
+def test_truth_hands_the_device_uint8_pixels_and_normalises_there_as_the_pipeline_would(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from torchvision import datasets
+    from torchvision import transforms as T
+
+    truth = _script("truth", monkeypatch)
+    pipeline = T.Compose([T.RandomResizedCrop(8), T.ToTensor(), T.Normalize((0.5, 0.4, 0.3), (0.2, 0.3, 0.4))])
+    images = datasets.FakeData(size=16, image_size=(3, 20, 12), num_classes=2, transform=pipeline)
+    pixels, collate, finish = truth.uint8_pixels(images, torch.device("cpu"))
+    assert collate is None and images.transform is pipeline  # the workload's data set keeps its own transform
+    torch.manual_seed(5)
+    want = torch.stack([images[i][0] for i in range(4)])
+    torch.manual_seed(5)
+    got = finish(torch.stack([pixels[i][0] for i in range(4)]))
+    assert torch.equal(got, want)
+    workload = SimpleNamespace(build_model=lambda: nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 2)),
+                               build_loss=nn.CrossEntropyLoss, build_dataset=lambda root: images,
+                               build_optimizer=lambda params, lr: torch.optim.SGD(params, lr=lr))
+    config = Config(batch_size=4, num_workers=2, prefetch_factor=2, device_normalize=True)
+    result = truth.by_hand(workload, config, 0.1, 0.5, torch.device("cpu"))
+    assert result["samples"] > 0 and result["samples"] % 4 == 0

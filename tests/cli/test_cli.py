@@ -46,11 +46,12 @@ def test_search_writes_the_recipe_then_resumes_and_show_prints_it(project: Path)
             "  amp: off",
         ][:8]
     )
-    assert lines[8:14] == [
+    assert lines[8:15] == [
         "  pin_memory: left out (needs CUDA)",
         "  cudnn_benchmark: left out (needs CUDA)",
         "  cuda_graph: left out (needs CUDA)",
         "  decode: left out (needs CUDA)",
+        "  device_normalize: left out (needs CUDA)",
         "  bucketing: left out (the workload gives no sample_lengths(dataset))",
         "  pad_multiple: left out (the workload gives no collate_fn, and DataLoader's default_collate pads nothing)",
     ]
@@ -72,7 +73,7 @@ def test_search_writes_the_recipe_then_resumes_and_show_prints_it(project: Path)
         "pin_memory": "needs CUDA",
         "cudnn_benchmark": "needs CUDA",
         "cuda_graph": "needs CUDA",
-        "decode": "needs CUDA",
+        "decode": "needs CUDA", "device_normalize": "needs CUDA",
         "bucketing": "the workload gives no sample_lengths(dataset)",
         "pad_multiple": "the workload gives no collate_fn, and DataLoader's default_collate pads nothing",
     }
@@ -102,8 +103,8 @@ def test_bad_input_is_one_message_and_exit_status_2(project: Path) -> None:
     assert (
         result.stderr.strip().splitlines()[-1]
         == "Error: --fix names unknown knob 'turbo'; the knobs are: placement, batch_size, num_workers, pin_memory, "
-        "persistent_workers, prefetch_factor, decode, bucketing, pad_multiple, cudnn_benchmark, channels_last, amp, "
-        "cuda_graph."
+        "persistent_workers, prefetch_factor, decode, device_normalize, bucketing, pad_multiple, cudnn_benchmark, "
+        "channels_last, amp, cuda_graph."
     )
     assert "Traceback" not in result.stderr
     assert not (project / ".autotune").exists()

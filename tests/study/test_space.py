@@ -25,7 +25,8 @@ MNIST = DataFacts(
 
 def test_gpu_space_has_every_knob() -> None:
     facts = dataclasses.replace(MNIST, gpu_decode="decode JPEG on the device, then ...", pad_refused="",
-                                bucket_refused="")
+                                bucket_refused="", device_normalize="the workers hand over uint8 pixels; ...",
+                                device_normalize_refused="")
     space = build_space(128, GPU, facts)
     assert space.excluded == {}
     assert space.domains["decode"] == ("cpu", "gpu")
@@ -42,6 +43,7 @@ def test_cpu_leaves_out_cuda_knobs_with_reasons() -> None:
     space = build_space(128, CPU, MNIST)
     assert space.excluded == {
         "pin_memory": "needs CUDA", "cudnn_benchmark": "needs CUDA", "cuda_graph": "needs CUDA", "decode": "needs CUDA",
+        "device_normalize": "needs CUDA",
         "bucketing": "the workload's sample_lengths was not read",
         "pad_multiple": "the workload's collate_fn was not read",
     }

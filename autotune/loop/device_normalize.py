@@ -1,0 +1,97 @@
+"""The `device_normalize` loader: workers hand over uint8 images, the device makes the pipeline's float batches.
+
+The DataLoader runs the data set with the workers' half of its own transform
+(``autotune.workloads.pixels.split``: everything up to ToTensor, then PILToTensor), so
+each batch is uint8 pixels: a quarter of the bytes to collate, pin and copy, and none
+of the float arithmetic on the CPU. Each batch is copied to the device (without
+blocking when pinned) and the pipeline's tail (ToTensor's division, Normalize) runs
+there on the whole batch. For example::
+
+    loader = normalizing_loader(image_folder, config, shuffle=True, drop_last=False, device=torch.device("cuda"))
+    for x, y in loader:  # x: N x 3 x 224 x 224 float32 on the device, normalised
+        loss = step(x, y)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from autotune.config import Config
+from autotune.loop.batch import BatchError
+from autotune.loop.sourced import Sourced
+from autotune.workloads.decode import NotTranslatable
+from autotune.workloads.pixels import PixelSplit, split, with_transform
+
+
+class NormalizingLoader:
+    """A DataLoader of uint8 image batches whose tail runs on the device; iterates like a DataLoader.
+
+    ``len``, ``iter``, ``batch_size``, ``drop_last``, ``dataset`` (the user's), and
+    ``num_workers`` / ``prefetch_factor`` for a measurement that reads the workers' backlog.
+    Yields ``(images, targets)`` on the device; the data order is the DataLoader's own.
+    """
+
+    def __init__(self, loader: DataLoader, cut: PixelSplit, device: torch.device, dataset: Any,
+                 memory_format: torch.memory_format = torch.contiguous_format) -> None:
+        self.loader, self.cut, self.device, self.memory_format = loader, cut, device, memory_format
+        self.dataset = dataset
+        self.batch_size, self.drop_last = loader.batch_size, loader.drop_last
+        self.num_workers, self.prefetch_factor = loader.num_workers, loader.prefetch_factor
+        self.non_blocking = bool(loader.pin_memory)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[Any]:
+        source = iter(self.loader)
+        return Sourced(source, self._finished(source))
+
+    def _finished(self, source: Iterator[Any]) -> Iterator[Any]:
+        for batch in source:
+            if not (isinstance(batch, (tuple, list)) and len(batch) == 2 and isinstance(batch[0], torch.Tensor)):
+                raise BatchError(f"device_normalize finishes the images of (images, targets) batches, but a batch "
+                                 f"is a {type(batch).__name__}: pass device_normalize=False")
+            pixels, targets = batch
+            images = self.cut.finish(pixels.to(self.device, non_blocking=self.non_blocking))
+            images = images.contiguous(memory_format=self.memory_format)
+            targets = targets.to(self.device, non_blocking=self.non_blocking) if isinstance(targets, torch.Tensor) \
+                else targets
+            yield type(batch)((images, targets)) if isinstance(batch, tuple) else [images, targets]
+
+
+def normalizing_loader(
+    dataset: Any,
+    config: Config,
+    shuffle: bool,
+    drop_last: bool,
+    device: torch.device,
+    collate_fn: Callable[[list[Any]], Any] | None = None,
+    **user_args: Any,
+) -> NormalizingLoader:
+    """The `device_normalize` loader for `dataset`, whose own transform is cut; raises NotTranslatable.
+
+    `user_args` (a sampler or batch sampler, a worker_init_fn, a generator, a timeout) go to the DataLoader as they
+    are. A workload's own `collate_fn` is refused: it batches the float images the workers no longer make.
+    """
+    if collate_fn is not None:
+        raise NotTranslatable("device_normalize: the workload gives its own collate_fn, which batches the float "
+                              "images the workers would no longer make")
+    cut = split(getattr(dataset, "transform", None))
+    kwargs: dict[str, Any] = {key: value for key, value in user_args.items() if value is not None}
+    if config.num_workers > 0:
+        kwargs["persistent_workers"] = config.persistent_workers
+        kwargs["prefetch_factor"] = config.prefetch_factor or 2
+    if "batch_sampler" not in kwargs:
+        kwargs.update(batch_size=config.batch_size, shuffle=shuffle, drop_last=drop_last)
+    loader = DataLoader(
+        with_transform(dataset, cut.host),
+        num_workers=config.num_workers,
+        pin_memory=config.pin_memory and device.type == "cuda",
+        **kwargs,
+    )
+    memory_format = torch.channels_last if config.channels_last else torch.contiguous_format
+    return NormalizingLoader(loader, cut, device, dataset, memory_format)
