@@ -15,8 +15,8 @@
 #     bash benchmarks/one_gpu_runs.sh OUT cores5   # the ImageNet search on 5 cores (--cpus 5), then its winner and
 #                                                  # both decode paths through the truth benchmark on those 5 cores
 #     bash benchmarks/one_gpu_runs.sh OUT speed    # benchmarks/speed.py (the README's mnist_cnn and cifar10 rows),
-#                                                  # then autotune diagnose on imagenet_resnet50 and the device
-#                                                  # decode path by its workers, by hand
+#                                                  # then the workload's own ImageNet settings through the truth
+#                                                  # benchmark with a 60 s hand loop, then autotune diagnose
 #
 # The synthetic ImageNet folder (51,200 JPEGs) is written once per host, under /tmp, while the GPU tests run;
 # later parts on the same host reuse it. Each step's output goes, stamped, to OUT/<step>.log, and a step is
@@ -130,10 +130,10 @@ speed)
     step speed python3 "$REPO/benchmarks/speed.py" --out /tmp/runs/speed ${SPEED_ARGS:---trials 30 --budget 100}
     cp /tmp/runs/speed/bench.json "$OUT/speed.json" 2>/dev/null
     step data bash -c "$DATA"
+    # The workload's own settings with the hand loop timed twice as long: does its rate drift past 30 s?
+    step own_60s python3 "$REPO/benchmarks/truth.py" --configs default --match own --seconds 60 --out .
+    cp /tmp/runs/own_60s/truth.json "$OUT/own_60s.json" 2>/dev/null
     step diagnose python3 -m autotune diagnose --recipe imagenet_resnet50
-    # With what is left: the device decode path by its number of workers, by hand.
-    step gpu_workers python3 "$REPO/benchmarks/truth.py" --configs gpu_workers --hand-only --seconds 15 --out .
-    cp /tmp/runs/gpu_workers/truth.json "$OUT/gpu_workers.json" 2>/dev/null
     ;;
 *)
     echo "unknown part $PART: first, search, check, final, cores5 or speed" >&2
