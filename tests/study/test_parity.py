@@ -125,10 +125,15 @@ def test_check_picks_the_fastest_that_pass_and_reuses_verdicts_of_equal_numerics
     assert validate_parity("parity", record) == []
 
 
-def test_a_batch_larger_than_one_too_far_at_every_rate_is_rejected_without_a_run() -> None:
+@pytest.mark.parametrize("knobs", [
+    {},
+    # mnist_cnn's on an H200: data on the device, cudnn.benchmark, a CUDA graph, none of which changes the math
+    {"placement": "device", "cudnn_benchmark": True, "cuda_graph": True},
+])
+def test_a_batch_larger_than_one_too_far_at_every_rate_is_rejected_without_a_run(knobs: dict) -> None:
     """mnist_cnn on an H200: batches 2048, 4096 and 8192 took every run the check had, at three rates each."""
     run, calls = fake_runs({16: 1.0, 64: 1.9, 128: 1.0, 32: 1.05, 8: 1.0})  # 128 would pass, were it run
-    too_far, larger, nearer, smaller = (Config(batch_size=b) for b in (64, 128, 32, 8))
+    too_far, larger, nearer, smaller = (Config(batch_size=b, **knobs) for b in (64, 128, 32, 8))
     ranked = [too_far, larger, nearer, smaller]
     lines: list[str] = []
     gate = ParityCheck(Config(batch_size=16), lambda c: 0.1 * c.batch_size / 16, run, ranked, lines.append)

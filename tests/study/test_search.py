@@ -107,13 +107,18 @@ def test_search_learns_a_broken_value_and_writes_the_fastest_config(project: Pat
 
 
 def test_seeds_come_first_and_the_baseline_is_trial_0(project: Path, fake_pool: type[FakePool]) -> None:
-    search("tiny", SearchOptions(trials=3), echo=lambda line: None)
+    search("tiny", SearchOptions(trials=6), echo=lambda line: None)
     assert fake_pool.runs[0] == Config(batch_size=16)  # the workload's own settings
+    # Then the data set kept in memory (the device of a CPU), which the tiny one allows: at its own batch size and
+    # 8x, in bf16 (amp's only choice on a CPU) and fp32, and at 2x in fp32 (fp16's seed; no fp16 or graph here).
+    assert fake_pool.runs[1:5] == [Config(batch_size=16, placement="device", amp="bf16"),
+                                   Config(batch_size=128, placement="device", amp="bf16"),
+                                   Config(batch_size=128, placement="device"),
+                                   Config(batch_size=32, placement="device")]
     # Then every knob on at the workload's own batch size (it fits wherever the baseline fits), before any larger
-    # batch, with a worker on every core but the loop's own; on a CPU, amp's only choice is bf16 and no graph or
-    # device decode is offered.
+    # streaming batch, with a worker on every core but the loop's own; no device decode is offered.
     workers = max(1, len(os.sched_getaffinity(0)) - 1)
-    assert fake_pool.runs[1] == Config(batch_size=16, num_workers=workers, persistent_workers=True, prefetch_factor=4,
+    assert fake_pool.runs[5] == Config(batch_size=16, num_workers=workers, persistent_workers=True, prefetch_factor=4,
                                        channels_last=True, amp="bf16")
 
 
