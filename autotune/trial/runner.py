@@ -33,7 +33,10 @@ def classify_failure(exc: BaseException) -> str:
     """A one-line reason for a failed trial: oom (with its numbers), worker died, a host sync that a CUDA graph
     capture refused (``autotune.trial.capture``), cuda error, or error."""
     text = str(exc).strip()
-    first = text.splitlines()[0] if text else type(exc).__name__
+    lines = text.splitlines()
+    first = lines[0] if text else type(exc).__name__
+    if first.endswith(":") and len(lines) > 1:  # a heading whose list follows (a workload's problems): keep the list
+        first = f"{first} {'; '.join(line.strip().removeprefix('- ') for line in lines[1:] if line.strip())}"
     if oom.is_oom(exc):
         return oom.oom_reason(text, oom.free_at_failure())
     if "DataLoader worker" in text and ("exited unexpectedly" in text or "killed by signal" in text):

@@ -54,15 +54,15 @@ def test_a_trial_above_its_ceiling_shows_the_model_wrong_and_nothing_is_skipped_
 def test_a_search_skips_streaming_configs_whose_loader_cannot_reach_the_best(project: Path) -> None:
     shutil.copy(FIXTURES / "heavy_reads.py", project / "recipes" / "heavy_reads.py")
     lines: list[str] = []
-    # The seeds alone: the baseline streams and measures a sample's CPU cost, the device-resident ones set the
-    # best, and the fifth, streaming with every loader knob on, comes after them. Batches of 64 at most: a streamed
+    # The seeds alone: the baseline streams and measures a sample's CPU cost, the four device-resident ones set the
+    # best, and the sixth, streaming with every loader knob on, comes after them. Batches of 64 at most: a streamed
     # batch of 128 costs two workers a quarter of a second, and its trial as long as all the others.
     options = SearchOptions(trials=6, finalists=1, rounds=1, trial_timeout_s=60, time_budget_s=None,
                             parity_check=False, fixes={"batch_size": (16, 32, 64)})
     result = search("heavy_reads", options, echo=lines.append)
     out = "\n".join(lines)
     skipped = [line for line in lines if re.search(r"trial \d+ +skipped by prediction +bs=.* its loader makes at most "
-                                                     r"[\d,]+/s \(2 core\(s\) x [\d,]+ samples/s each\), under 50% "
+                                                     r"[\d,]+/s \(\d+ core\(s\) x [\d,]+ samples/s each\), under 50% "
                                                      r"of the best [\d,]+/s$", line)]
     assert skipped, out
     summary = [line for line in lines if line.startswith("prediction: ")]

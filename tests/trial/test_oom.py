@@ -44,3 +44,13 @@ IN_A_CONTAINER = (
 )
 def test_an_oom_reason_states_what_was_asked_and_what_was_free(exc: BaseException, reason: str) -> None:
     assert classify_failure(exc) == reason
+
+
+def test_a_reason_whose_first_line_heads_a_list_keeps_the_list() -> None:
+    # A trial process whose workload fails to load: "has 1 problem(s):" alone would not say which.
+    from autotune.workloads.locate import WorkloadError
+
+    exc = WorkloadError("workload /tmp/w.py has 2 problem(s):\n  - DEFAULTS lacks 'epochs'\n  - no build_loss()")
+    assert classify_failure(exc) == (
+        "error: WorkloadError: workload /tmp/w.py has 2 problem(s): DEFAULTS lacks 'epochs'; no build_loss()")
+    assert classify_failure(ValueError("bad value\nTraceback follows")) == "error: ValueError: bad value"
