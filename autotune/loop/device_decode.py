@@ -29,6 +29,7 @@ from torch.utils.data import DataLoader
 
 from autotune.config import Config
 from autotune.loop.crops import boxes
+from autotune.loop.sourced import WrappedLoader, dataloader_args
 from autotune.workloads.decode import COLLATE_REFUSAL, DevicePipeline, NotTranslatable, collate_bytes, derive
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -77,7 +78,7 @@ def _same_size(heights: list[int], widths: list[int]) -> dict[tuple[int, int], l
     return groups
 
 
-class DecodingLoader:
+class DecodingLoader(WrappedLoader):
     """A DataLoader of JPEG bytes whose batches are decoded and augmented on the device, one batch ahead.
 
     Iterates like a DataLoader (``len``, ``iter``, ``batch_size``, ``dataset``) and yields
@@ -93,21 +94,10 @@ class DecodingLoader:
         device: torch.device,
         memory_format: torch.memory_format = torch.contiguous_format,
     ) -> None:
-        self.loader, self.pipeline, self.device, self.memory_format = loader, pipeline, device, memory_format
-        self.batch_size = loader.batch_size
-        self.drop_last = loader.drop_last
-        self.dataset = loader.dataset
-        # The workers' queue, as a measurement reads it (autotune.trial.backlog): they read the bytes.
-        self.num_workers, self.prefetch_factor = loader.num_workers, loader.prefetch_factor
+        super().__init__(loader)
+        self.pipeline, self.device, self.memory_format = pipeline, device, memory_format
 
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    def __iter__(self) -> Iterator[Batch]:
-        source = iter(self.loader)
-        return _Decoding(source, self._decoded(source))
-
-    def _decoded(self, batches: Iterator[Any]) -> Iterator[Batch]:
+    def made_from(self, batches: Iterator[Any]) -> Iterator[Batch]:
         # The iterator's base seed (the one its workers derive theirs from), drawn by DataLoader itself.
         seed = getattr(batches, "_base_seed", None)
         generator = torch.Generator(device=self.device)
@@ -125,19 +115,6 @@ class DecodingLoader:
     def _decode(self, data: list[torch.Tensor], targets: torch.Tensor, generator: torch.Generator) -> Batch:
         images = decode_batch(self.pipeline, data, self.device, generator, self.memory_format)
         return images, torch.as_tensor(targets).to(self.device, non_blocking=True)
-
-
-class _Decoding:
-    """A DecodingLoader's iterator; `source`, the DataLoader iterator of bytes under it, is what its workers fill."""
-
-    def __init__(self, source: Iterator[Any], batches: Iterator[Batch]) -> None:
-        self.source, self.batches = source, batches
-
-    def __iter__(self) -> "_Decoding":
-        return self
-
-    def __next__(self) -> Batch:
-        return next(self.batches)
 
 
 class _Inline:
@@ -199,12 +176,7 @@ def decoding_loader(
     if collate_fn is not None:
         raise NotTranslatable(COLLATE_REFUSAL)
     pipeline, files = derive(dataset)
-    kwargs: dict[str, Any] = {key: value for key, value in user_args.items() if value is not None}
-    if config.num_workers > 0:
-        kwargs["persistent_workers"] = config.persistent_workers
-        kwargs["prefetch_factor"] = config.prefetch_factor or 2
-    if "batch_sampler" not in kwargs:  # a batch sampler (bucketing's) makes the batches and their order itself
-        kwargs.update(batch_size=config.batch_size, shuffle=shuffle, drop_last=drop_last)
+    kwargs = dataloader_args(config, shuffle, drop_last, user_args)
     loader = DataLoader(
         files,
         num_workers=config.num_workers,

@@ -22,12 +22,12 @@ from torch.utils.data import DataLoader
 
 from autotune.config import Config
 from autotune.loop.batch import BatchError
-from autotune.loop.sourced import Sourced
+from autotune.loop.sourced import WrappedLoader, dataloader_args
 from autotune.workloads.decode import NotTranslatable
 from autotune.workloads.pixels import PixelSplit, split, with_transform
 
 
-class NormalizingLoader:
+class NormalizingLoader(WrappedLoader):
     """A DataLoader of uint8 image batches whose tail runs on the device; iterates like a DataLoader.
 
     ``len``, ``iter``, ``batch_size``, ``drop_last``, ``dataset`` (the user's), and
@@ -37,20 +37,11 @@ class NormalizingLoader:
 
     def __init__(self, loader: DataLoader, cut: PixelSplit, device: torch.device, dataset: Any,
                  memory_format: torch.memory_format = torch.contiguous_format) -> None:
-        self.loader, self.cut, self.device, self.memory_format = loader, cut, device, memory_format
-        self.dataset = dataset
-        self.batch_size, self.drop_last = loader.batch_size, loader.drop_last
-        self.num_workers, self.prefetch_factor = loader.num_workers, loader.prefetch_factor
+        super().__init__(loader, dataset)
+        self.cut, self.device, self.memory_format = cut, device, memory_format
         self.non_blocking = bool(loader.pin_memory)
 
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    def __iter__(self) -> Iterator[Any]:
-        source = iter(self.loader)
-        return Sourced(source, self._finished(source))
-
-    def _finished(self, source: Iterator[Any]) -> Iterator[Any]:
+    def made_from(self, source: Iterator[Any]) -> Iterator[Any]:
         for batch in source:
             if not (isinstance(batch, (tuple, list)) and len(batch) == 2 and isinstance(batch[0], torch.Tensor)):
                 raise BatchError(f"device_normalize finishes the images of (images, targets) batches, but a batch "
@@ -81,17 +72,11 @@ def normalizing_loader(
         raise NotTranslatable("device_normalize: the workload gives its own collate_fn, which batches the float "
                               "images the workers would no longer make")
     cut = split(getattr(dataset, "transform", None))
-    kwargs: dict[str, Any] = {key: value for key, value in user_args.items() if value is not None}
-    if config.num_workers > 0:
-        kwargs["persistent_workers"] = config.persistent_workers
-        kwargs["prefetch_factor"] = config.prefetch_factor or 2
-    if "batch_sampler" not in kwargs:
-        kwargs.update(batch_size=config.batch_size, shuffle=shuffle, drop_last=drop_last)
     loader = DataLoader(
         with_transform(dataset, cut.host),
         num_workers=config.num_workers,
         pin_memory=config.pin_memory and device.type == "cuda",
-        **kwargs,
+        **dataloader_args(config, shuffle, drop_last, user_args),
     )
     memory_format = torch.channels_last if config.channels_last else torch.contiguous_format
     return NormalizingLoader(loader, cut, device, dataset, memory_format)

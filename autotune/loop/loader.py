@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, Dataset
 from autotune.config import Config
 from autotune.loop import batch as batches
 from autotune.loop.buckets import LengthBuckets, padded
+from autotune.loop.sourced import dataloader_args
 
 Collate = Callable[[list[Any]], Any]
 
@@ -176,27 +177,21 @@ def build_loader(
     if config.pad_multiple:
         collate_fn = padded(collate_fn, config.pad_multiple)  # a collate_fn that cannot is a ValueError naming why
     order = _order(config, shuffle, drop_last, lengths, user_args)
+    sampled = {"batch_sampler": order["batch_sampler"]} if "batch_sampler" in order else {}
     if config.decode == "gpu":  # the workers read JPEG bytes; the device decodes and augments (loop.device_decode)
         from autotune.loop.device_decode import decoding_loader
 
-        sampled = {"batch_sampler": order["batch_sampler"]} if "batch_sampler" in order else {}
         return decoding_loader(dataset, config, shuffle, drop_last, device, collate_fn, **user_args, **sampled)
     if config.device_normalize:  # the workers make uint8 images; the device runs ToTensor and Normalize
         from autotune.loop.device_normalize import normalizing_loader
 
-        sampled = {"batch_sampler": order["batch_sampler"]} if "batch_sampler" in order else {}
         return normalizing_loader(dataset, config, shuffle, drop_last, device, collate_fn, **user_args, **sampled)
-    kwargs: dict[str, Any] = {key: value for key, value in user_args.items() if value is not None}
-    if config.num_workers > 0:
-        kwargs["persistent_workers"] = config.persistent_workers
-        kwargs["prefetch_factor"] = config.prefetch_factor or 2
     return DataLoader(
         dataset,
         num_workers=config.num_workers,
         pin_memory=config.pin_memory and device.type == "cuda",
         collate_fn=collate_fn,
-        **order,
-        **kwargs,
+        **dataloader_args(config, shuffle, drop_last, {**user_args, **sampled}),
     )
 
 
