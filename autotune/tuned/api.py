@@ -25,6 +25,7 @@ from autotune.loop import DeviceLoader, Step, build_loader
 from autotune.loop.loader import USER_LOADER_ARGS
 from autotune.tuned import file as tuned_file
 from autotune.workloads import Workload, load, resolve
+from autotune.workloads.decode import NotTranslatable
 from autotune.workloads.locate import data_root
 
 _told: set[tuple[str, str]] = set()
@@ -112,6 +113,8 @@ def tuned_loader(
     collate_fn as ``pad_to_multiple_of``, and one with ``bucketing`` batches samples of
     similar length by the workload's ``sample_lengths(dataset)``. An argument the
     profile cannot honour is one clear error.
+    A profile with ``decode = gpu`` or ``device_normalize`` yields batches already on
+    the device, made from `dataset`'s own transform.
     A workload that gives ``build_device_dataset`` and ``device_augment`` has its
     device-resident copy built from those, not from `dataset`, so its random
     augmentation still runs (on the device).
@@ -156,9 +159,15 @@ def tuned_loader(
         return build_loader(
             source, config, shuffle, drop_last, device, workload.device_augment, materialize_workers=workers, **user
         )
-    return build_loader(
-        dataset, config, shuffle, drop_last, device, materialize_workers=workers, lengths=lengths, **user
-    )
+    try:
+        return build_loader(
+            dataset, config, shuffle, drop_last, device, materialize_workers=workers, lengths=lengths, **user
+        )
+    except NotTranslatable as exc:  # this data set's pipeline is not the one the search measured
+        knob = "decode='cpu'" if config.decode == "gpu" else "device_normalize=False"
+        raise NotTranslatable(f"tuned_loader: {recipe}'s profile moves part of the pipeline to the device "
+                              f"({config.describe()}), but this data set's cannot move: {exc}; pass {knob} to "
+                              f"keep it in the workers") from exc
 
 
 def _refuse_conflicts(config: Config, user: dict[str, Any], shuffle: bool, recipe: str) -> None:

@@ -62,6 +62,26 @@ def test_device_placement_gives_a_device_loader_with_the_same_contract(project: 
     assert x.shape == (64, 1, 8, 8) and y.shape == (64,)
 
 
+def test_a_data_set_whose_pipeline_cannot_move_to_the_device_names_the_knob_that_keeps_it(project: Path) -> None:
+    from torchvision import datasets
+    from torchvision import transforms as T
+
+    from autotune.loop.device_normalize import NormalizingLoader
+    from autotune.workloads.decode import NotTranslatable
+
+    _write(project, "cpu", Config(batch_size=4, device_normalize=True))
+    pipeline = T.Compose([T.ToTensor(), T.Normalize(0.5, 0.2)])
+    images = datasets.FakeData(size=8, image_size=(3, 12, 12), transform=pipeline)
+    assert isinstance(tuned_loader(images, recipe="tiny", device="cpu"), NormalizingLoader)
+    with pytest.raises(NotTranslatable) as info:
+        tuned_loader(_dataset(), recipe="tiny", device="cpu")  # tensors in memory: no transform to cut
+    assert str(info.value) == (
+        "tuned_loader: tiny's profile moves part of the pipeline to the device (bs=4 workers=0 device-normalize), "
+        "but this data set's cannot move: the data set has no transform: there is no ToTensor to move to the "
+        "device; pass device_normalize=False to keep it in the workers")
+    assert isinstance(tuned_loader(_dataset(), recipe="tiny", device="cpu", device_normalize=False), DataLoader)
+
+
 def test_overrides_win_over_the_profile(project: Path) -> None:
     _write(project, "cpu", Config(batch_size=32))
     loader = tuned_loader(_dataset(), recipe="tiny", device="cpu", batch_size=8, shuffle=False)
