@@ -111,6 +111,7 @@ def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: to
     criterion = workload.build_loss()
     extra = {"persistent_workers": config.persistent_workers, "prefetch_factor": config.prefetch_factor or 2}
     dataset = workload.build_dataset(data_root())
+    finish = None  # device_normalize's tail, run on the device
     if config.decode == "gpu":
         files, collate = JpegFiles([path for path, _ in dataset.samples], [t for _, t in dataset.samples]), by_list
     elif config.device_normalize:

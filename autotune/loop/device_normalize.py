@@ -24,7 +24,7 @@ from autotune.config import Config
 from autotune.loop.batch import BatchError
 from autotune.loop.sourced import WrappedLoader, dataloader_args
 from autotune.workloads.decode import NotTranslatable
-from autotune.workloads.pixels import PixelSplit, split, with_transform
+from autotune.workloads.pixels import PixelSplit, split, transform_of, with_transform
 
 
 class NormalizingLoader(WrappedLoader):
@@ -71,7 +71,7 @@ def normalizing_loader(
     if collate_fn is not None:
         raise NotTranslatable("device_normalize: the workload gives its own collate_fn, which batches the float "
                               "images the workers would no longer make")
-    cut = split(getattr(dataset, "transform", None))
+    cut = split(transform_of(dataset))
     loader = DataLoader(
         with_transform(dataset, cut.host),
         num_workers=config.num_workers,

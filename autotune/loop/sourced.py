@@ -39,6 +39,15 @@ class WrappedLoader:
         self.batch_size, self.drop_last = loader.batch_size, loader.drop_last
         self.num_workers, self.prefetch_factor = loader.num_workers, loader.prefetch_factor
 
+    @property
+    def sampler(self) -> Any:
+        """The DataLoader's: a parity run seeds its order through it (autotune.trial.parity_run.own_order)."""
+        return self.loader.sampler
+
+    @property
+    def batch_sampler(self) -> Any:
+        return self.loader.batch_sampler
+
     def __len__(self) -> int:
         return len(self.loader)
 

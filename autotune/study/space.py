@@ -183,10 +183,10 @@ class Space:
             changes.update(persistent_workers=False, prefetch_factor=None)
         elif config.prefetch_factor is None:
             changes.update(prefetch_factor=2)  # DataLoader's own: the same loop as one that says so
-        if config.decode != "cpu":  # the device decode path makes its float images on the device already
-            changes.update(device_normalize=False)
         for knob in self.excluded:
             changes[knob] = self.domains[knob][0]
+        if changes.get("decode", config.decode) != "cpu":  # the device decode path makes its float images there
+            changes.update(device_normalize=False)
         return dataclasses.replace(config, **changes)
 
     def clip(self, config: Config) -> Config:

@@ -25,13 +25,16 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import random
 from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.utils.data import Subset
 
 from autotune.workloads.decode import NotTranslatable, flatten
 
+SAMPLES_CHECKED = 2  # samples a verdict draws through both paths
 # What may follow the float conversion: each works on a batch as on one image (per channel, per pixel).
 TAIL = ("ToPureTensor", "ConvertImageDtype", "ToDtype", "Normalize")
 
@@ -76,17 +79,17 @@ def split(transform: Any) -> PixelSplit:
     if transform is None:
         raise NotTranslatable("the data set has no transform: there is no ToTensor to move to the device")
     parts = flatten(transform)
-    at = next((i for i, t in enumerate(parts) if type(t).__name__ == "ToTensor" or _to_float(t)), None)
+    at = next((i for i, t in enumerate(parts) if _torchvisions(t, "ToTensor") or _to_float(t)), None)
     if at is None:
         raise NotTranslatable("the transform makes no float image (no ToTensor, no ConvertImageDtype or ToDtype to a "
                               "float dtype): there is no float conversion to move to the device")
     for t in parts[at + 1:]:
-        if type(t).__name__ not in TAIL:
-            raise NotTranslatable(f"{type(t).__name__} runs after the image is converted to float; the device "
-                                  f"takes over only {', '.join(TAIL)}")
+        if not _torchvisions(t, *TAIL):  # a class of one of these names, but the user's own, may do anything
+            raise NotTranslatable(f"{type(t).__module__}.{type(t).__name__} runs after the image is converted to "
+                                  f"float; the device takes over only torchvision's {', '.join(TAIL)}")
     from torchvision.transforms import Compose, PILToTensor
 
-    if type(parts[at]).__name__ == "ToTensor":
+    if _torchvisions(parts[at], "ToTensor"):
         host, device = [*parts[:at], PILToTensor()], [ToFloat(), *parts[at + 1:]]
     else:
         host, device = list(parts[:at]), list(parts[at:])
@@ -94,16 +97,37 @@ def split(transform: Any) -> PixelSplit:
     return PixelSplit(Compose(host), tuple(device), steps)
 
 
+def _torchvisions(t: Any, *names: str) -> bool:
+    """`t` is torchvision's transform of one of these names (v1 or v2), not a class of the same name."""
+    return type(t).__name__ in names and type(t).__module__.startswith("torchvision.transforms")
+
+
 def _to_float(t: Any) -> bool:
     dtype = getattr(t, "dtype", None)
-    return type(t).__name__ in ("ConvertImageDtype", "ToDtype") and isinstance(dtype, torch.dtype) and \
+    return _torchvisions(t, "ConvertImageDtype", "ToDtype") and isinstance(dtype, torch.dtype) and \
         dtype.is_floating_point
 
 
+def transform_of(dataset: Any) -> Any:
+    """The data set's own transform; a Subset's (random_split's) is its data set's. None where there is none."""
+    if isinstance(dataset, Subset):
+        return transform_of(dataset.dataset)
+    return getattr(dataset, "transform", None)
+
+
 def with_transform(dataset: Any, transform: Any) -> Any:
-    """A shallow copy of `dataset` whose samples go through `transform` instead of its own (targets as before)."""
+    """A shallow copy of `dataset` whose samples go through `transform` instead of its own (targets as before).
+
+    The user's data set is never changed: one whose `transform` is a property (it may set another object's) is
+    refused rather than copied.
+    """
+    if isinstance(dataset, Subset):
+        return Subset(with_transform(dataset.dataset, transform), dataset.indices)
     if not hasattr(dataset, "transform"):
         raise NotTranslatable(f"{type(dataset).__name__} has no `transform` to cut")
+    if isinstance(getattr(type(dataset), "transform", None), property):
+        raise NotTranslatable(f"{type(dataset).__name__}.transform is a property: setting it on a copy may change "
+                              f"the data set it reads through")
     copied = copy.copy(dataset)
     copied.transform = transform
     joint = getattr(dataset, "transforms", None)
@@ -123,9 +147,43 @@ def verdict(dataset: Any, collate_fn: Any = None) -> tuple[str, str]:
         return "", "the workload gives its own collate_fn, which batches the float images the workers would no " \
                    "longer make"
     try:
-        cut = split(getattr(dataset, "transform", None))
-        with_transform(dataset, cut.host)
+        cut = split(transform_of(dataset))
+        why = differs(dataset, cut)
     except NotTranslatable as exc:
         return "", str(exc)
-    return cut.describe(), ""
+    return ("", why) if why else (cut.describe(), "")
+
+
+def differs(dataset: Any, cut: PixelSplit, samples: int = SAMPLES_CHECKED) -> str:
+    """Why the two halves do not make `dataset`'s own samples ("" when they do), on its first few samples.
+
+    Each sample is drawn twice under one seed (torch's and Python's generators both): through the data set as it
+    is, and through the workers' half, then the device's. On a CPU they must agree to the bit; a data set of
+    16-bit or 1-bit images, or of arrays rather than PIL images, tells here rather than in a trial.
+    """
+    copied = with_transform(dataset, cut.host)
+    for index in range(min(samples, len(dataset))):
+        try:
+            want, got = _twice(lambda: dataset[index], lambda: copied[index])
+            got = cut.finish(torch.as_tensor(got)[None])[0]
+        except Exception as exc:  # noqa: BLE001  (whatever fails here would fail in a trial)
+            return f"its sample {index} cannot be split: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        if not isinstance(want, torch.Tensor) or want.shape != got.shape or not torch.equal(want, got):
+            return f"its sample {index} through the two halves is not the pipeline's own (compared to the bit)"
+    return ""
+
+
+def _twice(first: Callable[[], Any], second: Callable[[], Any]) -> tuple[Any, Any]:
+    """The image of each of two draws made from one generator state; the caller's state is left as it was."""
+    state = random.getstate()
+    with torch.random.fork_rng(devices=[]):
+        seed = int(torch.randint(0, 2**31 - 1, ()).item())
+        images = []
+        for draw in (first, second):
+            torch.manual_seed(seed)
+            random.seed(seed)
+            sample = draw()
+            images.append(sample[0] if isinstance(sample, (tuple, list)) else sample)
+    random.setstate(state)
+    return images[0], images[1]
 

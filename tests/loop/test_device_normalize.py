@@ -79,3 +79,18 @@ def test_on_cuda_pinned_batches_arrive_as_the_cpu_pipeline_makes_them_within_a_r
     for (x, y), (x_want, y_want) in zip(got, want):
         assert x.is_cuda and x.is_contiguous(memory_format=torch.channels_last) and torch.equal(y.cpu(), y_want)
         assert torch.allclose(x.cpu(), x_want, rtol=1e-6, atol=1e-6)
+
+
+def test_a_parity_run_seeds_its_order_through_the_wrapped_dataloader():
+    # Both runs of a parity check visit the samples in one order, whatever the global generator says.
+    from autotune.trial.parity_run import own_order
+
+    def order(loader, global_seed: int) -> list[int]:
+        own_order(loader, 5)
+        torch.manual_seed(global_seed)
+        return [int(t) for _, y in loader for t in y]
+
+    config = Config(batch_size=4, device_normalize=True)
+    tuned = build_loader(_data(), config, shuffle=True, drop_last=False, device=torch.device("cpu"))
+    plain = build_loader(_data(), Config(batch_size=4), shuffle=True, drop_last=False, device=torch.device("cpu"))
+    assert order(tuned, 0) == order(tuned, 1) == order(plain, 2)

@@ -2,6 +2,8 @@
 
 import pytest
 import torch
+from PIL import Image
+from torch.utils.data import Dataset, Subset
 from torchvision import datasets
 from torchvision import transforms as T
 from torchvision.transforms import v2
@@ -53,8 +55,8 @@ def test_the_workers_half_ends_in_uint8_pixels():
     "transform, reason",
     [
         (T.Compose([T.CenterCrop(20), T.ToTensor(), T.RandomErasing()]),
-         "RandomErasing runs after the image is converted to float; the device takes over only ToPureTensor, "
-         "ConvertImageDtype, ToDtype, Normalize"),
+         "torchvision.transforms.transforms.RandomErasing runs after the image is converted to float; the device "
+         "takes over only torchvision's ToPureTensor, ConvertImageDtype, ToDtype, Normalize"),
         (T.Compose([T.CenterCrop(20), T.PILToTensor()]),
          "the transform makes no float image (no ToTensor, no ConvertImageDtype or ToDtype to a float dtype): there "
          "is no float conversion to move to the device"),
@@ -82,3 +84,59 @@ def test_verdict_says_what_moves_or_why_nothing_can():
                              "each batch", "")
     assert verdict(data, collate_fn=list) == ("", "the workload gives its own collate_fn, which batches the float "
                                                   "images the workers would no longer make")
+
+
+class Normalize:
+    """A user's own per-image standardisation, named as torchvision's is: not torchvision's arithmetic."""
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - x.mean()) / x.std()
+
+
+def test_a_class_named_as_torchvisions_but_the_users_own_is_not_taken_over():
+    with pytest.raises(NotTranslatable, match=r"^test_pixels\.Normalize runs after the image is converted to float"):
+        split(T.Compose([T.CenterCrop(20), T.ToTensor(), Normalize()]))
+
+
+class Images(Dataset):
+    """Images of one PIL mode through a pipeline; `transform` as torchvision's data sets keep it."""
+
+    def __init__(self, mode: str, transform) -> None:
+        self.mode, self.transform = mode, transform
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int):
+        image = Image.new(self.mode, (20, 16), color=40 * index + 3)
+        return self.transform(image), index
+
+
+def test_verdict_draws_samples_both_ways_and_refuses_images_the_split_would_change():
+    pipeline = T.Compose([T.RandomCrop(12), T.ToTensor(), T.Normalize(0.5, 0.25)])
+    assert verdict(Images("L", pipeline))[1] == ""  # 8-bit grey: PILToTensor, then /255, is ToTensor
+    assert verdict(Images("1", pipeline)) == ("", (  # 1-bit: ToTensor makes 0 and 1 of it
+        "its sample 0 cannot be split: TypeError: device_normalize takes uint8 image batches (8-bit PIL images), "
+        "but got torch.bool; ToTensor scales other image modes otherwise: pass device_normalize=False"))
+    assert verdict(Subset(Images("RGB", pipeline), [2, 3]))[1] == ""  # random_split's data sets are cut inside
+
+
+class Passing(Images):
+    """A data set whose `transform` is a property that sets another object's: a copy would change that object."""
+
+    @property
+    def transform(self):
+        return self.inner.transform
+
+    @transform.setter
+    def transform(self, value) -> None:
+        self.inner = getattr(self, "inner", None) or type("Inner", (), {})()
+        self.inner.transform = value
+
+
+def test_a_transform_that_is_a_property_is_refused_and_the_data_set_left_as_it_was():
+    pipeline = T.Compose([T.ToTensor()])
+    data = Passing("RGB", pipeline)
+    assert verdict(data) == ("", "Passing.transform is a property: setting it on a copy may change the data set it "
+                                 "reads through")
+    assert data.transform is pipeline
