@@ -24,7 +24,7 @@ from autotune.config import Config
 from autotune.loop.batch import BatchError
 from autotune.loop.sourced import WrappedLoader, dataloader_args
 from autotune.workloads.decode import NotTranslatable
-from autotune.workloads.pixels import PixelSplit, split, transform_of, with_transform
+from autotune.workloads.pixels import COLLATE_REFUSAL, PixelSplit, split, transform_of, with_transform
 
 
 class NormalizingLoader(WrappedLoader):
@@ -47,8 +47,9 @@ class NormalizingLoader(WrappedLoader):
                 raise BatchError(f"device_normalize finishes the images of (images, targets) batches, but a batch "
                                  f"is a {type(batch).__name__}: pass device_normalize=False")
             pixels, targets = batch
-            images = self.cut.finish(pixels.to(self.device, non_blocking=self.non_blocking))
-            images = images.contiguous(memory_format=self.memory_format)
+            # The layout is set on the uint8 pixels, a quarter of the bytes; the tail's elementwise steps keep it.
+            pixels = pixels.to(self.device, non_blocking=self.non_blocking).contiguous(memory_format=self.memory_format)
+            images = self.cut.finish(pixels).contiguous(memory_format=self.memory_format)  # a no-op when kept
             targets = targets.to(self.device, non_blocking=self.non_blocking) if isinstance(targets, torch.Tensor) \
                 else targets
             yield type(batch)((images, targets)) if isinstance(batch, tuple) else [images, targets]
@@ -69,8 +70,7 @@ def normalizing_loader(
     are. A workload's own `collate_fn` is refused: it batches the float images the workers no longer make.
     """
     if collate_fn is not None:
-        raise NotTranslatable("device_normalize: the workload gives its own collate_fn, which batches the float "
-                              "images the workers would no longer make")
+        raise NotTranslatable(f"device_normalize: {COLLATE_REFUSAL}")
     cut = split(transform_of(dataset))
     loader = DataLoader(
         with_transform(dataset, cut.host),

@@ -79,7 +79,7 @@ class DataFacts:
     gpu_decode: str = ""  # the device decode path derived from the transform (workloads.decode), in one line
     gpu_decode_refused: str = ""  # why there is none, when the transform was read and could not be translated
     device_normalize: str = ""  # the transform's tail the device can run instead of the workers (workloads.pixels)
-    device_normalize_refused: str = "the data set's transform was not read"  # why it cannot, when it cannot
+    device_normalize_refused: str = ""  # why it cannot, when the transform was read and cannot be cut
     # Why pad_multiple / bucketing are left out ("": offered); trial.facts reads them off the workload.
     pad_refused: str = "the workload's collate_fn was not read"
     bucket_refused: str = "the workload's sample_lengths was not read"
@@ -270,7 +270,7 @@ def build_space(
     domains["device_normalize"] = (False, True)
     if not machine.cuda:
         excluded["device_normalize"] = "needs CUDA"  # on a CPU the same arithmetic would only move to the loop
-    elif facts.device_normalize_refused or not facts.device_normalize:
+    elif not facts.device_normalize:
         excluded["device_normalize"] = facts.device_normalize_refused or "the data set's transform was not read"
     domains["bucketing"] = (False, True)
     if facts.bucket_refused:

@@ -34,6 +34,9 @@ from torch.utils.data import Subset
 
 from autotune.workloads.decode import NotTranslatable, flatten
 
+# A workload's own collate_fn batches the samples its pipeline makes (a mixup, a padding): float images, not uint8.
+COLLATE_REFUSAL = ("the workload gives its own collate_fn, which batches the float images the workers would no "
+                   "longer make")
 SAMPLES_CHECKED = 2  # samples a verdict draws through both paths
 # What may follow the float conversion: each works on a batch as on one image (per channel, per pixel).
 TAIL = ("ToPureTensor", "ConvertImageDtype", "ToDtype", "Normalize")
@@ -144,8 +147,7 @@ def with_transform(dataset: Any, transform: Any) -> Any:
 def verdict(dataset: Any, collate_fn: Any = None) -> tuple[str, str]:
     """(what the split does, in one line; why there is none): exactly one of the two is empty."""
     if collate_fn is not None:
-        return "", "the workload gives its own collate_fn, which batches the float images the workers would no " \
-                   "longer make"
+        return "", COLLATE_REFUSAL
     try:
         cut = split(transform_of(dataset))
         why = differs(dataset, cut)
