@@ -17,6 +17,9 @@
 #     bash benchmarks/one_gpu_runs.sh OUT speed    # benchmarks/speed.py (the README's mnist_cnn and cifar10 rows),
 #                                                  # then the workload's own ImageNet settings through the truth
 #                                                  # benchmark with a 60 s hand loop, then autotune diagnose
+#     bash benchmarks/one_gpu_runs.sh OUT probe    # the workload's own ImageNet settings batch by batch
+#                                                  # (benchmarks/probes/loader_probe.py), pinned and not, around the
+#                                                  # truth benchmark's own row with a 60 s hand loop
 #
 # The synthetic ImageNet folder (51,200 JPEGs) is written once per host, under /tmp, while the GPU tests run;
 # later parts on the same host reuse it. Each step's output goes, stamped, to OUT/<step>.log, and a step is
@@ -135,8 +138,18 @@ speed)
     cp /tmp/runs/own_60s/truth.json "$OUT/own_60s.json" 2>/dev/null
     step diagnose python3 -m autotune diagnose --recipe imagenet_resnet50
     ;;
+probe)
+    step host bash -c "lscpu; cat /sys/fs/cgroup/cpu.max 2>/dev/null; grep MHz /proc/cpuinfo | sort | uniq -c"
+    [ -d "$AUTOTUNE_DATA/imagenet-synthetic" ] || step data bash -c "$DATA"
+    step probe_pinned python3 "$REPO/benchmarks/probes/loader_probe.py" --seconds 50 --out "$OUT/probe_pinned.json"
+    step probe_unpinned python3 "$REPO/benchmarks/probes/loader_probe.py" --no-pin --seconds 40 \
+        --out "$OUT/probe_unpinned.json"
+    step own_60s python3 "$REPO/benchmarks/truth.py" --configs default --match own --seconds 60 --out .
+    cp /tmp/runs/own_60s/truth.json "$OUT/own_60s.json" 2>/dev/null
+    step probe_again python3 "$REPO/benchmarks/probes/loader_probe.py" --seconds 40 --out "$OUT/probe_again.json"
+    ;;
 *)
-    echo "unknown part $PART: first, search, check, final, cores5 or speed" >&2
+    echo "unknown part $PART: first, search, check, final, cores5, speed or probe" >&2
     exit 2
     ;;
 esac

@@ -317,8 +317,11 @@ def main() -> None:
                      "backlog_steps": ours.get("backlog_steps"), "hand": hand["samples_per_s"],
                      "hand_seconds": hand["seconds"], "hand_steady": hand["steady_samples_per_s"],
                      "hand_boundaries": hand["boundaries"], "hand_boundary_s": hand["boundary_s"],
-                     "hand_timeline": hand["timeline"], "autotune_windows": ours.get("window_rates"), "ratio": ratio})
-        print(f"  {name:<46} autotune {ours['samples_per_s']:>8,.0f}/s ±{ours['spread']:.1%}  "
+                     "hand_timeline": hand["timeline"], "autotune_windows": ours.get("window_rates"),
+                     "autotune_reliable": ours.get("reliable", True), "ratio": ratio})
+        # A measurement whose halves kept disagreeing is stated as such by the search, and here too.
+        print(f"  {name:<46} autotune {ours['samples_per_s']:>8,.0f}/s ±{ours['spread']:.1%}"
+              f"{'' if ours.get('reliable', True) else ' unreliable'}  "
               f"by hand {hand['samples_per_s']:>8,.0f}/s over {hand['seconds']:.0f} s  "
               f"ratio {ratio:.3f}{'' if abs(ratio - 1) <= TOLERANCE else '  OUTSIDE ±7%'}"
               f"{'  (the hand loop runs it eager, not in a CUDA graph)' if config.cuda_graph else ''}", flush=True)
@@ -326,7 +329,8 @@ def main() -> None:
               f"{_rate(hand['steady_samples_per_s'])}; an epoch boundary: autotune "
               f"{ours.get('epoch_overhead_s') or 0:.2f} s, by hand {_seconds(hand['boundary_s'])} "
               f"({hand['boundaries']} crossed); by hand per {TIMELINE_S:.0f} s: "
-              f"{', '.join(f'{r:,.0f}' for r in hand['timeline'])}", flush=True)
+              f"{', '.join(f'{r:,.0f}' for r in hand['timeline'])}; autotune's windows: "
+              f"{', '.join(f'{r:,.0f}' for r in ours.get('window_rates') or ())}", flush=True)
         if device.type == "cuda":
             torch.cuda.empty_cache()
     (args.out / "truth.json").write_text(json.dumps(rows, indent=1))
