@@ -9,8 +9,10 @@ capture) is timed separately as a one-time cost. Then:
   that many batches untimed. Each window then counts only what the workers
   made while it ran: batches it took from a backlog that shrank are not
   counted, so a loop still draining one is stated at the speed of its loader,
-  not of its step. Where the backlog cannot be read, the loop instead runs on,
-  untimed, until it has to wait for a batch;
+  not of its step; nor more than the loop took per second it did not wait for
+  a batch, so a slower step behind queues that refill (an epoch's start) is
+  stated at the speed of its step, not of its loader. Where the backlog cannot
+  be read, the loop instead runs on, untimed, until it has to wait for a batch;
 - a window spans at least as many batches as there are workers (worker output is
   bursty: one slow batch, then N-1 fast ones) and never crosses an epoch;
 - the device is synchronised at window edges only;
@@ -107,6 +109,7 @@ class _Feed:
         self.iterator: Iterator | None = iter(loader)
         self.position = 0
         self.last_wait = 0.0
+        self.waited = 0.0  # seconds spent waiting for batches since the last `reset_tokens`
         self.token_sum: Any = 0
         self.slot_sum = 0
 
@@ -119,7 +122,7 @@ class _Feed:
         return batch, self.count(batch)
 
     def reset_tokens(self) -> None:
-        self.token_sum, self.slot_sum = 0, 0
+        self.token_sum, self.slot_sum, self.waited = 0, 0, 0.0
 
     def next(self) -> Any:
         if self.position >= self.steps_per_epoch:
@@ -128,6 +131,7 @@ class _Feed:
         asked = self.clock()
         batch = next(self.iterator)
         self.last_wait = self.clock() - asked
+        self.waited += self.last_wait
         self.position += 1
         return batch
 
@@ -156,6 +160,7 @@ class _Window:
     steps: int
     samples: int
     drained: int  # how far the backlog shrank over the window, in batches (negative: it grew)
+    waited: float = 0.0  # seconds of the window the loop spent waiting for its next batch
     tokens: float = 0.0  # real tokens in the window's batches (with a tokens counter)
     slots: int = 0  # token positions in the window's batches, padding included
 
@@ -165,9 +170,16 @@ class _Window:
 
         Signed, not cut at zero: worker output is bursty, so the backlog shrinks in one
         window and grows in the next, and cutting only the one side would bias the sum.
+        But never more than the loop could take: what it took per second it was not waiting
+        for a batch. A backlog that grows while the loop never waits (an epoch's queues
+        refilling behind a slower step) is the loader's speed, not the loop's.
         """
         per_batch = self.samples / self.steps
-        return max(self.samples - self.drained * per_batch, per_batch)
+        made = self.samples - self.drained * per_batch
+        busy = self.seconds - self.waited
+        if busy > 0:
+            made = min(made, self.samples * self.seconds / busy)
+        return max(made, per_batch)
 
     @property
     def rate(self) -> float:
@@ -220,7 +232,7 @@ def _timed(feed: _Feed, step: Callable[..., Any], n: int, clock: Clock, sync: Ca
     seconds = max(clock() - t0, 1e-12)
     after = feed.ready()
     drained = before - after if before is not None and after is not None else 0
-    return _Window(seconds, n, samples, drained, float(feed.token_sum), feed.slot_sum)  # read after the sync
+    return _Window(seconds, n, samples, drained, feed.waited, float(feed.token_sum), feed.slot_sum)  # after the sync
 
 
 def measure(
