@@ -9,10 +9,11 @@ capture) is timed separately as a one-time cost. Then:
   that many batches untimed. Each window then counts only what the workers
   made while it ran: batches it took from a backlog that shrank are not
   counted, so a loop still draining one is stated at the speed of its loader,
-  not of its step; nor more than the loop took per second it did not wait for
-  a batch, so a slower step behind queues that refill (an epoch's start) is
-  stated at the speed of its step, not of its loader. Where the backlog cannot
-  be read, the loop instead runs on, untimed, until it has to wait for a batch;
+  not of its step. Batches that went into a backlog that grew count only where
+  the loop ran dry in the window: a slower step behind queues that refill (an
+  epoch's start) never waits for a batch, and is stated at the speed of its step,
+  not of its loader. Where the backlog cannot be read, the loop instead runs on,
+  untimed, until it has to wait for a batch;
 - a window spans at least as many batches as there are workers (worker output is
   bursty: one slow batch, then N-1 fast ones) and never crosses an epoch;
 - the device is synchronised at window edges only;
@@ -98,18 +99,21 @@ class _Feed:
     """Batches across epochs; knows how far into the epoch it is and how long the last batch kept it waiting.
 
     It counts the samples of each batch it hands out, and, with `tokens`, their real
-    tokens and token positions since the last `reset_tokens`: kept as tensors where
+    tokens and token positions since the last `reset_window`: kept as tensors where
     `tokens` returns one, so counting never synchronises the device inside a window.
+    With `watch_backlog` (a loader with workers) it also notes whether, since then, the
+    loop asked for a batch that was not ready yet: whether it ran dry.
     """
 
     def __init__(self, loader: Any, clock: Clock, count: Counter = batches.samples_in,
-                 tokens: Counter | None = None) -> None:
+                 tokens: Counter | None = None, watch_backlog: bool = False) -> None:
         self.loader, self.clock, self.count, self.tokens = loader, clock, count, tokens
+        self.watch_backlog = watch_backlog
         self.steps_per_epoch = len(loader)
         self.iterator: Iterator | None = iter(loader)
         self.position = 0
         self.last_wait = 0.0
-        self.waited = 0.0  # seconds spent waiting for batches since the last `reset_tokens`
+        self.ran_dry = False  # since the last `reset_window`: asked for a batch that was not ready
         self.token_sum: Any = 0
         self.slot_sum = 0
 
@@ -121,17 +125,22 @@ class _Feed:
             self.slot_sum += batches.token_slots(batch)
         return batch, self.count(batch)
 
-    def reset_tokens(self) -> None:
-        self.token_sum, self.slot_sum, self.waited = 0, 0, 0.0
+    def reset_window(self) -> None:
+        self.token_sum, self.slot_sum, self.ran_dry = 0, 0, False
 
     def next(self) -> Any:
         if self.position >= self.steps_per_epoch:
             self.restart()
         assert self.iterator is not None
+        ready: int | None = -1  # not read
+        if self.watch_backlog and not self.ran_dry:
+            ready = backlog.ready(self.iterator)
+            self.ran_dry = ready == 0
         asked = self.clock()
         batch = next(self.iterator)
         self.last_wait = self.clock() - asked
-        self.waited += self.last_wait
+        if ready is None and self.last_wait >= DRY_WAIT_S:  # the backlog cannot be read: a batch that kept it waiting
+            self.ran_dry = True
         self.position += 1
         return batch
 
@@ -160,7 +169,7 @@ class _Window:
     steps: int
     samples: int
     drained: int  # how far the backlog shrank over the window, in batches (negative: it grew)
-    waited: float = 0.0  # seconds of the window the loop spent waiting for its next batch
+    ran_dry: bool = True  # the loop asked for a batch that was not ready yet, at least once in the window
     tokens: float = 0.0  # real tokens in the window's batches (with a tokens counter)
     slots: int = 0  # token positions in the window's batches, padding included
 
@@ -170,16 +179,15 @@ class _Window:
 
         Signed, not cut at zero: worker output is bursty, so the backlog shrinks in one
         window and grows in the next, and cutting only the one side would bias the sum.
-        But never more than the loop could take: what it took per second it was not waiting
-        for a batch. A backlog that grows while the loop never waits (an epoch's queues
-        refilling behind a slower step) is the loader's speed, not the loop's.
+        But a backlog that grew while every batch the loop asked for was ready (an epoch's
+        queues refilling behind a slower step, or a pinning thread slower than the workers)
+        is not the loop's speed: the loop never waited, it ran at the speed of its step,
+        and made what it took.
         """
         per_batch = self.samples / self.steps
-        made = self.samples - self.drained * per_batch
-        busy = self.seconds - self.waited
-        if busy > 0:
-            made = min(made, self.samples * self.seconds / busy)
-        return max(made, per_batch)
+        if self.drained < 0 and not self.ran_dry:
+            return self.samples
+        return max(self.samples - self.drained * per_batch, per_batch)
 
     @property
     def rate(self) -> float:
@@ -223,7 +231,7 @@ def _timed(feed: _Feed, step: Callable[..., Any], n: int, clock: Clock, sync: Ca
     before = None if restart else feed.ready()
     if restart:  # an epoch cut short: what its workers still make would be waited for, then thrown away
         feed.settle()
-    feed.reset_tokens()
+    feed.reset_window()
     t0 = clock()
     if restart:
         feed.restart()
@@ -232,7 +240,7 @@ def _timed(feed: _Feed, step: Callable[..., Any], n: int, clock: Clock, sync: Ca
     seconds = max(clock() - t0, 1e-12)
     after = feed.ready()
     drained = before - after if before is not None and after is not None else 0
-    return _Window(seconds, n, samples, drained, feed.waited, float(feed.token_sum), feed.slot_sum)  # after the sync
+    return _Window(seconds, n, samples, drained, feed.ran_dry, float(feed.token_sum), feed.slot_sum)  # after the sync
 
 
 def measure(
@@ -258,13 +266,13 @@ def measure(
         m = measure(step, loader, sync=torch.cuda.synchronize)
     """
     start = clock()
-    feed = _Feed(loader, clock, count, tokens)
+    capacity = backlog.capacity(loader)
+    feed = _Feed(loader, clock, count, tokens, watch_backlog=capacity > 0)
     if feed.steps_per_epoch < 1:
         raise ValueError(f"the loader yields no batch: `len(loader) >= 1` must hold, but got {feed.steps_per_epoch}.")
     _run(feed, step, windows.warmup_steps)
     sync()
     setup_s = clock() - start
-    capacity = backlog.capacity(loader)
     skipped = _skip_backlog(feed, step, capacity)
     steady = _Steady(feed, step, windows, clock, sync, min_steps=max(1, getattr(loader, "num_workers", 0) or 0),
                      capacity=capacity)
