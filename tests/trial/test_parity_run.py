@@ -86,6 +86,7 @@ def underflow_cpu(tmp_path_factory: pytest.TempPathFactory) -> Bench:
 # -- the real bugs, on a CPU ----------------------------------------------------------------------
 
 
+@pytest.mark.slow  # with the baseline's, 65,536 samples of MNIST trained on a CPU: 12-25 s
 def test_stale_static_input_fails(mnist_cpu: Bench) -> None:
     # Data on the device, as a graph step has it (and no PIL per step: the test runs in half the time).
     config = Config(batch_size=128, placement="device")
@@ -97,6 +98,7 @@ def test_stale_static_input_fails(mnist_cpu: Bench) -> None:
     assert verdict.deviation is not None and verdict.deviation < -1.0
 
 
+@pytest.mark.slow  # with the baseline's, 65,536 samples of MNIST trained on a CPU: 12-25 s
 def test_mnist_batch_8192_unscaled_lr_fails(mnist_cpu: Bench) -> None:
     verdict = mnist_cpu.judge(Config(batch_size=8192, placement="device"), 0.01)
     assert not verdict.passed
@@ -106,6 +108,7 @@ def test_mnist_batch_8192_unscaled_lr_fails(mnist_cpu: Bench) -> None:
     assert verdict.probe_deviation is not None and verdict.probe_deviation > 0.9
 
 
+@pytest.mark.slow  # with the baseline's, 65,536 samples of MNIST trained on a CPU: 12-25 s
 def test_mnist_correct_config_passes(mnist_cpu: Bench) -> None:
     # 8x the batch at 8x the learning rate (LR_MAX), data on the device: trains like the baseline to the end.
     verdict = mnist_cpu.judge(Config(batch_size=1024, placement="device"), 0.08)
