@@ -222,7 +222,7 @@ def test_a_loader_bound_loop_is_not_timed_on_the_backlog_its_workers_prefetched(
                                            persistent_workers=True)
 
     measured = measure(_slow_model(5, 0.3, 0.018), loader(400), Windows(window_s=0.4, boundaries=0))
-    truth = _by_hand(loader(2000), _slow_model(5, 0.3, 0.018), 5, seconds=2.5)
+    truth = _by_hand(loader(1200), _slow_model(5, 0.3, 0.018), 5, seconds=1.5)
     assert measured.backlog_steps >= 32
     assert abs(measured.steady_samples_per_s / truth - 1) <= 0.10, (measured.window_rates, truth)
 
