@@ -1,8 +1,9 @@
 """Shared fixtures: a tiny workload, a temporary project folder, a stored study, a GPU marker that skips on a CPU.
 
 Also how the tests share the cores under pytest-xdist (pyproject.toml's addopts runs two workers): each worker
-and every process it starts computes on one thread; a test marked `alone` runs while no other test runs; tests
-that share a module-scoped fixture run on one worker, which builds it once; tests marked `slow` start first.
+and every process it starts computes on one thread; a test marked `alone` runs while no other test runs, except
+one marked `steady` (one core busy, no more); tests that share a module-scoped fixture run
+on one worker, which builds it once; tests marked `slow` start first.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if "gpu" in item.keywords:
             if not gpu:
                 item.add_marker(skip)
+                continue  # it builds no fixture and shares no core: in no group
             else:
                 item.add_marker(pytest.mark.alone)  # one device: a test measuring it or its memory has it alone
         if item.nodeid.split("::")[0] in ALONE_FILES:
@@ -46,23 +48,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.get_closest_marker("alone"):
             item.add_marker(pytest.mark.xdist_group("alone"))  # one worker runs them back to back
             continue
+        if item.get_closest_marker("steady"):
+            # One group, handed out second (the sort below; --no-loadscope-reorder keeps that order): the other
+            # worker runs it while the `alone` ones run.
+            item.add_marker(pytest.mark.xdist_group("steady"))
+            continue
         fixtures = getattr(item, "_fixtureinfo", None)  # a doctest has none
         defined = fixtures.name2fixturedefs.items() if fixtures is not None else ()
         shared = sorted(name for name, defs in defined if defs and defs[-1].scope == "module")
         if shared:
             item.add_marker(pytest.mark.xdist_group(f"{item.nodeid.split('::')[0]}:{'+'.join(shared)}"))
     if getattr(config, "workerinput", None) is not None:
-        # The slow tests are handed out first and the many short ones fill in after them, so that both workers
-        # finish at about the same time. (Each worker collects, and so sorts, the same items alike.)
-        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+        # The `alone` tests are handed out first, then the `steady` ones, which may run beside them, then the other
+        # slow ones; the many short ones fill in after them, so that both workers finish at about the same time.
+        # (Each worker collects, and so sorts, the same items alike.)
+        items.sort(key=lambda item: next(i for i, mark in enumerate(("alone", "steady", "slow", None))
+                                         if mark is None or item.get_closest_marker(mark)))
 
 
 class SharedCores:
-    """A readers-writer lock over the run's workers, on two files each worker opens once.
+    """A readers-writer lock over the run's workers, on three files each worker opens once.
 
     Every test holds `held` shared; a test marked `alone` holds it exclusively, and keeps it through the
     `alone` tests that follow it on its worker. Taking `turn` first keeps a worker that waits to run alone
-    from being passed by the other workers' back-to-back shared holds.
+    from being passed by the other workers' back-to-back shared holds. A test marked `steady` holds `steady`
+    exclusively instead, so one at a time runs beside the `alone` tests: the `alone` tests time sleeps and
+    searches, and left the other core idle (45 s of a run's 240 s, at 0.6 cores busy); beside one core's
+    steady load they pass as alone (three runs of every `alone` test next to a one-thread convolution loop).
 
     Each worker computes on one thread, and so does every process it starts (an inherited OMP_NUM_THREADS;
     a search's fork server keeps the value it started with, for every trial process it forks after): two
@@ -73,8 +85,8 @@ class SharedCores:
         import torch
 
         folder = Path(tempfile.gettempdir())
-        self.paths = [folder / f"autotune-pytest-{run}.{name}" for name in ("turn", "held")]
-        self.turn, self.held = (os.open(path, os.O_RDWR | os.O_CREAT, 0o600) for path in self.paths)
+        self.paths = [folder / f"autotune-pytest-{run}.{name}" for name in ("turn", "held", "steady")]
+        self.turn, self.held, self.steady = (os.open(path, os.O_RDWR | os.O_CREAT, 0o600) for path in self.paths)
         self.alone = False
         torch.set_num_threads(1)
         os.environ["OMP_NUM_THREADS"] = "1"
@@ -90,22 +102,29 @@ class SharedCores:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> object:
         alone = item.get_closest_marker("alone") is not None
+        steady = not alone and item.get_closest_marker("steady") is not None
+        if item.get_closest_marker("skip") is not None:  # skipped (a GPU test on a CPU): nothing to share
+            return (yield)
         if alone and not self.alone:
             with self._turn():
                 fcntl.flock(self.held, fcntl.LOCK_EX)
             self.alone = True
+        elif steady:
+            fcntl.flock(self.steady, fcntl.LOCK_EX)
         elif not alone:
             with self._turn():
                 fcntl.flock(self.held, fcntl.LOCK_SH)
         try:
             return (yield)
         finally:
-            if not (alone and nextitem is not None and nextitem.get_closest_marker("alone")):
+            if steady:
+                fcntl.flock(self.steady, fcntl.LOCK_UN)
+            elif not (alone and nextitem is not None and nextitem.get_closest_marker("alone")):
                 self.alone = False
                 fcntl.flock(self.held, fcntl.LOCK_UN)
 
     def pytest_unconfigure(self) -> None:
-        for fd, path in zip((self.turn, self.held), self.paths):
+        for fd, path in zip((self.turn, self.held, self.steady), self.paths):
             os.close(fd)
             path.unlink(missing_ok=True)
 

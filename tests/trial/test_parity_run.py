@@ -87,6 +87,7 @@ def underflow_cpu(tmp_path_factory: pytest.TempPathFactory) -> Bench:
 
 
 @pytest.mark.slow  # with the baseline's, 65,536 samples of MNIST trained on a CPU: 12-25 s
+@pytest.mark.steady  # one thread (materialising through one worker it waits for): it may run beside the alone tests
 def test_stale_static_input_fails(mnist_cpu: Bench) -> None:
     # Data on the device, as a graph step has it (and no PIL per step: the test runs in half the time).
     config = Config(batch_size=128, placement="device")
@@ -99,6 +100,7 @@ def test_stale_static_input_fails(mnist_cpu: Bench) -> None:
 
 
 @pytest.mark.slow  # with the baseline's, 65,536 samples of MNIST trained on a CPU: 12-25 s
+@pytest.mark.steady  # one thread (materialising through one worker it waits for): it may run beside the alone tests
 def test_mnist_batch_8192_unscaled_lr_fails(mnist_cpu: Bench) -> None:
     verdict = mnist_cpu.judge(Config(batch_size=8192, placement="device"), 0.01)
     assert not verdict.passed
@@ -109,6 +111,7 @@ def test_mnist_batch_8192_unscaled_lr_fails(mnist_cpu: Bench) -> None:
 
 
 @pytest.mark.slow  # with the baseline's, 65,536 samples of MNIST trained on a CPU: 12-25 s
+@pytest.mark.steady  # one thread (materialising through one worker it waits for): it may run beside the alone tests
 def test_mnist_correct_config_passes(mnist_cpu: Bench) -> None:
     # 8x the batch at 8x the learning rate (LR_MAX), data on the device: trains like the baseline to the end.
     verdict = mnist_cpu.judge(Config(batch_size=1024, placement="device"), 0.08)
@@ -116,6 +119,7 @@ def test_mnist_correct_config_passes(mnist_cpu: Bench) -> None:
     assert verdict.lr == 0.08 and verdict.baseline_lr == 0.01
 
 
+@pytest.mark.steady  # a tiny model in this process, on one thread
 def test_fp16_without_a_scaler_fails_on_a_workload_that_underflows(underflow_cpu: Bench) -> None:
     config = Config(batch_size=16, amp="fp16")
     broken = underflow_cpu.judge(config, underflow_cpu.base_lr, with_step(underflow_cpu.runner, NoScalerStep))
@@ -127,6 +131,7 @@ def test_fp16_without_a_scaler_fails_on_a_workload_that_underflows(underflow_cpu
     assert bf16.passed and bf16.family == "numerics", bf16.summary()
 
 
+@pytest.mark.steady  # a tiny model in this process, on one thread
 def test_nan_loss_fails_with_where_it_happened(underflow_cpu: Bench) -> None:
     verdict = underflow_cpu.judge(Config(batch_size=16, amp="bf16"), underflow_cpu.base_lr * 1e25)  # weights overflow
     assert not verdict.passed
@@ -134,6 +139,7 @@ def test_nan_loss_fails_with_where_it_happened(underflow_cpu: Bench) -> None:
     assert verdict.deviation is None
 
 
+@pytest.mark.steady  # a tiny model in this process, on one thread
 def test_other_initial_weights_are_not_the_same_start(underflow_cpu: Bench) -> None:
     def reseeded(config: Config, lr: float) -> tuple[Any, Step, float]:
         loader, step, seconds = underflow_cpu.runner.build(config, lr)
