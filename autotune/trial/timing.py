@@ -6,14 +6,11 @@ capture) is timed separately as a one-time cost. Then:
 
 - the backlog is gone before any window is timed. During warm-up the loader's
   workers fill their queues (``autotune.trial.backlog``); the loop first takes
-  that many batches untimed. Each window then counts only what the workers
-  made while it ran: batches it took from a backlog that shrank are not
-  counted, so a loop still draining one is stated at the speed of its loader,
-  not of its step. Batches that went into a backlog that grew count only where
-  the loop ran dry in the window: a slower step behind queues that refill (an
-  epoch's start) never waits for a batch, and is stated at the speed of its step,
-  not of its loader. Where the backlog cannot be read, the loop instead runs on,
-  untimed, until it has to wait for a batch;
+  that many batches untimed. Each window then counts what the workers made while
+  it ran: the batches it took, less how far the backlog shrank (a loop draining
+  one runs at its step's speed, not its loader's), plus how far it grew where the
+  loop ran dry (a slower step behind refilling queues never does). Where the
+  backlog cannot be read, the loop runs on, untimed, until it waits for a batch;
 - a window spans at least as many batches as there are workers (worker output is
   bursty: one slow batch, then N-1 fast ones) and never crosses an epoch;
 - the device is synchronised at window edges only;
@@ -25,9 +22,9 @@ capture) is timed separately as a one-time cost. Then:
 
 A fresh epoch's iterator start-up is measured at epoch boundaries and spread over
 the epoch's steps, so persistent workers show their worth. A boundary timed before
-an epoch's end first lets the workers finish what they were given
-(``autotune.trial.backlog.settle``), so it costs what a real epoch's end costs. No Optuna here: a
-caller that wants to stop early answers ``on_window``.
+an epoch's end first lets the workers finish what they were given (``backlog.settle``),
+so it costs what a real epoch's end costs. No Optuna here: a caller that wants to stop
+early answers ``on_window``.
 """
 
 from __future__ import annotations
@@ -98,11 +95,9 @@ def spread(rates: Iterable[float]) -> float:
 class _Feed:
     """Batches across epochs; knows how far into the epoch it is and how long the last batch kept it waiting.
 
-    It counts the samples of each batch it hands out, and, with `tokens`, their real
-    tokens and token positions since the last `reset_window`: kept as tensors where
-    `tokens` returns one, so counting never synchronises the device inside a window.
-    With `watch_backlog` (a loader with workers) it also notes whether, since then, the
-    loop asked for a batch that was not ready yet: whether it ran dry.
+    Since the last `reset_window` it counts the samples of each batch it hands out, with
+    `tokens` their real tokens and token positions (tensors where `tokens` returns one: no
+    sync inside a window), and with `watch_backlog` whether a batch asked for was not ready.
     """
 
     def __init__(self, loader: Any, clock: Clock, count: Counter = batches.samples_in,
@@ -132,15 +127,12 @@ class _Feed:
         if self.position >= self.steps_per_epoch:
             self.restart()
         assert self.iterator is not None
-        ready: int | None = -1  # not read
-        if self.watch_backlog and not self.ran_dry:
-            ready = backlog.ready(self.iterator)
-            self.ran_dry = ready == 0
+        ready = backlog.ready(self.iterator) if self.watch_backlog and not self.ran_dry else -1
         asked = self.clock()
         batch = next(self.iterator)
         self.last_wait = self.clock() - asked
-        if ready is None and self.last_wait >= DRY_WAIT_S:  # the backlog cannot be read: a batch that kept it waiting
-            self.ran_dry = True
+        # Where the backlog cannot be read (None), a batch that kept the loop waiting says it ran dry.
+        self.ran_dry = self.ran_dry or ready == 0 or (ready is None and self.last_wait >= DRY_WAIT_S)
         self.position += 1
         return batch
 
@@ -150,7 +142,7 @@ class _Feed:
         self.iterator = iter(self.loader)
         self.position = 0
 
-    def ready(self) -> int | None:
+    def ready(self) -> int | None:  # batches the workers have ready (None: it cannot be told)
         return backlog.ready(self.iterator)
 
     def settle(self) -> None:
@@ -179,10 +171,8 @@ class _Window:
 
         Signed, not cut at zero: worker output is bursty, so the backlog shrinks in one
         window and grows in the next, and cutting only the one side would bias the sum.
-        But a backlog that grew while every batch the loop asked for was ready (an epoch's
-        queues refilling behind a slower step, or a pinning thread slower than the workers)
-        is not the loop's speed: the loop never waited, it ran at the speed of its step,
-        and made what it took.
+        But where every batch the loop asked for was ready (queues refilling behind a
+        slower step), a growing backlog is not its speed: it made what it took.
         """
         per_batch = self.samples / self.steps
         if self.drained < 0 and not self.ran_dry:
