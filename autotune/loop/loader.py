@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader, Dataset
 from autotune.config import Config
 from autotune.loop import batch as batches
 from autotune.loop.buckets import LengthBuckets, padded
-from autotune.loop.sourced import dataloader_args
+from autotune.loop.sourced import WrappedLoader, dataloader_args
 
 Collate = Callable[[list[Any]], Any]
 
@@ -154,7 +154,7 @@ def build_loader(
     collate_fn: Collate | None = None,
     lengths: Sequence[int] | None = None,
     **user_args: Any,
-) -> Any:
+) -> DataLoader | DeviceLoader | WrappedLoader:
     """The loader a config describes; `user_args` are the workload's own DataLoader arguments, kept.
 
     `lengths` (one per sample, the workload's ``sample_lengths``) is what ``bucketing`` groups by.

@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader, Dataset
 from autotune.config import Config, baseline_config
 from autotune.loop import DeviceLoader, Step, build_loader
 from autotune.loop.loader import USER_LOADER_ARGS
+from autotune.loop.sourced import WrappedLoader
 from autotune.tuned import file as tuned_file
 from autotune.workloads import Workload, load, resolve
 from autotune.workloads.decode import NotTranslatable
@@ -100,7 +101,7 @@ def load_tuned(recipe: str, device: torch.device | str | None = None) -> Tuned:
 
 def tuned_loader(
     dataset: Dataset, recipe: str, device: torch.device | str | None = None, **kwargs: Any
-) -> DataLoader | DeviceLoader:
+) -> DataLoader | DeviceLoader | WrappedLoader:
     """A loader built from the tuned profile matching this machine.
 
     A ``torch.utils.data.DataLoader``, or, when the profile places the data on the
