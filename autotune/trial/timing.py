@@ -22,9 +22,9 @@ capture) is timed separately as a one-time cost. Then:
 
 A fresh epoch's iterator start-up is measured at epoch boundaries and spread over
 the epoch's steps, so persistent workers show their worth. A boundary timed before
-an epoch's end first lets the workers finish what they were given (``backlog.settle``),
-so it costs what a real epoch's end costs. No Optuna here: a caller that wants to stop
-early answers ``on_window``.
+an epoch's end first ends that epoch as a real end does (``backlog.end_epoch``) and,
+untimed, takes what the workers still make. No Optuna here: a caller that wants to
+stop early answers ``on_window``.
 """
 
 from __future__ import annotations
@@ -103,11 +103,9 @@ class _Feed:
     def __init__(self, loader: Any, clock: Clock, count: Counter = batches.samples_in,
                  tokens: Counter | None = None, watch_backlog: bool = False) -> None:
         self.loader, self.clock, self.count, self.tokens = loader, clock, count, tokens
-        self.watch_backlog = watch_backlog
-        self.steps_per_epoch = len(loader)
+        self.watch_backlog, self.steps_per_epoch = watch_backlog, len(loader)
         self.iterator: Iterator | None = iter(loader)
-        self.position = 0
-        self.last_wait = 0.0
+        self.position, self.last_wait = 0, 0.0
         self.ran_dry = False  # since the last `reset_window`: asked for a batch that was not ready
         self.token_sum: Any = 0
         self.slot_sum = 0
@@ -145,10 +143,15 @@ class _Feed:
     def ready(self) -> int | None:  # batches the workers have ready (None: it cannot be told)
         return backlog.ready(self.iterator)
 
-    def settle(self) -> None:
-        """Untimed, let the workers finish the batches they were given, as they have at an epoch's real end."""
-        if self.remaining and self.iterator is not None:
+    def end_epoch(self) -> None:
+        """Untimed, end this epoch here as a real one ends: its workers get no more, and make nothing to throw away."""
+        left = backlog.end_epoch(self.iterator) if self.remaining and self.iterator is not None else 0
+        if left is None:  # it cannot be ended early: at least let the workers finish what they were given
             backlog.settle(self.iterator)
+        elif left:
+            for _ in range(min(left, self.remaining)):
+                next(self.iterator)
+            self.position = self.steps_per_epoch
 
     @property
     def remaining(self) -> int:
@@ -219,8 +222,8 @@ def _timed(feed: _Feed, step: Callable[..., Any], n: int, clock: Clock, sync: Ca
            restart: bool = False) -> _Window:
     """One window of `n` steps, timed from synchronised device to synchronised device."""
     before = None if restart else feed.ready()
-    if restart:  # an epoch cut short: what its workers still make would be waited for, then thrown away
-        feed.settle()
+    if restart:  # untimed: an epoch's real end
+        feed.end_epoch()
     feed.reset_window()
     t0 = clock()
     if restart:
@@ -249,11 +252,8 @@ def measure(
     ``on_window(i, samples_per_s)`` is called after each steady window; returning
     True stops measuring (a pruned trial). ``count(batch)`` gives a batch's samples;
     with ``tokens(batch)`` (real tokens: an int, or a tensor read only at window
-    edges) the measurement states tokens per sample and the share of padding.
-
-    For example::
-
-        m = measure(step, loader, sync=torch.cuda.synchronize)
+    edges) the measurement states tokens per sample and the share of padding. On a
+    GPU: ``measure(step, loader, sync=torch.cuda.synchronize)``.
     """
     start = clock()
     capacity = backlog.capacity(loader)

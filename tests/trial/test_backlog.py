@@ -1,0 +1,23 @@
+"""An epoch ended early ends as a real one does: the workers get no more of it, and what they were given comes out."""
+
+import torch
+from torch.utils.data import DataLoader
+
+from autotune.trial import backlog
+
+
+def test_an_epoch_ended_early_yields_what_its_workers_were_given_then_stops() -> None:
+    loader = DataLoader(torch.arange(40), batch_size=2, num_workers=2, prefetch_factor=2)
+    batches = iter(loader)
+    assert next(batches).tolist() == [0, 1]
+    # 4 batches given at the start, one more for the one taken: 4 still to come.
+    assert backlog.end_epoch(batches) == 4
+    assert [b.tolist() for b in batches] == [[2, 3], [4, 5], [6, 7], [8, 9]]
+    assert [b.tolist() for b in loader][:2] == [[0, 1], [2, 3]]  # the next epoch starts afresh
+
+
+def test_an_epoch_without_workers_cannot_be_ended_early() -> None:
+    batches = iter(DataLoader(torch.arange(8), batch_size=2))
+    next(batches)
+    assert backlog.end_epoch(batches) is None
+    assert len(list(batches)) == 3
