@@ -5,12 +5,17 @@
     python benchmarks/truth.py --recipe imagenet_resnet50 --configs tuned
     taskset -c 0-4 python benchmarks/truth.py --configs decode   # both decode paths on 5 cores
 
-For each config, first autotune measures it as a search does: in a trial process
-(``autotune.procs.pool.TrialPool``), with the search's windows. Then, in this
-process, a plain PyTorch loop written out below (no autotune code in it: a
-DataLoader, autocast, channels_last, SGD) warms up, skips twice the batches its
-workers can prefetch, and is timed for `--seconds` (at least 30 by default),
-epochs and their start-up included, the device synchronised only at the ends.
+For each config, autotune measures it as a search does: in a trial process
+(``autotune.procs.pool.TrialPool``), with the search's windows. In this process,
+a plain PyTorch loop written out below (no autotune code in it: a DataLoader,
+autocast, channels_last, SGD) warms up, skips twice the batches its workers can
+prefetch, and is timed, epochs and their start-up included, the device
+synchronised only at the ends: for `--seconds` (at least 30 by default) in two
+halves, one right before autotune's measurement and one right after it, each
+warmed up and past its backlog anew. A host whose cores drift (seen on H200
+hosts: a loader's CPU per sample moving by a third within minutes) then shows as
+two halves that disagree, and such a row says so instead of passing for a
+measurement error; ``--no-bracket`` times the hand loop in one piece, after.
 The table gives both numbers and their ratio; every number is from this run.
 Under each row, both are split the same way: the rate within epochs, and what an
 epoch boundary costs beyond it (the hand loop's from when it received each batch),
@@ -179,7 +184,24 @@ def epoch_parts(arrived: list[tuple[float, int, int]], samples: int, wall: float
     for t, _, size in arrived:
         bins[min(int(t // TIMELINE_S), len(bins) - 1)] += size
     timeline = [round(n / min(TIMELINE_S, wall - i * TIMELINE_S), 1) for i, n in enumerate(bins)]
-    return {"steady_samples_per_s": steady, "boundaries": boundaries, "boundary_s": cost, "timeline": timeline}
+    counted = steady is not None  # the parts within epochs, for `joined`
+    return {"steady_samples_per_s": steady, "boundaries": boundaries, "boundary_s": cost, "timeline": timeline,
+            "within_samples": within if counted else 0, "within_seconds": seconds if counted else 0.0}
+
+
+def joined(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """Two halves of a hand loop, timed around autotune's measurement, as one loop over both of their times."""
+    samples, seconds = before["samples"] + after["samples"], before["seconds"] + after["seconds"]
+    within = before["within_samples"] + after["within_samples"]
+    within_s = before["within_seconds"] + after["within_seconds"]
+    steady = within / within_s if within_s > 0 else None
+    boundaries = before["boundaries"] + after["boundaries"]
+    cost = (seconds - samples / steady) / boundaries if steady is not None and boundaries else None
+    return {"samples_per_s": samples / seconds, "seconds": seconds, "samples": samples,
+            "steady_samples_per_s": steady, "boundaries": boundaries, "boundary_s": cost,
+            "timeline": before["timeline"] + after["timeline"], "within_samples": within, "within_seconds": within_s,
+            "before": before["samples_per_s"], "after": after["samples_per_s"],
+            "drift": after["samples_per_s"] / before["samples_per_s"] - 1}
 
 
 def uint8_pixels(dataset: Any, device: torch.device) -> tuple[Any, None, Any]:
@@ -275,6 +297,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("truth"))
     parser.add_argument("--batch-size", type=int, default=256, help="of the default, sweep and decode sets")
     parser.add_argument("--device", default="cuda:0", help="cpu runs it end to end on a machine without a GPU")
+    parser.add_argument("--no-bracket", action="store_true",
+                        help="time the hand loop in one piece after autotune's measurement, not in halves around it")
     parser.add_argument("--hand-only", action="store_true",
                         help="the hand-timed loops alone: a sweep that a winner is held against")
     args = parser.parse_args()
@@ -308,9 +332,17 @@ def main() -> None:
                   f"(within epochs {_rate(hand['steady_samples_per_s'])}, an epoch boundary "
                   f"{_seconds(hand['boundary_s'])})", flush=True)
             continue
-        ours = by_autotune(ref.workload_path, config, lr, cores, args.out.resolve() / "logs", device)
-        hand = by_hand(workload, config, lr, args.seconds, device)
+        if args.no_bracket:
+            ours = by_autotune(ref.workload_path, config, lr, cores, args.out.resolve() / "logs", device)
+            hand = by_hand(workload, config, lr, args.seconds, device)
+        else:
+            before = by_hand(workload, config, lr, args.seconds / 2, device)
+            ours = by_autotune(ref.workload_path, config, lr, cores, args.out.resolve() / "logs", device)
+            hand = joined(before, by_hand(workload, config, lr, args.seconds / 2, device))
         ratio = ours["samples_per_s"] / hand["samples_per_s"]
+        # Halves that disagree: the host moved, and a ratio off 1 may be the host's, not the measurement's.
+        drifted = "drift" in hand and abs(hand["drift"]) > TOLERANCE
+        drift_note = f"  HOST DRIFTED: hand halves {hand['before']:,.0f}/s, {hand['after']:,.0f}/s" if drifted else ""
         rows.append({"config": name, "knobs": config.describe(), "autotune": ours["samples_per_s"],
                      "autotune_steady": ours["steady_samples_per_s"], "autotune_spread": ours["spread"],
                      "autotune_epoch_overhead_s": ours.get("epoch_overhead_s"),
@@ -318,12 +350,15 @@ def main() -> None:
                      "hand_seconds": hand["seconds"], "hand_steady": hand["steady_samples_per_s"],
                      "hand_boundaries": hand["boundaries"], "hand_boundary_s": hand["boundary_s"],
                      "hand_timeline": hand["timeline"], "autotune_windows": ours.get("window_rates"),
-                     "autotune_reliable": ours.get("reliable", True), "ratio": ratio})
+                     "autotune_reliable": ours.get("reliable", True), "ratio": ratio,
+                     "hand_before": hand.get("before"), "hand_after": hand.get("after"),
+                     "host_drift": hand.get("drift")})
         # A measurement whose halves kept disagreeing is stated as such by the search, and here too.
         print(f"  {name:<46} autotune {ours['samples_per_s']:>8,.0f}/s ±{ours['spread']:.1%}"
               f"{'' if ours.get('reliable', True) else ' unreliable'}  "
               f"by hand {hand['samples_per_s']:>8,.0f}/s over {hand['seconds']:.0f} s  "
               f"ratio {ratio:.3f}{'' if abs(ratio - 1) <= TOLERANCE else '  OUTSIDE ±7%'}"
+              f"{drift_note}"
               f"{'  (the hand loop runs it eager, not in a CUDA graph)' if config.cuda_graph else ''}", flush=True)
         print(f"  {'':<46} within epochs: autotune {ours['steady_samples_per_s']:,.0f}/s, by hand "
               f"{_rate(hand['steady_samples_per_s'])}; an epoch boundary: autotune "
@@ -337,7 +372,9 @@ def main() -> None:
     if args.hand_only:
         return
     inside = sum(abs(r["ratio"] - 1) <= TOLERANCE for r in rows)
-    print(f"{inside} of {len(rows)} configs within ±{TOLERANCE:.0%} of the hand-timed rate")
+    drifted = sum(abs(r["host_drift"] or 0) > TOLERANCE for r in rows)
+    print(f"{inside} of {len(rows)} configs within ±{TOLERANCE:.0%} of the hand-timed rate"
+          f"{f'; on {drifted}, the hand loop itself moved by more than that between its halves' if drifted else ''}")
 
 
 if __name__ == "__main__":
