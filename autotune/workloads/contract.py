@@ -31,6 +31,7 @@ It is the only place user code runs; nothing is inherited.
 from __future__ import annotations
 
 import dataclasses
+import importlib.machinery
 import importlib.util
 import sys
 import traceback
@@ -127,10 +128,17 @@ class Workload:
         return self.defaults.get(key, loader_defaults.get(key))
 
 
+class _NoCacheLoader(importlib.machinery.SourceFileLoader):
+    """Imports a workload without writing its compiled form: no __pycache__ appears in the user's recipes folder."""
+
+    def set_data(self, path: str, data: bytes, *, _mode: int = 0o666) -> None:
+        pass  # the one place a source loader writes bytecode
+
+
 def _import_file(path: Path) -> ModuleType:
     # A private module name per file: workloads never land in each other's globals.
     module_name = f"autotune_workload_{abs(hash(str(path.resolve())))}"
-    spec = importlib.util.spec_from_file_location(module_name, path)
+    spec = importlib.util.spec_from_file_location(module_name, path, loader=_NoCacheLoader(module_name, str(path)))
     if spec is None or spec.loader is None:
         raise WorkloadError(f"cannot import workload file {path}.")
     module = importlib.util.module_from_spec(spec)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,6 +91,15 @@ def test_cifar_device_augment_draws_from_the_same_crops_as_the_pil_transform() -
 def test_bad_recipe_names(project: Path, recipe: str, message: str) -> None:
     with pytest.raises(WorkloadError, match=__import__("re").escape(message)):
         resolve(recipe)
+
+
+def test_loading_a_workload_writes_nothing_into_the_project(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python writes bytecode beside an imported file by default; a workload's import must not (a __pycache__ in
+    recipes/ would be a file autotune left in the user's project, with nothing to show for it)."""
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)  # Python's default, whatever this machine's environment says
+    before = sorted(p.relative_to(project) for p in project.rglob("*"))
+    assert load(resolve("tiny")).defaults["batch_size"] == 16
+    assert sorted(p.relative_to(project) for p in project.rglob("*")) == before
 
 
 def test_import_error_names_file_and_line(project: Path) -> None:
