@@ -6,11 +6,12 @@
     taskset -c 0-4 python benchmarks/truth.py --configs decode   # both decode paths on 5 cores
 
 For each config, autotune measures it as a search does: in a trial process
-(``autotune.procs.pool.TrialPool``), with the search's windows. In this process,
-a plain PyTorch loop written out below (no autotune code in it: a DataLoader,
-autocast, channels_last, SGD) warms up, skips twice the batches its workers can
-prefetch, and is timed, epochs and their start-up included, the device
-synchronised only at the ends: for `--seconds` (at least 30 by default) in two
+(``autotune.procs.pool.TrialPool``), with the search's windows. In a process of
+its own, started afresh as a user's training script is (not this one, which ran
+the rows before), a plain PyTorch loop written out below (no autotune code in it:
+a DataLoader, autocast, channels_last, SGD) warms up, skips twice the batches its
+workers can prefetch, and is timed, epochs and their start-up included, the
+device synchronised only at the ends: for `--seconds` (at least 30 by default) in two
 halves, one right before autotune's measurement and one right after it, each
 warmed up and past its backlog anew. A host whose cores drift (seen on H200
 hosts: a loader's CPU per sample moving by a third within minutes) then shows as
@@ -40,6 +41,7 @@ import contextlib
 import copy
 import json
 import math
+import multiprocessing
 import os
 import re
 import time
@@ -273,6 +275,40 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f} s"
 
 
+def in_a_fresh_process(workload_path: Path, config: Config, lr: float, seconds: float,
+                       device: torch.device) -> dict[str, Any]:
+    """`by_hand` in a process of its own, started afresh, as a user's training script runs.
+
+    Not in this one, which has run the rows before (their heaps, pinned buffers and CUDA caches), while
+    autotune measures each config in a trial process started for the search.
+    """
+    context = multiprocessing.get_context("spawn")
+    results, sender = context.Pipe(duplex=False)
+    process = context.Process(target=_hand_loop_process, args=(str(workload_path), config, lr, seconds, str(device),
+                                                               sender))
+    process.start()
+    sender.close()  # ours: the pipe ends (EOFError) when the child's end closes, with or without a result
+    try:
+        result = results.recv()
+    except EOFError:
+        result = RuntimeError(f"its process ended without a result, with exit status {process.exitcode}")
+    finally:
+        process.join()
+    if isinstance(result, Exception):
+        raise SystemExit(f"the hand loop of {config.describe()} failed: {result}")
+    return result
+
+
+def _hand_loop_process(workload_path: str, config: Config, lr: float, seconds: float, device: str,
+                       sender: Any) -> None:
+    try:
+        result: Any = by_hand(load(resolve(workload_path)), config, lr, seconds, torch.device(device))
+    except Exception as exc:  # said by the parent; an exception need not pickle, its text does
+        result = RuntimeError(f"{type(exc).__name__}: {exc}")
+    sender.send(result)
+    sender.close()
+
+
 def by_autotune(workload_path: Path, config: Config, lr: float, cores: int, logs: Path,
                 device: torch.device) -> dict[str, Any]:
     """autotune's measurement, made as a search makes it: a trial process, the search's windows."""
@@ -324,7 +360,7 @@ def main() -> None:
     for name, config in configs.items():
         lr = scaled_lr(float(d["lr"]), d["batch_size"], config.batch_size, "linear", workload.lr_max)
         if args.hand_only:
-            hand = by_hand(workload, config, lr, args.seconds, device)
+            hand = in_a_fresh_process(ref.workload_path, config, lr, args.seconds, device)
             rows.append({"config": name, "knobs": config.describe(), "hand": hand["samples_per_s"],
                          "hand_seconds": hand["seconds"], "hand_steady": hand["steady_samples_per_s"],
                          "hand_boundary_s": hand["boundary_s"], "hand_timeline": hand["timeline"]})
@@ -334,11 +370,11 @@ def main() -> None:
             continue
         if args.no_bracket:
             ours = by_autotune(ref.workload_path, config, lr, cores, args.out.resolve() / "logs", device)
-            hand = by_hand(workload, config, lr, args.seconds, device)
+            hand = in_a_fresh_process(ref.workload_path, config, lr, args.seconds, device)
         else:
-            before = by_hand(workload, config, lr, args.seconds / 2, device)
+            before = in_a_fresh_process(ref.workload_path, config, lr, args.seconds / 2, device)
             ours = by_autotune(ref.workload_path, config, lr, cores, args.out.resolve() / "logs", device)
-            hand = joined(before, by_hand(workload, config, lr, args.seconds / 2, device))
+            hand = joined(before, in_a_fresh_process(ref.workload_path, config, lr, args.seconds / 2, device))
         ratio = ours["samples_per_s"] / hand["samples_per_s"]
         # Halves that disagree: the host moved, and a ratio off 1 may be the host's, not the measurement's.
         drifted = "drift" in hand and abs(hand["drift"]) > TOLERANCE

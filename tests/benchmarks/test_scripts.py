@@ -6,6 +6,7 @@ its seed loop still took `(x, y)` where a measurement hands a step one batch.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import sys
 import time
@@ -68,6 +69,16 @@ def test_truth_joins_the_hand_loops_halves_over_both_their_times_and_states_how_
     assert hand["boundary_s"] == pytest.approx(30.0 - 30000 / (27000 / 26.0))  # the one boundary's cost
     assert (hand["before"], hand["after"]) == (900.0, 1100.0) and hand["drift"] == pytest.approx(2 / 9)
     assert hand["timeline"] == [900.0] * 3 + [1100.0] * 3
+
+
+def test_truth_times_the_hand_loop_in_a_process_of_its_own(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(BENCHMARKS))  # the child imports the script by name, as it runs it
+    truth = importlib.import_module("truth")
+    config = Config(batch_size=32)
+    result = truth.in_a_fresh_process(resolve("tiny").workload_path, config, 0.05, 0.5, torch.device("cpu"))
+    assert result["seconds"] >= 0.5 and result["samples"] > 0 and result["samples"] % 32 == 0
+    assert result["samples_per_s"] == pytest.approx(result["samples"] / result["seconds"])
+    assert result["steady_samples_per_s"] is not None and result["boundaries"] >= 1  # 512 samples: 16 batches an epoch
 
 
 class SlowStart(Dataset):
