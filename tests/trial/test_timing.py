@@ -272,7 +272,10 @@ def test_a_step_bound_loop_is_not_timed_at_its_loaders_speed_while_an_epochs_que
     measured = measure(_slow_model(5, 0.1, 0.02), loader(100), Windows(window_s=0.1, rel_tol=0.0, max_windows=12,
                                                                        extra_windows=0))
     truth = _by_hand(loader(300), _slow_model(5, 0.1, 0.02), 5, seconds=1.5, until_dry=False)
-    assert max(measured.window_rates) <= 1.1 * truth, (measured.window_rates, truth)
+    # The model's own speed, 16 samples a 20 ms step, is the ceiling (not the hand loop's average: a window the
+    # loader kept up with all through runs at the model's speed, above the average of a loop that waits at times).
+    model = 16 / 0.02
+    assert max(measured.window_rates) <= 1.05 * model, (measured.window_rates, truth)
     assert abs(measured.steady_samples_per_s / truth - 1) <= 0.10, (measured.window_rates, truth)
 
 
