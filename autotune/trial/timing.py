@@ -29,7 +29,9 @@ stop early answers ``on_window``.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import itertools
 import math
 import statistics
 import time
@@ -148,9 +150,8 @@ class _Feed:
         left = backlog.end_epoch(self.iterator) if self.remaining and self.iterator is not None else 0
         if left is None:  # it cannot be ended early: at least let the workers finish what they were given
             backlog.settle(self.iterator)
-        elif left:
-            for _ in range(min(left, self.remaining)):
-                next(self.iterator)
+        elif left:  # take them (an iterable data set's workers may end the epoch sooner)
+            collections.deque(itertools.islice(self.iterator, min(left, self.remaining)), maxlen=0)
             self.position = self.steps_per_epoch
 
     @property
