@@ -72,7 +72,7 @@ def end_epoch(iterator: Any) -> int | None:
     """Give the workers no more of this epoch; the batches still to come, None where it cannot be done."""
     iterator = source(iterator)
     try:
-        left = int(iterator._send_idx) - int(iterator._rcvd_idx)  # given to a worker, not yet to the loop
+        left = len(iterator._task_info)  # given to a worker, not yet to the loop (kept, or still in the making)
     except (AttributeError, TypeError):
         return None
     iterator._sampler_iter = iter(())  # where each next batch's indices come from

@@ -107,10 +107,9 @@ class _Feed:
         self.loader, self.clock, self.count, self.tokens = loader, clock, count, tokens
         self.watch_backlog, self.steps_per_epoch = watch_backlog, len(loader)
         self.iterator: Iterator | None = iter(loader)
-        self.position, self.last_wait = 0, 0.0
+        self.position, self.last_wait, self.slot_sum = 0, 0.0, 0
         self.ran_dry = False  # since the last `reset_window`: asked for a batch that was not ready
         self.token_sum: Any = 0
-        self.slot_sum = 0
 
     def take(self) -> tuple[Any, int]:
         """The next batch and its samples; its tokens are added up."""
@@ -145,14 +144,15 @@ class _Feed:
     def ready(self) -> int | None:  # batches the workers have ready (None: it cannot be told)
         return backlog.ready(self.iterator)
 
-    def end_epoch(self) -> None:
-        """Untimed, end this epoch here as a real one ends: its workers get no more, and make nothing to throw away."""
+    def end_epoch(self) -> bool:
+        """Untimed, end this epoch as a real one ends, making nothing to throw away; True where it took batches."""
         left = backlog.end_epoch(self.iterator) if self.remaining and self.iterator is not None else 0
         if left is None:  # it cannot be ended early: at least let the workers finish what they were given
             backlog.settle(self.iterator)
         elif left:  # take them (an iterable data set's workers may end the epoch sooner)
             collections.deque(itertools.islice(self.iterator, min(left, self.remaining)), maxlen=0)
             self.position = self.steps_per_epoch
+        return bool(left)
 
     @property
     def remaining(self) -> int:
@@ -223,8 +223,8 @@ def _timed(feed: _Feed, step: Callable[..., Any], n: int, clock: Clock, sync: Ca
            restart: bool = False) -> _Window:
     """One window of `n` steps, timed from synchronised device to synchronised device."""
     before = None if restart else feed.ready()
-    if restart:  # untimed: an epoch's real end
-        feed.end_epoch()
+    if restart and feed.end_epoch():  # untimed: an epoch's real end, then the device idle as at any window's start
+        sync()
     feed.reset_window()
     t0 = clock()
     if restart:
