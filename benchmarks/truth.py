@@ -179,7 +179,7 @@ def epoch_parts(arrived: list[tuple[float, int, int]], samples: int, wall: float
             seconds, batches, within = seconds + t1 - t0, batches + 1, within + size
     boundaries = sum(place == 0 for _, place, _ in arrived)
     steady = within / seconds if batches >= 2 and seconds > 0 else None
-    cost = (wall - samples / steady) / boundaries if steady is not None and boundaries else None
+    cost = _boundary_cost(wall, samples, steady, boundaries)
     # Samples/s in each TIMELINE_S of the loop: a rate that falls as the loop goes on (a host's cores leaving their
     # boost clock under sustained load) shows here, and would make any short measurement read high.
     bins = [0] * max(1, math.ceil(wall / TIMELINE_S))
@@ -191,6 +191,11 @@ def epoch_parts(arrived: list[tuple[float, int, int]], samples: int, wall: float
             "within_samples": within if counted else 0, "within_seconds": seconds if counted else 0.0}
 
 
+def _boundary_cost(wall: float, samples: int, steady: float | None, boundaries: int) -> float | None:
+    """What each epoch boundary cost beyond the rate within epochs; None where that cannot be told."""
+    return (wall - samples / steady) / boundaries if steady is not None and boundaries else None
+
+
 def joined(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     """Two halves of a hand loop, timed around autotune's measurement, as one loop over both of their times."""
     samples, seconds = before["samples"] + after["samples"], before["seconds"] + after["seconds"]
@@ -198,7 +203,7 @@ def joined(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     within_s = before["within_seconds"] + after["within_seconds"]
     steady = within / within_s if within_s > 0 else None
     boundaries = before["boundaries"] + after["boundaries"]
-    cost = (seconds - samples / steady) / boundaries if steady is not None and boundaries else None
+    cost = _boundary_cost(seconds, samples, steady, boundaries)
     return {"samples_per_s": samples / seconds, "seconds": seconds, "samples": samples,
             "steady_samples_per_s": steady, "boundaries": boundaries, "boundary_s": cost,
             "timeline": before["timeline"] + after["timeline"], "within_samples": within, "within_seconds": within_s,
@@ -301,6 +306,9 @@ def in_a_fresh_process(workload_path: Path, config: Config, lr: float, seconds: 
 
 def _hand_loop_process(workload_path: str, config: Config, lr: float, seconds: float, device: str,
                        sender: Any) -> None:
+    # A spawned child inherits the spawn start method; the loop's DataLoader workers must start the way a
+    # training script's do on Linux, by fork (spawned, they could not even unpickle the workload's data set).
+    multiprocessing.set_start_method("fork", force=True)
     try:
         result: Any = by_hand(load(resolve(workload_path)), config, lr, seconds, torch.device(device))
     except Exception as exc:  # said by the parent; an exception need not pickle, its text does
@@ -368,13 +376,11 @@ def main() -> None:
                   f"(within epochs {_rate(hand['steady_samples_per_s'])}, an epoch boundary "
                   f"{_seconds(hand['boundary_s'])})", flush=True)
             continue
-        if args.no_bracket:
-            ours = by_autotune(ref.workload_path, config, lr, cores, args.out.resolve() / "logs", device)
-            hand = in_a_fresh_process(ref.workload_path, config, lr, args.seconds, device)
-        else:
-            before = in_a_fresh_process(ref.workload_path, config, lr, args.seconds / 2, device)
-            ours = by_autotune(ref.workload_path, config, lr, cores, args.out.resolve() / "logs", device)
-            hand = joined(before, in_a_fresh_process(ref.workload_path, config, lr, args.seconds / 2, device))
+        halves = 1 if args.no_bracket else 2
+        before = None if halves == 1 else in_a_fresh_process(ref.workload_path, config, lr, args.seconds / 2, device)
+        ours = by_autotune(ref.workload_path, config, lr, cores, args.out.resolve() / "logs", device)
+        after = in_a_fresh_process(ref.workload_path, config, lr, args.seconds / halves, device)
+        hand = after if before is None else joined(before, after)
         ratio = ours["samples_per_s"] / hand["samples_per_s"]
         # Halves that disagree: the host moved, and a ratio off 1 may be the host's, not the measurement's.
         drifted = "drift" in hand and abs(hand["drift"]) > TOLERANCE

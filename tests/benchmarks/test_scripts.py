@@ -74,7 +74,7 @@ def test_truth_joins_the_hand_loops_halves_over_both_their_times_and_states_how_
 def test_truth_times_the_hand_loop_in_a_process_of_its_own(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(BENCHMARKS))  # the child imports the script by name, as it runs it
     truth = importlib.import_module("truth")
-    config = Config(batch_size=32)
+    config = Config(batch_size=32, num_workers=2)  # its DataLoader workers start as a script's do, by fork
     result = truth.in_a_fresh_process(resolve("tiny").workload_path, config, 0.05, 0.5, torch.device("cpu"))
     assert result["seconds"] >= 0.5 and result["samples"] > 0 and result["samples"] % 32 == 0
     assert result["samples_per_s"] == pytest.approx(result["samples"] / result["seconds"])
