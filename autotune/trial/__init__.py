@@ -1,6 +1,7 @@
 """What runs inside a trial process: build a config's loop, measure it, or make a parity run.
 
 - ``timing``: timing windows over the real loop, and its one-time costs;
+- ``feed``: the batches a measurement takes, and what the loader had ready for each;
 - ``gpu``: GPU utilisation and memory sampled through NVML;
 - ``runner``: one config built and measured in this process (``Runner``);
 - ``parity_run``: a short training run recorded for the parity check;

@@ -21,7 +21,8 @@ capture) is timed separately as a one-time cost. Then:
   not stated as exact.
 
 A fresh epoch's iterator start-up is measured at epoch boundaries and spread over
-the epoch's steps, so persistent workers show their worth. A boundary timed before
+the epoch's steps, so persistent workers show their worth. An epoch too short for
+steady windows beside its backlog is timed whole, each from its start. A boundary timed before
 an epoch's end first ends that epoch as a real end does (``backlog.end_epoch``) and,
 untimed, takes what the workers still make. No Optuna here: a caller that wants to
 stop early answers ``on_window``.
@@ -29,21 +30,16 @@ stop early answers ``on_window``.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
-import itertools
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from autotune.loop import batch as batches
 from autotune.trial import backlog
-
-Clock = Callable[[], float]
-Counter = Callable[[Any], Any]  # a batch's samples (an int) or real tokens (an int, or a 0-d tensor)
-DRY_WAIT_S = 1e-3  # a batch that took this long to arrive was not waiting in a queue: the loop ran dry
+from autotune.trial.feed import DRY_WAIT_S, Clock, Counter, Feed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,71 +90,6 @@ def spread(rates: Iterable[float]) -> float:
     return (q[2] - q[0]) / statistics.median(values)
 
 
-class _Feed:
-    """Batches across epochs; knows how far into the epoch it is and how long the last batch kept it waiting.
-
-    Since the last `reset_window` it counts the samples of each batch it hands out, with
-    `tokens` their real tokens and token positions (tensors where `tokens` returns one: no
-    sync inside a window), and with `watch_backlog` whether a batch asked for was not ready.
-    """
-
-    def __init__(self, loader: Any, clock: Clock, count: Counter = batches.samples_in,
-                 tokens: Counter | None = None, watch_backlog: bool = False) -> None:
-        self.loader, self.clock, self.count, self.tokens = loader, clock, count, tokens
-        self.watch_backlog, self.steps_per_epoch = watch_backlog, len(loader)
-        self.iterator: Iterator | None = iter(loader)
-        self.position, self.last_wait, self.slot_sum = 0, 0.0, 0
-        self.ran_dry = False  # since the last `reset_window`: asked for a batch that was not ready
-        self.token_sum: Any = 0
-
-    def take(self) -> tuple[Any, int]:
-        """The next batch and its samples; its tokens are added up."""
-        batch = self.next()
-        if self.tokens is not None:
-            self.token_sum = self.token_sum + self.tokens(batch)
-            self.slot_sum += batches.token_slots(batch)
-        return batch, self.count(batch)
-
-    def reset_window(self) -> None:
-        self.token_sum, self.slot_sum, self.ran_dry = 0, 0, False
-
-    def next(self) -> Any:
-        if self.position >= self.steps_per_epoch:
-            self.restart()
-        assert self.iterator is not None
-        ready = backlog.ready(self.iterator) if self.watch_backlog and not self.ran_dry else -1
-        asked = self.clock()
-        batch = next(self.iterator)
-        self.last_wait = self.clock() - asked
-        # Where the backlog cannot be read (None), a batch that kept the loop waiting says it ran dry.
-        self.ran_dry = self.ran_dry or ready == 0 or (ready is None and self.last_wait >= DRY_WAIT_S)
-        self.position += 1
-        return batch
-
-    def restart(self) -> None:
-        # Drop the old iterator first, as an epoch's end does: its workers shut down now.
-        self.iterator = None
-        self.iterator = iter(self.loader)
-        self.position = 0
-
-    def ready(self) -> int | None:  # batches the workers have ready (None: it cannot be told)
-        return backlog.ready(self.iterator)
-
-    def end_epoch(self) -> bool:
-        """Untimed, end this epoch as a real one ends, making nothing to throw away; True where it took batches."""
-        left = backlog.end_epoch(self.iterator) if self.remaining and self.iterator is not None else 0
-        if left is None:  # it cannot be ended early: at least let the workers finish what they were given
-            backlog.settle(self.iterator)
-        elif left:  # take them (an iterable data set's workers may end the epoch sooner)
-            collections.deque(itertools.islice(self.iterator, min(left, self.remaining)), maxlen=0)
-            self.position = self.steps_per_epoch
-        return bool(left)
-
-    @property
-    def remaining(self) -> int:
-        return self.steps_per_epoch - self.position
-
-
 @dataclasses.dataclass(frozen=True)
 class _Window:
     seconds: float
@@ -192,7 +123,7 @@ class _Window:
         return self.seconds * self.samples / self.made / self.steps
 
 
-def _run(feed: _Feed, step: Callable[..., Any], n: int) -> int:
+def _run(feed: Feed, step: Callable[..., Any], n: int) -> int:
     """`n` steps; the samples they took."""
     samples = 0
     for _ in range(n):
@@ -202,7 +133,7 @@ def _run(feed: _Feed, step: Callable[..., Any], n: int) -> int:
     return samples
 
 
-def _skip_backlog(feed: _Feed, step: Callable[..., Any], capacity: int) -> int:
+def _skip_backlog(feed: Feed, step: Callable[..., Any], capacity: int) -> int:
     """Take, untimed, the batches the workers prefetched while the loop warmed up; how many were taken.
 
     Where the backlog cannot be read (so no window can correct for what remains of it),
@@ -219,7 +150,7 @@ def _skip_backlog(feed: _Feed, step: Callable[..., Any], capacity: int) -> int:
     return taken
 
 
-def _timed(feed: _Feed, step: Callable[..., Any], n: int, clock: Clock, sync: Callable[[], None],
+def _timed(feed: Feed, step: Callable[..., Any], n: int, clock: Clock, sync: Callable[[], None],
            restart: bool = False) -> _Window:
     """One window of `n` steps, timed from synchronised device to synchronised device."""
     before = None if restart else feed.ready()
@@ -258,15 +189,16 @@ def measure(
     """
     start = clock()
     capacity = backlog.capacity(loader)
-    feed = _Feed(loader, clock, count, tokens, watch_backlog=capacity > 0)
+    feed = Feed(loader, clock, count, tokens, watch_backlog=capacity > 0)
     if feed.steps_per_epoch < 1:
         raise ValueError(f"the loader yields no batch: `len(loader) >= 1` must hold, but got {feed.steps_per_epoch}.")
     _run(feed, step, windows.warmup_steps)
     sync()
     setup_s = clock() - start
-    skipped = _skip_backlog(feed, step, capacity)
-    steady = _Steady(feed, step, windows, clock, sync, min_steps=max(1, getattr(loader, "num_workers", 0) or 0),
-                     capacity=capacity)
+    min_steps = max(1, getattr(loader, "num_workers", 0) or 0)
+    whole = _short(feed.steps_per_epoch, capacity, min_steps)
+    skipped = 0 if whole else _skip_backlog(feed, step, capacity)
+    steady = _Steady(feed, step, windows, clock, sync, min_steps, capacity, whole)
     stopped = steady.run(on_window)
     if not stopped:
         steady.force_a_boundary()
@@ -316,23 +248,27 @@ def pooled(windows: list[_Window]) -> float:
 class _Steady:
     """The steady windows of one measurement, and the epoch boundaries timed among them."""
 
-    def __init__(self, feed: _Feed, step: Callable[..., Any], windows: Windows, clock: Clock,
-                 sync: Callable[[], None], min_steps: int, capacity: int = 0) -> None:
+    def __init__(self, feed: Feed, step: Callable[..., Any], windows: Windows, clock: Clock,
+                 sync: Callable[[], None], min_steps: int, capacity: int = 0, whole: bool = False) -> None:
         self.feed, self.step, self.config, self.clock, self.sync = feed, step, windows, clock, sync
         self.min_steps = min_steps  # a window spans at least one batch per worker: their output is bursty
         self.windows: list[_Window] = []
         self.boundaries: list[_Window] = []
         self.tails: list[_Window] = []
         # Once the sampler has handed out its last index, the workers make nothing more this epoch and the
-        # loop drains what they hold: the last `capacity` batches are no steady window. Kept apart only
-        # where an epoch has room for steady windows besides them.
-        self.tail = capacity if feed.steps_per_epoch >= 2 * capacity + 2 * max(min_steps, 3) else 0
+        # loop drains what they hold: the last `capacity` batches are no steady window. Kept apart where
+        # an epoch has room for steady windows besides them; where it has not (`whole`), each window is
+        # whole epochs, each timed from its start, with nothing to correct.
+        self.whole = whole
+        self.tail = 0 if whole else capacity
         # Calibrate the first window to the step's speed; each window then sets the next one's length.
-        probe = min(3, feed.steps_per_epoch)
-        self.length = self._steps_for(_timed(feed, step, probe, clock, sync).step_s)
+        probe = feed.steps_per_epoch if whole else min(3, feed.steps_per_epoch)
+        self.length = self._steps_for(_timed(feed, step, probe, clock, sync, restart=whole).step_s)
 
     def _steps_for(self, step_s: float) -> int:
         wanted = max(math.ceil(self.config.window_s / max(step_s, 1e-9)), self.min_steps)
+        if self.whole:
+            return math.ceil(wanted / self.feed.steps_per_epoch) * self.feed.steps_per_epoch
         return max(1, min(wanted, self.feed.steps_per_epoch - 1 - self.tail))
 
     def run(self, on_window: Callable[[int, float], bool] | None) -> bool:
@@ -368,6 +304,8 @@ class _Steady:
 
     def _next(self) -> _Window | None:
         """The next steady window; None when it was spent timing an epoch's tail or boundary instead."""
+        if self.whole:
+            return _timed(self.feed, self.step, self.length, self.clock, self.sync, restart=True)
         n = min(self.length, self.feed.steps_per_epoch - self.tail)
         if self.feed.remaining >= n + self.tail:
             return _timed(self.feed, self.step, n, self.clock, self.sync)
@@ -388,9 +326,18 @@ class _Steady:
 
     def force_a_boundary(self) -> None:
         """No epoch ended while we timed: time one, so start-up cost is never assumed away."""
-        if not self.boundaries and self.config.boundaries > 0:
+        if not self.boundaries and self.config.boundaries > 0 and not self.whole:
             n = min(self.length, self.feed.steps_per_epoch)
             self.boundaries.append(_timed(self.feed, self.step, n, self.clock, self.sync, restart=True))
+
+
+def _short(steps_per_epoch: int, capacity: int, min_steps: int) -> bool:
+    """An epoch with no room for steady windows beside the `capacity` batches its workers hold ready.
+
+    Its workers are handed much of it at its start, so no window inside it is steady, and
+    a correction for the backlog counts the drain at its end against the loop's rate.
+    """
+    return capacity > 0 and steps_per_epoch < 2 * capacity + 2 * max(min_steps, 3)
 
 
 def _epoch_samples(loader: Any) -> int:

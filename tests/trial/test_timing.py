@@ -317,3 +317,32 @@ def test_an_epoch_start_timed_mid_epoch_receives_no_batch_only_to_throw_it_away(
     measured = measure(step, loader, agree_at_once)
     assert calls[0] < measured.steps_per_epoch == 150  # the start-up was timed before the epoch's end
     assert measured.epoch_overhead_s < 0.3, measured
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create 2 worker processes:UserWarning")
+def test_an_epoch_shorter_than_its_backlog_is_timed_whole_from_its_start() -> None:
+    """2 workers, each given 8 batches ahead, an epoch of 12 batches that they make far faster than the model
+    takes them: they are handed all of it at its start and hold it ready, so no window inside it is steady.
+
+    Corrected for the backlog, each window counted the epoch draining as the loop's shortfall: 798/s here
+    against 1,363/s by hand, and, from the tiny workload with 8 workers, prefetch 8 and 32 batches an epoch,
+    562/s against 6,052/s. Whole epochs, each timed from its start (1,362/s here), must agree with a loop
+    timed by hand over epochs within 10%.
+    """
+    def loader() -> torch.utils.data.DataLoader:
+        return torch.utils.data.DataLoader(SleepySamples(16 * 12, sample_s=0.0002), batch_size=16, num_workers=2,
+                                           prefetch_factor=8, persistent_workers=True)
+
+    measured = measure(_slow_model(5, 0.05, 0.01), loader(), Windows(window_s=0.3))
+    hand, step = loader(), _slow_model(5, 0.05, 0.01)
+    for batch in hand:  # a warm-up epoch
+        step(batch)
+    samples, start = 0, time.perf_counter()
+    while time.perf_counter() - start < 1.5:
+        for x, y in hand:
+            step((x, y))
+            samples += len(x)
+    truth = samples / (time.perf_counter() - start)
+    assert abs(measured.samples_per_s / truth - 1) <= 0.10, (measured.window_rates, truth)
+    assert all(rate <= 1.05 * 16 / 0.01 for rate in measured.window_rates), measured.window_rates
+    assert measured.backlog_steps == 0 and measured.epoch_overhead_s == 0.0  # each window holds its epochs' starts
