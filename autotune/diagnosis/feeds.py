@@ -40,6 +40,7 @@ class Probe:
     worker_cpu: float | None  # cores busy in its child processes (DataLoader workers)
     peak_memory_bytes: int | None
     seconds: float
+    whole_epochs: bool = False  # timed over whole epochs, each start included (autotune.trial.timing)
 
 
 class Repeat:
@@ -122,4 +123,5 @@ def probe(
         worker_cpu=workers,
         peak_memory_bytes=torch.cuda.max_memory_allocated(device) if cuda else None,
         seconds=wall,
+        whole_epochs=m.whole_epochs,
     )

@@ -17,9 +17,14 @@ def render(d: Diagnosis) -> str:
     workers = d.config.num_workers if d.config.placement == "stream" else 0
     lines = [f"{d.recipe} on {d.hardware} ({d.cpu_cores} CPU cores), {d.source}: {d.config.describe()}", ""]
     lines.append("stage 1, health: the real loop")
+    start_up = (
+        "epochs timed whole, each start included: too short for steady windows beside the prefetched batches"
+        if loop.whole_epochs
+        else f"a fresh epoch costs {loop.epoch_overhead_s:.2f} s more"
+    )
     health = [
         ("samples/s, steady", f"{rate(loop.samples_per_s)} (±{loop.spread:.1%})"),
-        ("samples/s, end to end", f"{rate(loop.end_to_end)} (a fresh epoch costs {loop.epoch_overhead_s:.2f} s more)"),
+        ("samples/s, end to end", f"{rate(loop.end_to_end)} ({start_up})"),
     ]
     if loop.gpu_util is not None:
         health.append(

@@ -58,6 +58,7 @@ class Measurement:
     reliable: bool = True  # False: the windows kept disagreeing beyond `Windows.noisy`, even measured longer
     tokens_per_sample: float | None = None  # real tokens (the workload's tokens_in) per sample, over the windows
     padding: float | None = None  # the share of the batches' token positions that were padding
+    whole_epochs: bool = False  # epochs too short for steady windows: each window was whole epochs, starts included
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -233,6 +234,7 @@ def measure(
         reliable=stopped or steady.settled(windows.noisy),
         tokens_per_sample=tokens_per_sample,
         padding=padding,
+        whole_epochs=whole,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import time
@@ -225,6 +226,10 @@ def test_render_of_a_gpu_diagnosis_reads_at_a_glance() -> None:
         21.0,
     )
     lines = render(d).splitlines()
+    assert "  samples/s, end to end  13,926 (a fresh epoch costs 0.05 s more)" in lines
+    probes["loop"] = dataclasses.replace(probes["loop"], whole_epochs=True)
+    whole = "epochs timed whole, each start included: too short for steady windows beside the prefetched batches"
+    assert f"  samples/s, end to end  13,926 ({whole})" in render(d).splitlines()
     assert lines[0] == "mnist_cnn on NVIDIA H200 (16 CPU cores), the workload's own settings: bs=128 workers=0 pinned"
     assert "  GPU utilisation        mean 23%; 88% of samples under 50%" in lines
     assert "  peak GPU memory        47 MiB allocated by tensors" in lines
