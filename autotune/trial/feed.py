@@ -37,6 +37,7 @@ class Feed:
         self.position, self.last_wait, self.slot_sum = 0, 0.0, 0
         self.ran_dry = False  # since the last `reset_window`: asked for a batch that was not ready
         self.token_sum: Any = 0
+        self.held: Any = None  # the next batch, asked for ahead (`hold`); counted where it is handed out
 
     def take(self) -> tuple[Any, int]:
         """The next batch and its samples; its tokens are added up."""
@@ -50,8 +51,25 @@ class Feed:
         self.token_sum, self.slot_sum, self.ran_dry = 0, 0, False
 
     def next(self) -> Any:
-        if self.position >= self.steps_per_epoch:
-            self.restart()
+        if self.held is not None:
+            batch, self.held = self.held, None
+        else:
+            if self.position >= self.steps_per_epoch:
+                self.restart()
+            batch = self._ask()
+        self.position += 1
+        return batch
+
+    def hold(self) -> None:
+        """Ask for this epoch's next batch now, while the device still runs the last step, as a loop asks for it.
+
+        A loop that loads in its own process (no workers) loads the next batch meanwhile; a window
+        that synchronised the device first would keep it from that, as no real loop waits.
+        """
+        if self.held is None and self.remaining > 0:
+            self.held = self._ask()
+
+    def _ask(self) -> Any:
         assert self.iterator is not None
         ready = backlog.ready(self.iterator) if self.watch_backlog and not self.ran_dry else -1
         asked = self.clock()
@@ -59,12 +77,11 @@ class Feed:
         self.last_wait = self.clock() - asked
         # Where the backlog cannot be read (None), a batch that kept the loop waiting says it ran dry.
         self.ran_dry = self.ran_dry or ready == 0 or (ready is None and self.last_wait >= DRY_WAIT_S)
-        self.position += 1
         return batch
 
     def restart(self) -> None:
         # Drop the old iterator first, as an epoch's end does: its workers shut down now.
-        self.iterator = None
+        self.iterator, self.held = None, None
         self.iterator = iter(self.loader)
         self.position = 0
 
@@ -78,9 +95,9 @@ class Feed:
             backlog.settle(self.iterator)
         elif left:  # take them (an iterable data set's workers may end the epoch sooner)
             collections.deque(itertools.islice(self.iterator, min(left, self.remaining)), maxlen=0)
-            self.position = self.steps_per_epoch
+            self.position, self.held = self.steps_per_epoch, None
         return bool(left)
 
     @property
-    def remaining(self) -> int:
+    def remaining(self) -> int:  # the batch held ahead, if any, included
         return self.steps_per_epoch - self.position

@@ -13,7 +13,9 @@ capture) is timed separately as a one-time cost. Then:
   backlog cannot be read, the loop runs on, untimed, until it waits for a batch;
 - a window spans at least as many batches as there are workers (worker output is
   bursty: one slow batch, then N-1 fast ones) and never crosses an epoch;
-- the device is synchronised at window edges only;
+- the device is synchronised at window edges only, after the loop has asked for the
+  next window's first batch, as a loop asks for it while the device runs its step
+  (a loop that loads in its own process loads it meanwhile);
 - the trial's steady value is what all windows together made over all their time;
   its noise, the interquartile range of the windows' rates over their median.
   Measuring stops once the earlier and the later half of the windows agree; a
@@ -162,6 +164,7 @@ def _timed(feed: Feed, step: Callable[..., Any], n: int, clock: Clock, sync: Cal
     if restart:
         feed.restart()
     samples = _run(feed, step, n)
+    feed.hold()  # the next window's first batch, asked for while the device runs this one's last step
     sync()
     seconds = max(clock() - t0, 1e-12)
     after = feed.ready()
@@ -322,6 +325,8 @@ class _Steady:
         self.feed.restart()
         if self.feed.steps_per_epoch > n:
             _run(self.feed, self.step, 1)
+            self.feed.hold()  # as at a window's end: the next batch asked for, then the device left idle
+            self.sync()
         if self.feed.remaining >= n + self.tail:
             return None  # the next call times a steady window of this epoch
         return _timed(self.feed, self.step, n, self.clock, self.sync)
