@@ -44,6 +44,7 @@ KEPT_RESULT = (
     "gpu_util",
     "peak_memory_bytes",
     "backlog_steps",
+    "whole_epochs",
     "reliable",
     "tokens_per_sample",
     "padding",

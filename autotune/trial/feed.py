@@ -38,6 +38,7 @@ class Feed:
         self.ran_dry = False  # since the last `reset_window`: asked for a batch that was not ready
         self.token_sum: Any = 0
         self.held: Any = None  # the next batch, asked for ahead (`hold`); counted where it is handed out
+        self.held_s = 0.0  # how long asking for it took
 
     def take(self) -> tuple[Any, int]:
         """The next batch and its samples; its tokens are added up."""
@@ -60,14 +61,19 @@ class Feed:
         self.position += 1
         return batch
 
-    def hold(self) -> None:
-        """Ask for this epoch's next batch now, while the device still runs the last step, as a loop asks for it.
+    def hold(self) -> float:
+        """Ask for this epoch's next batch now, while the device still runs the last step, as a loop asks for it;
+        the seconds that took (0 where nothing was asked for: none is left this epoch, or one is held already).
 
         A loop that loads in its own process (no workers) loads the next batch meanwhile; a window
         that synchronised the device first would keep it from that, as no real loop waits.
         """
-        if self.held is None and self.remaining > 0:
-            self.held = self._ask()
+        if self.held is not None or self.remaining == 0:
+            return 0.0
+        asked = self.clock()
+        self.held = self._ask()
+        self.held_s = self.clock() - asked
+        return self.held_s
 
     def _ask(self) -> Any:
         assert self.iterator is not None

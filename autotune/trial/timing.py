@@ -12,7 +12,8 @@ capture) is timed separately as a one-time cost. Then:
   loop ran dry (a slower step behind refilling queues never does). Where the
   backlog cannot be read, the loop runs on, untimed, until it waits for a batch;
 - a window spans at least as many batches as there are workers (worker output is
-  bursty: one slow batch, then N-1 fast ones) and never crosses an epoch;
+  bursty: one slow batch, then N-1 fast ones) and never crosses an epoch (but in
+  an epoch too short for steady windows, where each window is whole epochs);
 - the device is synchronised at window edges only, after the loop has asked for the
   next window's first batch, as a loop asks for it while the device runs its step
   (a loop that loads in its own process loads it meanwhile);
@@ -47,7 +48,7 @@ from autotune.trial.feed import DRY_WAIT_S, Clock, Counter, Feed
 @dataclasses.dataclass(frozen=True)
 class Measurement:
     samples_per_s: float  # end to end: steady steps plus each epoch's start-up, spread over the epoch
-    steady_samples_per_s: float  # all steady windows pooled, epoch boundaries excluded
+    steady_samples_per_s: float  # all steady windows pooled, epoch boundaries excluded (whole_epochs: included)
     spread: float  # interquartile range of the window rates over their median
     window_rates: tuple[float, ...]  # samples/s of each steady window
     step_s: float  # median seconds per step
@@ -163,10 +164,12 @@ def _timed(feed: Feed, step: Callable[..., Any], n: int, clock: Clock, sync: Cal
     t0 = clock()
     if restart:
         feed.restart()
+    # A batch asked for ahead is the window's that steps it: asking for it counts there, not where it was asked for.
+    carried = feed.held_s if feed.held is not None else 0.0
     samples = _run(feed, step, n)
-    feed.hold()  # the next window's first batch, asked for while the device runs this one's last step
+    ahead = feed.hold()  # the next window's first batch, asked for while the device runs this one's last step
     sync()
-    seconds = max(clock() - t0, 1e-12)
+    seconds = max(clock() - t0 - ahead + carried, 1e-12)
     after = feed.ready()
     drained = before - after if before is not None and after is not None else 0
     return _Window(seconds, n, samples, drained, feed.ran_dry, float(feed.token_sum), feed.slot_sum)  # after the sync
@@ -257,7 +260,6 @@ class _Steady:
                  sync: Callable[[], None], min_steps: int, capacity: int = 0, whole: bool = False) -> None:
         self.feed, self.step, self.config, self.clock, self.sync = feed, step, windows, clock, sync
         self.min_steps = min_steps  # a window spans at least one batch per worker: their output is bursty
-        self.windows: list[_Window] = []
         self.boundaries: list[_Window] = []
         self.tails: list[_Window] = []
         # Once the sampler has handed out its last index, the workers make nothing more this epoch and the
@@ -266,9 +268,12 @@ class _Steady:
         # whole epochs, each timed from its start, with nothing to correct.
         self.whole = whole
         self.tail = 0 if whole else capacity
-        # Calibrate the first window to the step's speed; each window then sets the next one's length.
-        probe = feed.steps_per_epoch if whole else min(3, feed.steps_per_epoch)
-        self.length = self._steps_for(_timed(feed, step, probe, clock, sync, restart=whole).step_s)
+        # Calibrate the first window to the step's speed; each window then sets the next one's length. A whole
+        # epoch, timed from its start, is a window as any other: counted, so that an epoch costs no more.
+        probe = _timed(feed, step, feed.steps_per_epoch if whole else min(3, feed.steps_per_epoch), clock, sync,
+                       restart=whole)
+        self.windows = [probe] if whole else []
+        self.length = self._steps_for(probe.step_s)
 
     def _steps_for(self, step_s: float) -> int:
         wanted = max(math.ceil(self.config.window_s / max(step_s, 1e-9)), self.min_steps)
@@ -339,12 +344,12 @@ class _Steady:
 
 
 def _short(steps_per_epoch: int, capacity: int, min_steps: int) -> bool:
-    """An epoch with no room for steady windows beside the `capacity` batches its workers hold ready.
+    """An epoch with no room for two steady windows beside the `capacity` batches its workers hold ready at its end.
 
     Its workers are handed much of it at its start, so no window inside it is steady, and
     a correction for the backlog counts the drain at its end against the loop's rate.
     """
-    return capacity > 0 and steps_per_epoch < 2 * capacity + 2 * max(min_steps, 3)
+    return capacity > 0 and steps_per_epoch < capacity + 2 * max(min_steps, 3)
 
 
 def _epoch_samples(loader: Any) -> int:

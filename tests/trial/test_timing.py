@@ -23,10 +23,14 @@ class Clock:
 
 
 class FakeLoader:
-    """`steps` batches of `batch` samples; starting an epoch costs `startup_s` of fake time."""
+    """`steps` batches of `batch` samples; starting an epoch costs `startup_s` of fake time, each batch `load_s`
+    (made in the loop's own process, as with no workers); `num_workers` x `prefetch_factor` only as a
+    DataLoader states them (its backlog cannot be read)."""
 
-    def __init__(self, clock: Clock, steps: int, batch: int, startup_s: float) -> None:
+    def __init__(self, clock: Clock, steps: int, batch: int, startup_s: float, load_s: float = 0.0,
+                 num_workers: int = 0, prefetch_factor: int = 2) -> None:
         self.clock, self.steps, self.batch_size, self.startup_s = clock, steps, batch, startup_s
+        self.load_s, self.num_workers, self.prefetch_factor = load_s, num_workers, prefetch_factor
         self.dataset = range(steps * batch)
         self.drop_last = False
         self.epochs = 0
@@ -38,6 +42,7 @@ class FakeLoader:
         self.clock.now += self.startup_s
         self.epochs += 1
         for _ in range(self.steps):
+            self.clock.now += self.load_s
             yield torch.zeros(self.batch_size, 1), torch.zeros(self.batch_size)
 
 
@@ -65,6 +70,45 @@ def test_windows_time_steps_and_spread_epoch_startup_over_the_epoch() -> None:
     assert m.samples_per_s == pytest.approx(3200 / 1.5)
     assert m.setup_s == pytest.approx(0.5 + 2 * 0.01)  # first iterator and warm-up, outside the windows
     assert (m.spread, m.stopped_early, m.steps_per_epoch) == (0.0, False, 100)
+
+
+@pytest.mark.parametrize(("steps", "startup_s"), [(100, 0.5), (20, 0.0)])
+def test_a_batch_asked_for_ahead_counts_in_the_window_that_steps_it_at_every_epoch_edge(steps: int,
+                                                                                        startup_s: float) -> None:
+    """Each window asks for the next window's first batch before the device is synchronised (10 ms here, in the
+    loop's own process). Counted where it was asked for, a boundary window that threw the held batch away and
+    asked for one more stated its epoch start 10 ms dearer (0.51 s), and a window that ended the epoch, with
+    nothing left to ask for, read 1,778/s among windows at 1,600/s. Counted where it is stepped, all is exact.
+    """
+    clock = Clock()
+    loader = FakeLoader(clock, steps=steps, batch=32, startup_s=startup_s, load_s=0.01)
+    m = measure(_step(clock, 0.01), loader, Windows(warmup_steps=2, window_s=0.1, min_windows=3, max_windows=8,
+                                                    rel_tol=0.0, noisy=1.0, boundaries=2), clock=clock)
+    assert m.window_rates == pytest.approx((1600.0,) * len(m.window_rates))
+    assert (m.step_s, m.epoch_overhead_s) == (pytest.approx(0.02), pytest.approx(startup_s))
+    assert m.samples_per_s == pytest.approx(32 * steps / (steps * 0.02 + startup_s))
+
+
+@pytest.mark.parametrize(("steps", "whole"), [(31, True), (32, False)])
+def test_an_epoch_is_timed_whole_only_without_room_for_two_windows_beside_its_last_backlog(steps: int,
+                                                                                          whole: bool) -> None:
+    """8 workers x prefetch 2 hold 16 batches; two windows of at least 8 batches fit beside them in 32 batches.
+
+    In 31 batches they do not: each window is then whole epochs from their starts, the first of them counted
+    too (an epoch costs what it costs a window), so that three windows take three epochs after the first.
+    """
+    clock = Clock()
+    loader = FakeLoader(clock, steps=steps, batch=32, startup_s=0.5, num_workers=8, prefetch_factor=2)
+    m = measure(_step(clock, 0.01), loader, Windows(warmup_steps=2, window_s=0.05, min_windows=3, rel_tol=1e-9,
+                                                    boundaries=0 if not whole else 2), clock=clock)
+    assert (m.whole_epochs, len(m.window_rates)) == (whole, 3)
+    if not whole:  # the backlog skipped first (here until a batch kept the loop waiting: the next epoch's start)
+        assert m.backlog_steps >= 16
+    else:  # the warm-up's epoch, then three windows of one epoch each: its steps and its start
+        assert loader.epochs == 4
+        assert m.window_rates == pytest.approx((32 * steps / (steps * 0.01 + 0.5),) * 3)
+        assert (m.backlog_steps, m.epoch_overhead_s) == (0, 0.0)
+        assert m.samples_per_s == pytest.approx(32 * steps / (steps * 0.01 + 0.5))
 
 
 def test_without_startup_cost_end_to_end_equals_steady() -> None:
