@@ -439,4 +439,4 @@ def test_a_loop_that_loads_in_its_own_process_keeps_loading_while_the_device_run
         samples += len(x)
     device.sync()
     truth = samples / (time.perf_counter() - start)
-    assert abs(measured.steady_samples_per_s / truth - 1) <= 0.07, (measured.window_rates, truth)
+    assert abs(measured.steady_samples_per_s / truth - 1) <= 0.10, (measured.window_rates, truth)
