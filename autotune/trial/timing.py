@@ -25,10 +25,10 @@ capture) is timed separately as a one-time cost. Then:
 
 A fresh epoch's iterator start-up is measured at epoch boundaries and spread over
 the epoch's steps, so persistent workers show their worth. An epoch too short for
-steady windows beside its backlog is timed whole, each from its start. A boundary timed before
-an epoch's end first ends that epoch as a real end does (``backlog.end_epoch``) and,
-untimed, takes what the workers still make. No Optuna here: a caller that wants to
-stop early answers ``on_window``.
+steady windows beside its backlog is timed whole, each from its start. A boundary
+timed before an epoch's end first ends that epoch as a real end does
+(``backlog.end_epoch``) and, untimed, takes what the workers still make. No Optuna
+here: a caller that wants to stop early answers ``on_window``.
 """
 
 from __future__ import annotations
