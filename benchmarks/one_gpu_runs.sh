@@ -17,6 +17,10 @@
 #     bash benchmarks/one_gpu_runs.sh OUT speed    # benchmarks/speed.py (the README's mnist_cnn and cifar10 rows),
 #                                                  # then the workload's own ImageNet settings through the truth
 #                                                  # benchmark with a 60 s hand loop, then autotune diagnose
+#     bash benchmarks/one_gpu_runs.sh OUT truth    # the truth benchmark's five default configs whose names
+#                                                  # TRUTH_MATCH finds (default: all; bracketed, the five take about
+#                                                  # 13 minutes, so two parts split them: "own|^0 |^8 " and
+#                                                  # "^15 |^16 "), TRUTH_S seconds of hand loop each (default 30)
 #     bash benchmarks/one_gpu_runs.sh OUT probe    # the workload's own ImageNet settings batch by batch
 #                                                  # (benchmarks/probes/loader_probe.py), pinned and not, around the
 #                                                  # truth benchmark's own row with a 60 s hand loop
@@ -148,8 +152,14 @@ probe)
     cp /tmp/runs/own_60s/truth.json "$OUT/own_60s.json" 2>/dev/null
     step probe_again python3 "$REPO/benchmarks/probes/loader_probe.py" --seconds 40 --out "$OUT/probe_again.json"
     ;;
+truth)
+    [ -d "$AUTOTUNE_DATA/imagenet-synthetic" ] || step data bash -c "$DATA"
+    step truth python3 "$REPO/benchmarks/truth.py" --configs default --match "${TRUTH_MATCH:-.}" \
+        --seconds "${TRUTH_S:-30}" --out .
+    cp /tmp/runs/truth/truth.json "$OUT/truth.json" 2>/dev/null
+    ;;
 *)
-    echo "unknown part $PART: first, search, check, final, cores5, speed or probe" >&2
+    echo "unknown part $PART: first, search, check, final, cores5, speed, probe or truth" >&2
     exit 2
     ;;
 esac
