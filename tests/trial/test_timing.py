@@ -232,6 +232,27 @@ def _slow_model(warmup_steps: int, warmup_s: float, step_s: float):
     return step
 
 
+def _counted(step):
+    """`step`, and a list whose one item counts its calls."""
+    calls = [0]
+
+    def counted(batch: Any) -> None:
+        calls[0] += 1
+        step(batch)
+
+    return calls, counted
+
+
+def _start_up_timed_mid_epoch(loader: torch.utils.data.DataLoader) -> Any:
+    """`loader` (an epoch of 150 batches) measured with windows that agree at once, so that its epoch start-up is
+    timed long before the epoch's end."""
+    calls, step = _counted(_slow_model(5, 0.3, 0.004))
+    agree_at_once = Windows(window_s=0.2, min_windows=2, rel_tol=1.0, boundaries=1)
+    measured = measure(step, loader, agree_at_once)
+    assert calls[0] < measured.steps_per_epoch == 150  # the start-up was timed before the epoch's end
+    return measured
+
+
 def _by_hand(loader: torch.utils.data.DataLoader, step, warmup_steps: int, seconds: float,
              until_dry: bool = True) -> float:
     """The ground truth: a plain loop, warmed up, twice the backlog skipped and then (`until_dry`) until a batch
@@ -282,19 +303,10 @@ def test_an_epoch_start_timed_mid_epoch_costs_what_an_epochs_real_end_costs() ->
     an epoch's real end were used, not waited for: timed so, the start-up cost 0.59 s (two runs), where a
     real one costs about a batch (64 ms) less the 16 ms the loop waits for any batch (0.05-0.10 s measured).
     """
-    calls = [0]
-    slow = _slow_model(5, 0.3, 0.004)
-
-    def step(batch: Any) -> None:
-        calls[0] += 1
-        slow(batch)
-
     dataset = SleepySamples(16 * 150, sample_s=0.004)
     loader = torch.utils.data.DataLoader(dataset, batch_size=16, num_workers=4, prefetch_factor=8,
                                          persistent_workers=True)
-    agree_at_once = Windows(window_s=0.2, min_windows=2, rel_tol=1.0, boundaries=1)
-    measured = measure(step, loader, agree_at_once)
-    assert calls[0] < measured.steps_per_epoch == 150  # the start-up was timed before the epoch's end
+    measured = _start_up_timed_mid_epoch(loader)
     assert measured.epoch_overhead_s < 0.25, measured
 
 
@@ -350,18 +362,9 @@ def test_an_epoch_start_timed_mid_epoch_receives_no_batch_only_to_throw_it_away(
     16 persistent workers feeding ResNet-50 held 64 pinned batches of 154 MB; the start-up timed mid-epoch
     cost 2.45 s, 1.71 s by hand.
     """
-    calls = [0]
-    slow = _slow_model(5, 0.3, 0.004)
-
-    def step(batch: Any) -> None:
-        calls[0] += 1
-        slow(batch)
-
     loader = torch.utils.data.DataLoader(SleepySamples(16 * 150, sample_s=0.001), batch_size=16, num_workers=4,
                                          prefetch_factor=8, persistent_workers=True, collate_fn=_slow_to_receive)
-    agree_at_once = Windows(window_s=0.2, min_windows=2, rel_tol=1.0, boundaries=1)
-    measured = measure(step, loader, agree_at_once)
-    assert calls[0] < measured.steps_per_epoch == 150  # the start-up was timed before the epoch's end
+    measured = _start_up_timed_mid_epoch(loader)
     assert measured.epoch_overhead_s < 0.3, measured
 
 
