@@ -14,9 +14,9 @@ real loop's epochs differ so decides which of the two a measurement must read.
 
 from __future__ import annotations
 
-import argparse
 import time
 
+import loader_args
 import torch
 from torch.utils.data import DataLoader
 
@@ -25,15 +25,8 @@ from autotune.workloads.locate import data_root
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--recipe", default="imagenet_resnet50")
-    parser.add_argument("--workers", type=int, default=15)
-    parser.add_argument("--prefetch", type=int, default=2)
-    parser.add_argument("--persistent", action="store_true")
-    parser.add_argument("--bf16", action="store_true", help="bf16 autocast and channels_last")
+    parser = loader_args.parser(__doc__, workers=15, prefetch=2)
     parser.add_argument("--epochs", type=int, default=4)
-    parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--device", default="cuda:0")
     args = parser.parse_args()
     device = torch.device(args.device)
     workload = load(resolve(args.recipe))

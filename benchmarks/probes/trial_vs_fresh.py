@@ -13,14 +13,13 @@ loop's epochs ran alike (``epoch_rates.py``).
 
 from __future__ import annotations
 
-import argparse
 import os
 import tempfile
 from pathlib import Path
 
+import loader_args
 import torch
 
-from autotune.config import Config
 from autotune.procs.pool import TrialPool
 from autotune.trial.runner import Runner
 from autotune.trial.timing import Windows
@@ -35,20 +34,11 @@ def _line(where: str, result: dict) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--recipe", default="imagenet_resnet50")
-    parser.add_argument("--workers", type=int, default=15)
-    parser.add_argument("--prefetch", type=int, default=2)
-    parser.add_argument("--persistent", action="store_true")
-    parser.add_argument("--bf16", action="store_true", help="bf16 autocast and channels_last")
+    parser = loader_args.parser(__doc__, workers=15, prefetch=2)
     parser.add_argument("--windows", type=int, default=15)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--device", default="cuda:0")
     args = parser.parse_args()
-    fast = dict(channels_last=True, amp="bf16") if args.bf16 else {}
-    config = Config(args.batch_size, num_workers=args.workers, prefetch_factor=args.prefetch, pin_memory=True,
-                    persistent_workers=args.persistent, cudnn_benchmark=True, **fast)
+    config = loader_args.config(args)
     windows = Windows(window_s=0.2, min_windows=args.windows, max_windows=args.windows)
     ref = resolve(args.recipe)
     workload = load(ref)

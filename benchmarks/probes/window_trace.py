@@ -14,13 +14,12 @@ the drain: benchmarks/results/h200_one_gpu/runs.log, call 44.
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 
+import loader_args
 import torch
 
-from autotune.config import Config
 from autotune.trial import timing
 from autotune.trial.runner import Runner
 from autotune.workloads import load, resolve
@@ -48,19 +47,10 @@ def _traced() -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--recipe", default="imagenet_resnet50")
-    parser.add_argument("--workers", type=int, default=8)
-    parser.add_argument("--prefetch", type=int, default=8)
-    parser.add_argument("--persistent", action="store_true")
-    parser.add_argument("--bf16", action="store_true", help="bf16 autocast and channels_last")
+    parser = loader_args.parser(__doc__, workers=8, prefetch=8)
     parser.add_argument("--windows", type=int, default=15)
-    parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--device", default="cuda:0")
     args = parser.parse_args()
-    fast = dict(channels_last=True, amp="bf16") if args.bf16 else {}
-    config = Config(args.batch_size, num_workers=args.workers, prefetch_factor=args.prefetch, pin_memory=True,
-                    persistent_workers=args.persistent, cudnn_benchmark=True, **fast)
+    config = loader_args.config(args)
     workload = load(resolve(args.recipe))
     runner = Runner(workload, torch.device(args.device), cpu_share=len(os.sched_getaffinity(0)))
     _traced()
