@@ -274,6 +274,21 @@ def _by_hand(loader: torch.utils.data.DataLoader, step, warmup_steps: int, secon
     return samples / (time.perf_counter() - start)
 
 
+def _against_hand(attempt, rate: str = "steady_samples_per_s", tolerance: float = 0.10):
+    """`attempt()` measures and times a hand loop: (measurement, hand-timed rate). Tried again once where they
+    disagree by more than `tolerance`; the last pair.
+
+    On a shared host a burst of stolen CPU time can slow one loop and not the other (50 s of a 320 s CI run were
+    stolen when the step-bound test below read 0.888). A measurement that is wrong is wrong twice: every bug these
+    tests guard against read 1.3-1.8x, or 0.6-0.8x, of the hand loop, run after run.
+    """
+    for _ in range(2):
+        measured, truth = attempt()
+        if abs(getattr(measured, rate) / truth - 1) <= tolerance:
+            break
+    return measured, truth
+
+
 @pytest.mark.filterwarnings("ignore:This DataLoader will create 4 worker processes:UserWarning")
 def test_a_loader_bound_loop_is_not_timed_on_the_backlog_its_workers_prefetched() -> None:
     """4 workers at 8 ms a sample feed about 500 samples/s to a model that could take 890; during a 1.5 s
@@ -288,8 +303,9 @@ def test_a_loader_bound_loop_is_not_timed_on_the_backlog_its_workers_prefetched(
         return torch.utils.data.DataLoader(dataset, batch_size=16, num_workers=4, prefetch_factor=8,
                                            persistent_workers=True)
 
-    measured = measure(_slow_model(5, 0.3, 0.018), loader(400), Windows(window_s=0.4, boundaries=0))
-    truth = _by_hand(loader(1200), _slow_model(5, 0.3, 0.018), 5, seconds=1.5)
+    measured, truth = _against_hand(lambda: (
+        measure(_slow_model(5, 0.3, 0.018), loader(400), Windows(window_s=0.4, boundaries=0)),
+        _by_hand(loader(1200), _slow_model(5, 0.3, 0.018), 5, seconds=1.5)))
     # Taking the 32 prefetched batches (0.6 s) leaves about 18 that the workers made meanwhile: the skip goes
     # on, 8 batches at a time, until what they hold stops shrinking (72 in four runs; 32 before).
     assert 48 <= measured.backlog_steps <= 96, measured.backlog_steps
@@ -329,9 +345,10 @@ def test_a_step_bound_loop_is_not_timed_at_its_loaders_speed_while_an_epochs_que
 
     # Epochs of 100 batches: the windows cross the first epoch's end into the second's refill.
     # A warm-up of 5 x 0.1 s: time for the workers to fill their 32 batches (0.4 s) before the backlog is skipped.
-    measured = measure(_slow_model(5, 0.1, 0.02), loader(100), Windows(window_s=0.1, rel_tol=0.0, max_windows=12,
-                                                                       extra_windows=0))
-    truth = _by_hand(loader(300), _slow_model(5, 0.1, 0.02), 5, seconds=1.5, until_dry=False)
+    windows = Windows(window_s=0.1, rel_tol=0.0, max_windows=12, extra_windows=0)
+    measured, truth = _against_hand(lambda: (
+        measure(_slow_model(5, 0.1, 0.02), loader(100), windows),
+        _by_hand(loader(300), _slow_model(5, 0.1, 0.02), 5, seconds=1.5, until_dry=False)))
     # The workers keep their 32 batches full behind the slower model: past those, one look (8 more) shows no drain.
     assert measured.backlog_steps <= 32 + 2 * 8, measured.backlog_steps
     # The model's own speed, 16 samples a 20 ms step, is the ceiling (not the hand loop's average: a window the
@@ -386,16 +403,19 @@ def test_an_epoch_shorter_than_its_backlog_is_timed_whole_from_its_start() -> No
         return torch.utils.data.DataLoader(SleepySamples(16 * 12, sample_s=0.0002), batch_size=16, num_workers=2,
                                            prefetch_factor=8, persistent_workers=True)
 
-    measured = measure(_slow_model(5, 0.05, 0.01), loader(), Windows(window_s=0.3))
-    hand, step = loader(), _slow_model(5, 0.05, 0.01)
-    for batch in hand:  # a warm-up epoch
-        step(batch)
-    samples, start = 0, time.perf_counter()
-    while time.perf_counter() - start < 1.5:
-        for x, y in hand:
-            step((x, y))
-            samples += len(x)
-    truth = samples / (time.perf_counter() - start)
+    def by_hand() -> float:
+        hand, step = loader(), _slow_model(5, 0.05, 0.01)
+        for batch in hand:  # a warm-up epoch
+            step(batch)
+        samples, start = 0, time.perf_counter()
+        while time.perf_counter() - start < 1.5:
+            for x, y in hand:
+                step((x, y))
+                samples += len(x)
+        return samples / (time.perf_counter() - start)
+
+    measured, truth = _against_hand(lambda: (measure(_slow_model(5, 0.05, 0.01), loader(), Windows(window_s=0.3)),
+                                             by_hand()), rate="samples_per_s")
     assert abs(measured.samples_per_s / truth - 1) <= 0.10, (measured.window_rates, truth)
     assert all(rate <= 1.05 * 16 / 0.01 for rate in measured.window_rates), measured.window_rates
     assert measured.whole_epochs and measured.backlog_steps == 0 and measured.epoch_overhead_s == 0.0
@@ -434,16 +454,20 @@ def test_a_loop_that_loads_in_its_own_process_keeps_loading_while_the_device_run
         return torch.utils.data.DataLoader(SleepySamples(16 * 400, sample_s=0.001), batch_size=16)
 
     device = _Device(0.012)
-    measured = measure(device.step, loader(), Windows(window_s=0.05, boundaries=0), sync=device.sync)
-    hand = iter(loader())
-    for _ in range(5):
-        device.step(next(hand))
-    device.sync()
-    samples, start = 0, time.perf_counter()
-    while time.perf_counter() - start < 1.5:
-        x, y = next(hand)
-        device.step((x, y))
-        samples += len(x)
-    device.sync()
-    truth = samples / (time.perf_counter() - start)
+
+    def by_hand() -> float:
+        hand = iter(loader())
+        for _ in range(5):
+            device.step(next(hand))
+        device.sync()
+        samples, start = 0, time.perf_counter()
+        while time.perf_counter() - start < 1.5:
+            x, y = next(hand)
+            device.step((x, y))
+            samples += len(x)
+        device.sync()
+        return samples / (time.perf_counter() - start)
+
+    measured, truth = _against_hand(lambda: (
+        measure(device.step, loader(), Windows(window_s=0.05, boundaries=0), sync=device.sync), by_hand()))
     assert abs(measured.steady_samples_per_s / truth - 1) <= 0.10, (measured.window_rates, truth)
