@@ -235,7 +235,8 @@ class TrialPool:
         """Stop every process. One that never ran anything leaves no log, and no folder is left that only its log made.
 
         So a search that stops before its first trial (bad input found after the
-        processes were started ahead) leaves the disk as it found it. `discard`: the
+        processes were started ahead) leaves the disk as it found it: a process that
+        was never asked to run anything leaves no log, whatever it wrote. `discard`: the
         search these children served is abandoned before it began (a --gpus worker
         dismissed after making the parity baseline run): their logs go too, unless a
         failure wrote more than our own lines.
@@ -248,7 +249,12 @@ class TrialPool:
         for child in children:
             if child not in stopping:
                 child.kill()  # nothing to finish; it may still be importing torch
-                remove_if_only_notes(child.log_path)
+                if child.used:
+                    remove_if_only_notes(child.log_path)
+                else:
+                    # Asked for nothing: what it wrote is its start-up, which nothing waited for. A workload that
+                    # fails to import fails there too, and the search says so itself, with no file left behind.
+                    child.log_path.unlink(missing_ok=True)
         for folder in self._made_dirs or []:
             try:
                 folder.rmdir()  # only if empty: logs of trials stay, with their folder

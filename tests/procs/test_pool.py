@@ -196,6 +196,26 @@ def test_stopping_keeps_the_logs_of_children_that_ran_something(project: Path) -
     assert len(logs) == 1 and logs[0].name.startswith(f"trial-process-{os.getpid()}-")
 
 
+def test_a_child_asked_for_nothing_leaves_no_log_even_one_its_failed_start_up_wrote(project: Path) -> None:
+    """A search started ahead of its checks stops on a workload that fails to import; the process it had started
+    fails on the same import, and its traceback in the log must not outlive the search (bad input leaves no file).
+    Seen in a CI run: `.autotune/logs/trial-process-8325-14.log`, its traceback written before the stop."""
+    import time
+
+    broken = project / "recipes" / "broken.py"
+    broken.write_text("import torch\n\nimport no_such_module_here\n")
+    pool = TrialPool(broken, "cpu", 1, project / ".autotune" / "logs", 60.0)
+    pool.prestart(1)
+    child = pool.standby[0]
+    deadline = time.monotonic() + 60
+    while "no_such_module_here" not in (child.log_path.read_text() if child.log_path.exists() else ""):
+        assert time.monotonic() < deadline, "the child never wrote its failure"
+        time.sleep(0.1)
+    pool.stop()
+    assert not child.log_path.exists()
+    assert not (project / ".autotune").exists(), "nor the folders its log made"
+
+
 @pytest.mark.slow
 def test_a_search_takes_the_processes_started_early_for_it(project: Path) -> None:
     from autotune.study import SearchOptions, search
