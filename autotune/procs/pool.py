@@ -9,6 +9,7 @@ replaced.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import os
@@ -254,7 +255,8 @@ class TrialPool:
                 else:
                     # Asked for nothing: what it wrote is its start-up, which nothing waited for. A workload that
                     # fails to import fails there too, and the search says so itself, with no file left behind.
-                    child.log_path.unlink(missing_ok=True)
+                    with contextlib.suppress(OSError):  # one log that cannot go must not leave the others running
+                        child.log_path.unlink(missing_ok=True)
         for folder in self._made_dirs or []:
             try:
                 folder.rmdir()  # only if empty: logs of trials stay, with their folder

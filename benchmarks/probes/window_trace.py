@@ -36,9 +36,9 @@ def _traced() -> None:
               f"{window.samples / window.seconds:7,.0f}/s taken, {window.rate:7,.0f}/s stated", flush=True)
         return window
 
-    def traced_skip(feed, step, capacity, chunk):  # noqa: ANN001, ANN202
+    def traced_skip(feed, step, capacity, workers):  # noqa: ANN001, ANN202
         before, start = feed.ready(), time.perf_counter()
-        taken = skip(feed, step, capacity, chunk)
+        taken = skip(feed, step, capacity, workers)
         print(f"  skipped {taken} in {time.perf_counter() - start:.2f} s: ready {before} -> {feed.ready()}, "
               f"last wait {feed.last_wait * 1e3:.2f} ms", flush=True)
         return taken

@@ -307,9 +307,40 @@ def test_a_loader_bound_loop_is_not_timed_on_the_backlog_its_workers_prefetched(
         measure(_slow_model(5, 0.3, 0.018), loader(400), Windows(window_s=0.4, boundaries=0)),
         _by_hand(loader(1200), _slow_model(5, 0.3, 0.018), 5, seconds=1.5)))
     # Taking the 32 prefetched batches (0.6 s) leaves about 18 that the workers made meanwhile: the skip goes
-    # on, 8 batches at a time, until what they hold stops shrinking (72 in four runs; 32 before).
-    assert 48 <= measured.backlog_steps <= 96, measured.backlog_steps
+    # on, 8 batches at a time, until what they hold stops shrinking (72 in fourteen runs; 32 before).
+    assert measured.backlog_steps >= 48, measured.backlog_steps
     assert abs(measured.steady_samples_per_s / truth - 1) <= 0.10, (measured.window_rates, truth)
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create 4 worker processes:UserWarning")
+def test_the_rest_of_an_epoch_that_the_warm_up_handed_out_is_not_timed_as_its_tail() -> None:
+    """4 workers at 16 ms a batch, each given 8 ahead (filled during a warm-up of 1.5 s), 60 batches an epoch,
+    a model at 5 ms a step.
+
+    Warm-up and the 32 prefetched batches end 23 batches before the epoch's end, inside its last 32, which
+    were all handed out during the warm-up. Timed as the epoch's tail (the batches every epoch drains once
+    its workers run out of work), their drain stood for every epoch's: 1,170-1,178/s end to end against
+    905-914/s by hand. Seen with 16 workers, prefetch 8 and 200 batches an epoch: 1.36x.
+    """
+    def loader() -> torch.utils.data.DataLoader:
+        return torch.utils.data.DataLoader(SleepySamples(16 * 60, sample_s=0.004), batch_size=16, num_workers=4,
+                                           prefetch_factor=8, persistent_workers=True)
+
+    def by_hand() -> float:
+        hand, step = loader(), _slow_model(5, 0.3, 0.005)
+        for batch in hand:  # a warm-up epoch
+            step(batch)
+        samples, start = 0, time.perf_counter()
+        for _ in range(2):
+            for x, y in hand:
+                step((x, y))
+                samples += len(x)
+        return samples / (time.perf_counter() - start)
+
+    measured, truth = _against_hand(lambda: (measure(_slow_model(5, 0.3, 0.005), loader(), Windows(window_s=0.05)),
+                                             by_hand()), rate="samples_per_s")
+    assert measured.backlog_steps == 55, "the 32 prefetched, then the epoch's other 23"
+    assert abs(measured.samples_per_s / truth - 1) <= 0.10, (measured.samples_per_s, truth)
 
 
 @pytest.mark.filterwarnings("ignore:This DataLoader will create 4 worker processes:UserWarning")
@@ -349,8 +380,8 @@ def test_a_step_bound_loop_is_not_timed_at_its_loaders_speed_while_an_epochs_que
     measured, truth = _against_hand(lambda: (
         measure(_slow_model(5, 0.1, 0.02), loader(100), windows),
         _by_hand(loader(300), _slow_model(5, 0.1, 0.02), 5, seconds=1.5, until_dry=False)))
-    # The workers keep their 32 batches full behind the slower model: past those, one look (8 more) shows no drain.
-    assert measured.backlog_steps <= 32 + 2 * 8, measured.backlog_steps
+    # The workers keep their 32 batches about full behind the slower model: nothing drains, nothing more is skipped.
+    assert measured.backlog_steps <= 32 + 8, measured.backlog_steps
     # The model's own speed, 16 samples a 20 ms step, is the ceiling (not the hand loop's average: a window the
     # loader kept up with all through runs at the model's speed, above the average of a loop that waits at times).
     model = 16 / 0.02
