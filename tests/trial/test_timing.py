@@ -274,6 +274,19 @@ def _by_hand(loader: torch.utils.data.DataLoader, step, warmup_steps: int, secon
     return samples / (time.perf_counter() - start)
 
 
+def _by_hand_over_epochs(loader: torch.utils.data.DataLoader, step, seconds: float) -> float:
+    """The ground truth over whole epochs, start-ups included: after one epoch (past its backlog), as many whole
+    epochs as take at least `seconds`."""
+    for batch in loader:
+        step(batch)
+    samples, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for x, y in loader:
+            step((x, y))
+            samples += len(x)
+    return samples / (time.perf_counter() - start)
+
+
 def _against_hand(attempt, rate: str = "steady_samples_per_s", tolerance: float = 0.10):
     """`attempt()` measures and times a hand loop: (measurement, hand-timed rate). Tried again once where they
     disagree by more than `tolerance`; the last pair.
@@ -326,19 +339,9 @@ def test_the_rest_of_an_epoch_that_the_warm_up_handed_out_is_not_timed_as_its_ta
         return torch.utils.data.DataLoader(SleepySamples(16 * 60, sample_s=0.004), batch_size=16, num_workers=4,
                                            prefetch_factor=8, persistent_workers=True)
 
-    def by_hand() -> float:
-        hand, step = loader(), _slow_model(0, 0.0, 0.005)
-        for batch in hand:  # a warm-up epoch: past its backlog, as any epoch after it
-            step(batch)
-        samples, start = 0, time.perf_counter()
-        for _ in range(2):
-            for x, y in hand:
-                step((x, y))
-                samples += len(x)
-        return samples / (time.perf_counter() - start)
-
     measured, truth = _against_hand(lambda: (measure(_slow_model(5, 0.3, 0.005), loader(), Windows(window_s=0.05)),
-                                             by_hand()), rate="samples_per_s")
+                                             _by_hand_over_epochs(loader(), _slow_model(0, 0.0, 0.005), 1.5)),
+                                    rate="samples_per_s")
     assert measured.backlog_steps == 55, "the 32 prefetched, then the epoch's other 23"
     assert abs(measured.samples_per_s / truth - 1) <= 0.10, (measured.samples_per_s, truth)
 
@@ -434,19 +437,9 @@ def test_an_epoch_shorter_than_its_backlog_is_timed_whole_from_its_start() -> No
         return torch.utils.data.DataLoader(SleepySamples(16 * 12, sample_s=0.0002), batch_size=16, num_workers=2,
                                            prefetch_factor=8, persistent_workers=True)
 
-    def by_hand() -> float:
-        hand, step = loader(), _slow_model(5, 0.05, 0.01)
-        for batch in hand:  # a warm-up epoch
-            step(batch)
-        samples, start = 0, time.perf_counter()
-        while time.perf_counter() - start < 1.5:
-            for x, y in hand:
-                step((x, y))
-                samples += len(x)
-        return samples / (time.perf_counter() - start)
-
     measured, truth = _against_hand(lambda: (measure(_slow_model(5, 0.05, 0.01), loader(), Windows(window_s=0.3)),
-                                             by_hand()), rate="samples_per_s")
+                                             _by_hand_over_epochs(loader(), _slow_model(5, 0.05, 0.01), 1.5)),
+                                    rate="samples_per_s")
     assert abs(measured.samples_per_s / truth - 1) <= 0.10, (measured.window_rates, truth)
     assert all(rate <= 1.05 * 16 / 0.01 for rate in measured.window_rates), measured.window_rates
     assert measured.whole_epochs and measured.backlog_steps == 0 and measured.epoch_overhead_s == 0.0
