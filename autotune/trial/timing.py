@@ -151,7 +151,7 @@ def _skip_backlog(feed: Feed, step: Callable[..., Any], capacity: int, workers: 
     Either way at most twice the capacity more, and where that ends among the epoch's last
     `capacity` batches, the rest of the epoch too: it was all handed out during the warm-up, so
     it is still the backlog, not the tail of a steady epoch (timed as one, its drain made every
-    epoch look short: 1.37x the hand loop with 16 workers, prefetch 8 and 200 batches an epoch).
+    epoch look short: 1.36x the hand loop with 16 workers, prefetch 8 and 200 batches an epoch).
     """
     if capacity == 0:
         return 0
