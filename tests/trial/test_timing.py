@@ -221,6 +221,12 @@ class SleepySamples(torch.utils.data.Dataset):
         return torch.full((4,), float(i)), i % 2
 
 
+def _prefetching(batches: int, sample_s: float, workers: int = 4) -> torch.utils.data.DataLoader:
+    """Persistent workers, each given 8 batches of 16 ahead, `sample_s` of a worker's time a sample."""
+    return torch.utils.data.DataLoader(SleepySamples(16 * batches, sample_s=sample_s), batch_size=16,
+                                       num_workers=workers, prefetch_factor=8, persistent_workers=True)
+
+
 def _slow_model(warmup_steps: int, warmup_s: float, step_s: float):
     """A step slow for its first calls (cuDNN autotuning, graph capture), then `step_s` each (a slow model)."""
     calls = [0]
@@ -312,9 +318,7 @@ def test_a_loader_bound_loop_is_not_timed_on_the_backlog_its_workers_prefetched(
     must agree with a loop timed by hand within 10%.
     """
     def loader(batches: int) -> torch.utils.data.DataLoader:
-        dataset = SleepySamples(16 * batches, sample_s=0.008)
-        return torch.utils.data.DataLoader(dataset, batch_size=16, num_workers=4, prefetch_factor=8,
-                                           persistent_workers=True)
+        return _prefetching(batches, sample_s=0.008)
 
     measured, truth = _against_hand(lambda: (
         measure(_slow_model(5, 0.3, 0.018), loader(400), Windows(window_s=0.4, boundaries=0)),
@@ -336,8 +340,7 @@ def test_the_rest_of_an_epoch_that_the_warm_up_handed_out_is_not_timed_as_its_ta
     905-914/s by hand. Seen with 16 workers, prefetch 8 and 200 batches an epoch: 1.36x.
     """
     def loader() -> torch.utils.data.DataLoader:
-        return torch.utils.data.DataLoader(SleepySamples(16 * 60, sample_s=0.004), batch_size=16, num_workers=4,
-                                           prefetch_factor=8, persistent_workers=True)
+        return _prefetching(60, sample_s=0.004)
 
     measured, truth = _against_hand(lambda: (measure(_slow_model(5, 0.3, 0.005), loader(), Windows(window_s=0.05)),
                                              _by_hand_over_epochs(loader(), _slow_model(0, 0.0, 0.005), 1.5)),
@@ -355,10 +358,7 @@ def test_an_epoch_start_timed_mid_epoch_costs_what_an_epochs_real_end_costs() ->
     an epoch's real end were used, not waited for: timed so, the start-up cost 0.59 s (two runs), where a
     real one costs about a batch (64 ms) less the 16 ms the loop waits for any batch (0.05-0.10 s measured).
     """
-    dataset = SleepySamples(16 * 150, sample_s=0.004)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=16, num_workers=4, prefetch_factor=8,
-                                         persistent_workers=True)
-    measured = _start_up_timed_mid_epoch(loader)
+    measured = _start_up_timed_mid_epoch(_prefetching(150, sample_s=0.004))
     assert measured.epoch_overhead_s < 0.25, measured
 
 
@@ -374,8 +374,7 @@ def test_a_step_bound_loop_is_not_timed_at_its_loaders_speed_while_an_epochs_que
     loop timed by hand within 10%.
     """
     def loader(batches: int) -> torch.utils.data.DataLoader:
-        return torch.utils.data.DataLoader(SleepySamples(16 * batches, sample_s=0.003), batch_size=16,
-                                           num_workers=4, prefetch_factor=8, persistent_workers=True)
+        return _prefetching(batches, sample_s=0.003)
 
     # Epochs of 100 batches: the windows cross the first epoch's end into the second's refill.
     # A warm-up of 5 x 0.1 s: time for the workers to fill their 32 batches (0.4 s) before the backlog is skipped.
@@ -434,8 +433,7 @@ def test_an_epoch_shorter_than_its_backlog_is_timed_whole_from_its_start() -> No
     timed by hand over epochs within 10%.
     """
     def loader() -> torch.utils.data.DataLoader:
-        return torch.utils.data.DataLoader(SleepySamples(16 * 12, sample_s=0.0002), batch_size=16, num_workers=2,
-                                           prefetch_factor=8, persistent_workers=True)
+        return _prefetching(12, sample_s=0.0002, workers=2)
 
     measured, truth = _against_hand(lambda: (measure(_slow_model(5, 0.05, 0.01), loader(), Windows(window_s=0.3)),
                                              _by_hand_over_epochs(loader(), _slow_model(5, 0.05, 0.01), 1.5)),
