@@ -21,6 +21,9 @@ from autotune.reporting.figures import SIZES
 from autotune.reporting.study import ReportError, render, report
 from autotune.study.space import DataFacts, Machine, build_space
 
+# Tables and plots drawn in this process, on one thread: these may run beside the alone tests (tests/conftest.py).
+pytestmark = pytest.mark.steady
+
 MACHINE = Machine("NVIDIA H200", True, 4, ("bf16", "fp16"), 140 * 2**30)
 FACTS = DataFacts(
     size=60_000, sample_bytes=3_144, image_4d=True, static_shapes=True, deterministic=True, device_dataset=False

@@ -19,6 +19,10 @@ from autotune.study.setup import open_study, prepare
 from autotune.trial.parity_run import ParityRun
 from autotune.tuned import file as tuned_file
 
+# The trials are faked and the search runs in this process, on one thread: these may run beside the alone tests
+# (tests/conftest.py).
+pytestmark = pytest.mark.steady
+
 
 class FakePool:
     """Trials without processes: a config's speed is a known function of its knobs; channels_last breaks the model."""

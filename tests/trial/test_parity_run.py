@@ -48,13 +48,13 @@ class Bench:
     """One workload's runner, probe set and baseline run, shared by the tests that judge candidates against it."""
 
     def __init__(
-        self, workload_path: Path | str, device: str, root: Path, largest_batch: int, placement: str = "stream"
+        self, runner: Runner, largest_batch: int, placement: str = "stream", baseline_rate: float | None = None
     ) -> None:
-        self.workload = load(resolve(str(workload_path)))
-        self.runner = Runner(self.workload, torch.device(device), root=root)
-        self.base_config = Config(batch_size=self.workload.defaults["batch_size"])
-        self.base_lr = float(self.workload.defaults["lr"])
-        self.samples, self.window = parity.run_length(self.base_config.batch_size, largest_batch)
+        """`baseline_rate`: the baseline trial's samples/s, which bounds the run as a search bounds a heavy model's."""
+        self.runner = runner
+        self.base_config = Config(batch_size=runner.workload.defaults["batch_size"])
+        self.base_lr = float(runner.workload.defaults["lr"])
+        self.samples, self.window = parity.run_length(self.base_config.batch_size, largest_batch, baseline_rate)
         self.probe = parity_run.probe(self.runner.dataset)
         # The baseline's run; `placement` may put its data on the device, which changes speed only where it trains
         # bitwise alike (on a CPU, with a deterministic transform: test_same_data_order_whatever_the_loader).
@@ -70,28 +70,46 @@ class Bench:
         return parity.compare(self.base, trace, parity.family(self.base_config, config), self.samples, self.window)
 
 
+def runner(workload_path: Path | str, device: str, root: Path) -> Runner:
+    return Runner(load(resolve(str(workload_path))), torch.device(device), root=root)
+
+
 @pytest.fixture(scope="module")
-def mnist_cpu(tmp_path_factory: pytest.TempPathFactory) -> Bench:
+def mnist_runner(tmp_path_factory: pytest.TempPathFactory) -> Runner:
     root = tmp_path_factory.mktemp("data")
     write_synthetic_mnist(root)  # the learnable synthetic MNIST, never a download: the numbers are fixed
+    return runner("mnist_cnn", "cpu", root)
+
+
+@pytest.fixture(scope="module")
+def mnist_cpu(mnist_runner: Runner) -> Bench:
+    """The full run that a batch of 8192 needs: 65,536 samples, its 8 steps and the baseline's 512."""
     # Device-resident, the baseline's run takes half the time on a CPU; its numbers are the streaming run's, bitwise.
-    return Bench("mnist_cnn", "cpu", root, largest_batch=8192, placement="device")
+    return Bench(mnist_runner, largest_batch=8192, placement="device")
+
+
+@pytest.fixture(scope="module")
+def mnist_cpu_bounded(mnist_runner: Runner) -> Bench:
+    """The run cut as a search cuts a slow baseline's: what it trains in PARITY_BASELINE_S (45 s) at 364/s."""
+    bench = Bench(mnist_runner, largest_batch=1024, placement="device", baseline_rate=364.1)
+    assert (bench.samples, bench.window) == (16384, 4096)
+    return bench
 
 
 @pytest.fixture(scope="module")
 def underflow_cpu(tmp_path_factory: pytest.TempPathFactory) -> Bench:
-    return Bench(WORKLOADS / "underflow.py", "cpu", tmp_path_factory.mktemp("data"), largest_batch=16)
+    return Bench(runner(WORKLOADS / "underflow.py", "cpu", tmp_path_factory.mktemp("data")), largest_batch=16)
 
 
 # -- the real bugs, on a CPU ----------------------------------------------------------------------
 
 
-@pytest.mark.slow  # with the baseline's, 65,536 samples of MNIST trained on a CPU: 12-25 s
+@pytest.mark.slow  # with the baseline's, 16,384 samples of MNIST trained on a CPU, after the data set: 8-15 s
 @pytest.mark.steady  # one thread (materialising through one worker it waits for): it may run beside the alone tests
-def test_stale_static_input_fails(mnist_cpu: Bench) -> None:
+def test_stale_static_input_fails(mnist_cpu_bounded: Bench) -> None:
     # Data on the device, as a graph step has it (and no PIL per step: the test runs in half the time).
     config = Config(batch_size=128, placement="device")
-    verdict = mnist_cpu.judge(config, 0.01, with_step(mnist_cpu.runner, StaleInputStep))
+    verdict = mnist_cpu_bounded.judge(config, 0.01, with_step(mnist_cpu_bounded.runner, StaleInputStep))
     assert not verdict.passed
     assert verdict.family == "numerics"
     # Memorising one batch: its reported loss falls far below the baseline's. (The probe, drawn across the data
@@ -110,11 +128,10 @@ def test_mnist_batch_8192_unscaled_lr_fails(mnist_cpu: Bench) -> None:
     assert verdict.probe_deviation is not None and verdict.probe_deviation > 0.9
 
 
-@pytest.mark.slow  # with the baseline's, 65,536 samples of MNIST trained on a CPU: 12-25 s
-@pytest.mark.steady  # one thread (materialising through one worker it waits for): it may run beside the alone tests
-def test_mnist_correct_config_passes(mnist_cpu: Bench) -> None:
+@pytest.mark.steady  # one thread: it may run beside the alone tests
+def test_mnist_correct_config_passes(mnist_cpu_bounded: Bench) -> None:
     # 8x the batch at 8x the learning rate (LR_MAX), data on the device: trains like the baseline to the end.
-    verdict = mnist_cpu.judge(Config(batch_size=1024, placement="device"), 0.08)
+    verdict = mnist_cpu_bounded.judge(Config(batch_size=1024, placement="device"), 0.08)
     assert verdict.passed and verdict.family == "batch_size", verdict.summary()
     assert verdict.lr == 0.08 and verdict.baseline_lr == 0.01
 
@@ -178,7 +195,7 @@ def test_same_data_order_whatever_the_loader(project: Path, config: Config) -> N
 def mnist_gpu(tmp_path_factory: pytest.TempPathFactory) -> Bench:
     root = tmp_path_factory.mktemp("data")
     write_synthetic_mnist(root)
-    return Bench("mnist_cnn", "cuda", root, largest_batch=8192)
+    return Bench(runner("mnist_cnn", "cuda", root), largest_batch=8192)
 
 
 @pytest.mark.gpu
@@ -214,7 +231,7 @@ def test_gpu_mnist_batch_8192_fails(mnist_gpu: Bench, lr: float) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
 def test_gpu_fp16_without_a_scaler_underflows(tmp_path_factory: pytest.TempPathFactory, graph: bool) -> None:
-    bench = Bench(WORKLOADS / "underflow.py", "cuda", tmp_path_factory.mktemp("data"), largest_batch=16)
+    bench = Bench(runner(WORKLOADS / "underflow.py", "cuda", tmp_path_factory.mktemp("data")), largest_batch=16)
     config = Config(batch_size=16, placement="device", amp="fp16", cuda_graph=graph)
     broken = bench.judge(config, bench.base_lr, with_step(bench.runner, NoScalerStep))
     assert not broken.passed and broken.probe_deviation is not None and broken.probe_deviation > 50, broken.summary()

@@ -56,12 +56,14 @@ def vertical_flips(runner: Runner) -> Any:
 
 
 @pytest.mark.slow
+@pytest.mark.steady  # a small model in this process, on one thread: it may run beside the alone tests
 def test_the_derived_device_pipeline_trains_like_the_cpu_one(bench: Any) -> None:
     verdict = judge(bench)
     assert verdict.passed and verdict.family == "numerics", verdict.summary()
 
 
 @pytest.mark.slow
+@pytest.mark.steady  # a small model in this process, on one thread: it may run beside the alone tests
 def test_a_device_pipeline_that_flips_the_wrong_axis_is_rejected(bench: Any) -> None:
     verdict = judge(bench, vertical_flips(bench[0]))
     assert not verdict.passed, verdict.summary()
