@@ -70,7 +70,8 @@ class Bench:
         return parity.compare(self.base, trace, parity.family(self.base_config, config), self.samples, self.window)
 
 
-def runner(workload_path: Path | str, device: str, root: Path) -> Runner:
+def runner_for(workload_path: Path | str, device: str, root: Path) -> Runner:
+    """The workload's runner on `device`, its data set under `root`."""
     return Runner(load(resolve(str(workload_path))), torch.device(device), root=root)
 
 
@@ -78,7 +79,7 @@ def runner(workload_path: Path | str, device: str, root: Path) -> Runner:
 def mnist_runner(tmp_path_factory: pytest.TempPathFactory) -> Runner:
     root = tmp_path_factory.mktemp("data")
     write_synthetic_mnist(root)  # the learnable synthetic MNIST, never a download: the numbers are fixed
-    return runner("mnist_cnn", "cpu", root)
+    return runner_for("mnist_cnn", "cpu", root)
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +99,7 @@ def mnist_cpu_bounded(mnist_runner: Runner) -> Bench:
 
 @pytest.fixture(scope="module")
 def underflow_cpu(tmp_path_factory: pytest.TempPathFactory) -> Bench:
-    return Bench(runner(WORKLOADS / "underflow.py", "cpu", tmp_path_factory.mktemp("data")), largest_batch=16)
+    return Bench(runner_for(WORKLOADS / "underflow.py", "cpu", tmp_path_factory.mktemp("data")), largest_batch=16)
 
 
 # -- the real bugs, on a CPU ----------------------------------------------------------------------
@@ -195,7 +196,7 @@ def test_same_data_order_whatever_the_loader(project: Path, config: Config) -> N
 def mnist_gpu(tmp_path_factory: pytest.TempPathFactory) -> Bench:
     root = tmp_path_factory.mktemp("data")
     write_synthetic_mnist(root)
-    return Bench(runner("mnist_cnn", "cuda", root), largest_batch=8192)
+    return Bench(runner_for("mnist_cnn", "cuda", root), largest_batch=8192)
 
 
 @pytest.mark.gpu
@@ -231,7 +232,7 @@ def test_gpu_mnist_batch_8192_fails(mnist_gpu: Bench, lr: float) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
 def test_gpu_fp16_without_a_scaler_underflows(tmp_path_factory: pytest.TempPathFactory, graph: bool) -> None:
-    bench = Bench(runner(WORKLOADS / "underflow.py", "cuda", tmp_path_factory.mktemp("data")), largest_batch=16)
+    bench = Bench(runner_for(WORKLOADS / "underflow.py", "cuda", tmp_path_factory.mktemp("data")), largest_batch=16)
     config = Config(batch_size=16, placement="device", amp="fp16", cuda_graph=graph)
     broken = bench.judge(config, bench.base_lr, with_step(bench.runner, NoScalerStep))
     assert not broken.passed and broken.probe_deviation is not None and broken.probe_deviation > 50, broken.summary()
