@@ -236,8 +236,8 @@ class TrialPool:
         """Stop every process. One that never ran anything leaves no log, and no folder is left that only its log made.
 
         So a search that stops before its first trial (bad input found after the
-        processes were started ahead) leaves the disk as it found it: a process that
-        was never asked to run anything leaves no log, whatever it wrote. `discard`: the
+        processes were started ahead) leaves the disk as it found it, whatever a
+        process asked for nothing wrote while it started. `discard`: the
         search these children served is abandoned before it began (a --gpus worker
         dismissed after making the parity baseline run): their logs go too, unless a
         failure wrote more than our own lines.

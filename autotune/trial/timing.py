@@ -7,8 +7,9 @@ capture) is timed separately as a one-time cost. Then:
 - the backlog is gone before any window is timed. During warm-up the loader's
   workers fill their queues (``autotune.trial.backlog``); the loop first takes
   that many batches untimed, then goes on while what they hold ready still
-  shrinks (windows timed during the drain read high). Each window then counts what the workers made while
-  it ran: the batches it took, less how far the backlog shrank (a loop draining
+  shrinks (windows timed during the drain read high). Each window then counts
+  what the workers made while it ran: the batches it took, less how far the
+  backlog shrank (a loop draining
   one runs at its step's speed, not its loader's), plus how far it grew where the
   loop ran dry (a slower step behind refilling queues never does). Where the
   backlog cannot be read, the loop runs on, untimed, until it waits for a batch;
@@ -144,14 +145,13 @@ def _skip_backlog(feed: Feed, step: Callable[..., Any], capacity: int, workers: 
     Then go on, two batches per worker at a time (one burst of their output is no sign of the
     drain's end), while what is held ready still shrinks: a loop that drains its backlog is not
     yet the loop that waits for its workers, and windows timed while it drains read high even
-    corrected for the drain (an H200 host's ResNet-50 fed by 8 workers, prefetch 8: 1,668-2,912/s
-    during the drain, 1,685-2,179/s after it, 1,816-1,938/s by hand). Queues still about full
+    corrected for the drain (the H200 runs are in docs/measuring.md). Queues still about full
     mean a step slower than its loader: nothing drains. Where the backlog cannot be read (so no
     window can correct for what remains of it), go on until a batch keeps the loop waiting.
     Either way at most twice the capacity more, and where that ends among the epoch's last
     `capacity` batches, the rest of the epoch too: it was all handed out during the warm-up, so
-    it is still the backlog, not the tail of a steady epoch (timed as one, its drain made every
-    epoch look short: 1.36x the hand loop with 16 workers, prefetch 8 and 200 batches an epoch).
+    it is still the backlog, not the tail of a steady epoch (timed as one, its drain would stand
+    for every epoch's).
     """
     if capacity == 0:
         return 0

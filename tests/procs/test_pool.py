@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -200,8 +201,6 @@ def test_a_child_asked_for_nothing_leaves_no_log_even_one_its_failed_start_up_wr
     """A search started ahead of its checks stops on a workload that fails to import; the process it had started
     fails on the same import, and its traceback in the log must not outlive the search (bad input leaves no file).
     Seen in a CI run: `.autotune/logs/trial-process-8325-14.log`, its traceback written before the stop."""
-    import time
-
     broken = project / "recipes" / "broken.py"
     broken.write_text("import torch\n\nimport no_such_module_here\n")
     pool = TrialPool(broken, "cpu", 1, project / ".autotune" / "logs", 60.0)
@@ -364,8 +363,6 @@ def test_a_killed_pool_kills_its_processes_and_runs_nothing_more(
 
 
 def test_an_idle_child_lets_go_of_its_device_resident_data_set_on_request(project: Path) -> None:
-    import time
-
     pool = _pool(project)
     try:
         assert pool.run(Config(batch_size=32, placement="device"), 0.1, QUICK).state == "complete"
