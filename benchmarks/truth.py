@@ -52,6 +52,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from autotune.config import Config, scaled_lr
+from autotune.diagnosis.cputime import cpu_times
 from autotune.loop.device_decode import decode_batch
 from autotune.procs.pool import TrialPool
 from autotune.trial.timing import Windows
@@ -153,6 +154,7 @@ def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: to
     for _ in range(taken):  # warm-up (cuDNN autotuning), then twice what the workers can hold ready
         step(*next(feed))
     sync(device)
+    cpu0 = cpu_times()
     samples, start = 0, time.perf_counter()
     arrived: list[tuple[float, int, int]] = []  # each batch: when the loop had it, its place in its epoch, its size
     while time.perf_counter() - start < seconds:
@@ -163,7 +165,11 @@ def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: to
         samples += len(x)
     sync(device)
     wall = time.perf_counter() - start
+    cpu1 = cpu_times()
+    # CPU per sample over the timed part: the loop's process (its pinning thread included) and its workers.
+    workers_ms = None if cpu0.children_s is None else (cpu1.children_s - cpu0.children_s) / samples * 1e3
     return {"samples_per_s": samples / wall, "seconds": wall, "samples": samples,
+            "main_cpu_ms": (cpu1.main_s - cpu0.main_s) / samples * 1e3, "workers_cpu_ms": workers_ms,
             **epoch_parts(arrived, samples, wall, len(loader), capacity)}
 
 
