@@ -18,9 +18,10 @@
 #                                                  # then the workload's own ImageNet settings through the truth
 #                                                  # benchmark with a 60 s hand loop, then autotune diagnose
 #     bash benchmarks/one_gpu_runs.sh OUT truth    # the truth benchmark's five default configs whose names
-#                                                  # TRUTH_MATCH finds (default: all; bracketed, the five take about
-#                                                  # 13 minutes, so two parts split them: "own|^0 |^8 " and
-#                                                  # "^15 |^16 "), TRUTH_S seconds of hand loop each (default 30)
+#                                                  # TRUTH_MATCH finds (default: all; two rounds each, between
+#                                                  # three hand slices, the five take about 15 minutes, so two
+#                                                  # parts split them: "own|^0 |^8 " and "^15 |^16 "), TRUTH_S
+#                                                  # seconds of hand loop each (default 30)
 #     bash benchmarks/one_gpu_runs.sh OUT probe    # the workload's own ImageNet settings batch by batch
 #                                                  # (benchmarks/probes/loader_probe.py), pinned and not, around the
 #                                                  # truth benchmark's own row with a 60 s hand loop

@@ -5,17 +5,21 @@
     python benchmarks/truth.py --recipe imagenet_resnet50 --configs tuned
     taskset -c 0-4 python benchmarks/truth.py --configs decode   # both decode paths on 5 cores
 
-For each config, autotune measures it as a search does: in a trial process
-(``autotune.procs.pool.TrialPool``), with the search's windows. In a process of
-its own, started afresh as a user's training script is (not this one, which ran
-the rows before), a plain PyTorch loop written out below (no autotune code in it:
-a DataLoader, autocast, channels_last, SGD) warms up, skips twice the batches its
-workers can prefetch, and is timed, epochs and their start-up included, the
-device synchronised only at the ends: for `--seconds` (at least 30 by default) in two
-halves, one right before autotune's measurement and one right after it, each
-warmed up and past its backlog anew. A host whose cores drift (seen on H200
-hosts: a loader's CPU per sample moving by a third within minutes) then shows as
-two halves that disagree, and such a row says so instead of passing for a
+For each config, autotune measures it as a search states a finalist's number: in
+`--rounds` trial processes (``autotune.procs.pool.TrialPool``), each started afresh,
+with the search's windows, the median of their rates (a search's default is 2 rounds,
+``SearchOptions.rounds``). In processes of their own, started afresh as a user's
+training script is (not this one, which ran the rows before), a plain PyTorch loop
+written out below (no autotune code in it: a DataLoader, autocast, channels_last, SGD)
+warms up, skips twice the batches its workers can prefetch, and is timed, epochs and
+their start-up included, the device synchronised only at the ends: for `--seconds` (at
+least 30 by default) in `--rounds` + 1 slices, one before each of autotune's
+measurements and one after the last, each warmed up and past its backlog anew. Why
+slices in fresh processes, interleaved: on H200 hosts one config's rate moved by a
+third between processes started a minute apart (a loader's CPU per sample from 3.3 to
+4.4 ms, ``benchmarks/probes/heritage.py``), so a single process on either side is one
+draw of the host's state, not the config's rate. Slices that disagree by more than the
+tolerance show a host that moved, and such a row says so instead of passing for a
 measurement error; ``--no-bracket`` times the hand loop in one piece, after.
 The table gives both numbers and their ratio; every number is from this run.
 Under each row, both are split the same way: the rate within epochs, and what an
@@ -44,6 +48,7 @@ import math
 import multiprocessing
 import os
 import re
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -55,6 +60,7 @@ from autotune.config import Config, scaled_lr
 from autotune.diagnosis.cputime import cpu_times
 from autotune.loop.device_decode import decode_batch
 from autotune.procs.pool import TrialPool
+from autotune.study.options import SearchOptions
 from autotune.trial.timing import Windows
 from autotune.tuned import file as tuned_file
 from autotune.workloads import load, resolve
@@ -202,19 +208,18 @@ def _boundary_cost(wall: float, samples: int, steady: float | None, boundaries: 
     return (wall - samples / steady) / boundaries if steady is not None and boundaries else None
 
 
-def joined(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """Two halves of a hand loop, timed around autotune's measurement, as one loop over both of their times."""
-    samples, seconds = before["samples"] + after["samples"], before["seconds"] + after["seconds"]
-    within = before["within_samples"] + after["within_samples"]
-    within_s = before["within_seconds"] + after["within_seconds"]
+def joined(slices: list[dict[str, Any]]) -> dict[str, Any]:
+    """Slices of a hand loop, timed between autotune's measurements, as one loop over all of their times."""
+    samples, seconds = sum(h["samples"] for h in slices), sum(h["seconds"] for h in slices)
+    within, within_s = sum(h["within_samples"] for h in slices), sum(h["within_seconds"] for h in slices)
     steady = within / within_s if within_s > 0 else None
-    boundaries = before["boundaries"] + after["boundaries"]
+    boundaries = sum(h["boundaries"] for h in slices)
     cost = _boundary_cost(seconds, samples, steady, boundaries)
+    rates = [h["samples_per_s"] for h in slices]
     return {"samples_per_s": samples / seconds, "seconds": seconds, "samples": samples,
             "steady_samples_per_s": steady, "boundaries": boundaries, "boundary_s": cost,
-            "timeline": before["timeline"] + after["timeline"], "within_samples": within, "within_seconds": within_s,
-            "before": before["samples_per_s"], "after": after["samples_per_s"],
-            "drift": after["samples_per_s"] / before["samples_per_s"] - 1}
+            "timeline": [r for h in slices for r in h["timeline"]], "within_samples": within,
+            "within_seconds": within_s, "slices": rates, "drift": max(rates) / min(rates) - 1}
 
 
 def uint8_pixels(dataset: Any, device: torch.device) -> tuple[Any, None, Any]:
@@ -336,6 +341,51 @@ def by_autotune(workload_path: Path, config: Config, lr: float, cores: int, logs
     return outcome.result
 
 
+def compared(name: str, config: Config, lr: float, workload_path: Path, args: argparse.Namespace,
+             device: torch.device) -> dict[str, Any]:
+    """One row: autotune's `args.rounds` measurements, interleaved with the hand loop's slices; printed, returned."""
+    cores, logs = len(os.sched_getaffinity(0)), args.out.resolve() / "logs"
+    slices = 1 if args.no_bracket else args.rounds + 1
+    hands = [] if args.no_bracket else [in_a_fresh_process(workload_path, config, lr, args.seconds / slices, device)]
+    rounds = []
+    for _ in range(args.rounds):
+        rounds.append(by_autotune(workload_path, config, lr, cores, logs, device))
+        if not args.no_bracket or len(rounds) == args.rounds:
+            hands.append(in_a_fresh_process(workload_path, config, lr, args.seconds / slices, device))
+    hand = joined(hands)
+    rates = [r["samples_per_s"] for r in rounds]
+    ours = statistics.median(rates)  # what a search states of a finalist: the median over its rounds
+    steady = statistics.median(r["steady_samples_per_s"] for r in rounds)
+    overhead = statistics.median(r.get("epoch_overhead_s") or 0.0 for r in rounds)
+    ratio = ours / hand["samples_per_s"]
+    # Slices that disagree: the host moved, and a ratio off 1 may be the host's, not the measurement's.
+    drifted = len(hands) > 1 and hand["drift"] > TOLERANCE
+    unreliable = sum(not r.get("reliable", True) for r in rounds)
+    noise = ", ".join(f"±{r['spread']:.1%}" for r in rounds)
+    print(f"  {name:<46} autotune {ours:>8,.0f}/s (rounds {', '.join(f'{r:,.0f}' for r in rates)}; noise "
+          f"{noise}{f'; {unreliable} unreliable' if unreliable else ''})  "
+          f"by hand {hand['samples_per_s']:>8,.0f}/s over {hand['seconds']:.0f} s  "
+          f"ratio {ratio:.3f}{'' if abs(ratio - 1) <= TOLERANCE else '  OUTSIDE ±7%'}"
+          f"{'  HOST MOVED: hand slices ' + ', '.join(f'{r:,.0f}/s' for r in hand['slices']) if drifted else ''}"
+          f"{'  (the hand loop runs it eager, not in a CUDA graph)' if config.cuda_graph else ''}", flush=True)
+    print(f"  {'':<46} within epochs: autotune {steady:,.0f}/s, by hand {_rate(hand['steady_samples_per_s'])}; "
+          f"an epoch boundary: autotune {overhead:.2f} s, by hand {_seconds(hand['boundary_s'])} "
+          f"({hand['boundaries']} crossed); by hand per {TIMELINE_S:.0f} s: "
+          f"{', '.join(f'{r:,.0f}' for r in hand['timeline'])}; autotune's windows: "
+          + "; ".join(", ".join(f"{w:,.0f}" for w in r.get("window_rates") or ()) for r in rounds), flush=True)
+    cpu = [h["workers_cpu_ms"] for h in hands if h.get("workers_cpu_ms") is not None and config.num_workers]
+    if cpu:
+        print(f"  {'':<46} the hand slices' workers: {', '.join(f'{c:.2f}' for c in cpu)} ms CPU a sample", flush=True)
+    return {"config": name, "knobs": config.describe(), "autotune": ours, "autotune_rounds": rates,
+            "autotune_steady": steady, "autotune_spreads": [r["spread"] for r in rounds],
+            "autotune_epoch_overhead_s": overhead, "backlog_steps": [r.get("backlog_steps") for r in rounds],
+            "autotune_windows": [r.get("window_rates") for r in rounds], "autotune_unreliable": unreliable,
+            "hand": hand["samples_per_s"], "hand_seconds": hand["seconds"],
+            "hand_steady": hand["steady_samples_per_s"], "hand_boundaries": hand["boundaries"],
+            "hand_boundary_s": hand["boundary_s"], "hand_timeline": hand["timeline"], "hand_slices": hand["slices"],
+            "hand_workers_cpu_ms": cpu, "ratio": ratio, "host_drift": hand["drift"]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--recipe", default="imagenet_resnet50")
@@ -347,8 +397,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("truth"))
     parser.add_argument("--batch-size", type=int, default=256, help="of the default, sweep and decode sets")
     parser.add_argument("--device", default="cuda:0", help="cpu runs it end to end on a machine without a GPU")
+    parser.add_argument("--rounds", type=int, default=SearchOptions.rounds,
+                        help="autotune's measurements of each config, each in a fresh trial process, the median "
+                             "stated, as a search states a finalist's (default: a search's own)")
     parser.add_argument("--no-bracket", action="store_true",
-                        help="time the hand loop in one piece after autotune's measurement, not in halves around it")
+                        help="time the hand loop in one piece after autotune's measurements, not in slices between")
     parser.add_argument("--hand-only", action="store_true",
                         help="the hand-timed loops alone: a sweep that a winner is held against")
     args = parser.parse_args()
@@ -382,38 +435,7 @@ def main() -> None:
                   f"(within epochs {_rate(hand['steady_samples_per_s'])}, an epoch boundary "
                   f"{_seconds(hand['boundary_s'])})", flush=True)
             continue
-        halves = 1 if args.no_bracket else 2
-        before = None if halves == 1 else in_a_fresh_process(ref.workload_path, config, lr, args.seconds / 2, device)
-        ours = by_autotune(ref.workload_path, config, lr, cores, args.out.resolve() / "logs", device)
-        after = in_a_fresh_process(ref.workload_path, config, lr, args.seconds / halves, device)
-        hand = after if before is None else joined(before, after)
-        ratio = ours["samples_per_s"] / hand["samples_per_s"]
-        # Halves that disagree: the host moved, and a ratio off 1 may be the host's, not the measurement's.
-        drifted = "drift" in hand and abs(hand["drift"]) > TOLERANCE
-        drift_note = f"  HOST DRIFTED: hand halves {hand['before']:,.0f}/s, {hand['after']:,.0f}/s" if drifted else ""
-        rows.append({"config": name, "knobs": config.describe(), "autotune": ours["samples_per_s"],
-                     "autotune_steady": ours["steady_samples_per_s"], "autotune_spread": ours["spread"],
-                     "autotune_epoch_overhead_s": ours.get("epoch_overhead_s"),
-                     "backlog_steps": ours.get("backlog_steps"), "hand": hand["samples_per_s"],
-                     "hand_seconds": hand["seconds"], "hand_steady": hand["steady_samples_per_s"],
-                     "hand_boundaries": hand["boundaries"], "hand_boundary_s": hand["boundary_s"],
-                     "hand_timeline": hand["timeline"], "autotune_windows": ours.get("window_rates"),
-                     "autotune_reliable": ours.get("reliable", True), "ratio": ratio,
-                     "hand_before": hand.get("before"), "hand_after": hand.get("after"),
-                     "host_drift": hand.get("drift")})
-        # A measurement whose halves kept disagreeing is stated as such by the search, and here too.
-        print(f"  {name:<46} autotune {ours['samples_per_s']:>8,.0f}/s ±{ours['spread']:.1%}"
-              f"{'' if ours.get('reliable', True) else ' unreliable'}  "
-              f"by hand {hand['samples_per_s']:>8,.0f}/s over {hand['seconds']:.0f} s  "
-              f"ratio {ratio:.3f}{'' if abs(ratio - 1) <= TOLERANCE else '  OUTSIDE ±7%'}"
-              f"{drift_note}"
-              f"{'  (the hand loop runs it eager, not in a CUDA graph)' if config.cuda_graph else ''}", flush=True)
-        print(f"  {'':<46} within epochs: autotune {ours['steady_samples_per_s']:,.0f}/s, by hand "
-              f"{_rate(hand['steady_samples_per_s'])}; an epoch boundary: autotune "
-              f"{ours.get('epoch_overhead_s') or 0:.2f} s, by hand {_seconds(hand['boundary_s'])} "
-              f"({hand['boundaries']} crossed); by hand per {TIMELINE_S:.0f} s: "
-              f"{', '.join(f'{r:,.0f}' for r in hand['timeline'])}; autotune's windows: "
-              f"{', '.join(f'{r:,.0f}' for r in ours.get('window_rates') or ())}", flush=True)
+        rows.append(compared(name, config, lr, ref.workload_path, args, device))
         if device.type == "cuda":
             torch.cuda.empty_cache()
     (args.out / "truth.json").write_text(json.dumps(rows, indent=1))
@@ -422,7 +444,7 @@ def main() -> None:
     inside = sum(abs(r["ratio"] - 1) <= TOLERANCE for r in rows)
     drifted = sum(abs(r["host_drift"] or 0) > TOLERANCE for r in rows)
     print(f"{inside} of {len(rows)} configs within ±{TOLERANCE:.0%} of the hand-timed rate"
-          f"{f'; on {drifted}, the hand loop itself moved by more than that between its halves' if drifted else ''}")
+          f"{f'; on {drifted}, the hand loop itself moved by more than that between its slices' if drifted else ''}")
 
 
 if __name__ == "__main__":

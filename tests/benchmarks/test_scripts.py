@@ -54,7 +54,7 @@ def test_truth_times_a_config_by_hand(project: Path, monkeypatch: pytest.MonkeyP
     assert result["samples_per_s"] == pytest.approx(result["samples"] / result["seconds"])
 
 
-def test_truth_joins_the_hand_loops_halves_over_both_their_times_and_states_how_far_the_host_moved(
+def test_truth_joins_the_hand_loops_slices_over_all_their_times_and_states_how_far_the_host_moved(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     truth = _script("truth", monkeypatch)
@@ -63,12 +63,16 @@ def test_truth_joins_the_hand_loops_halves_over_both_their_times_and_states_how_
               "within_seconds": 12.5, "boundaries": 1, "timeline": [900.0, 900.0, 900.0]}
     after = {"samples": 16500, "seconds": 15.0, "samples_per_s": 1100.0, "within_samples": 15000,
              "within_seconds": 13.5, "boundaries": 0, "timeline": [1100.0, 1100.0, 1100.0]}
-    hand = truth.joined(before, after)
+    hand = truth.joined([before, after])
     assert hand["samples_per_s"] == 1000.0 and hand["seconds"] == 30.0
     assert hand["steady_samples_per_s"] == pytest.approx(27000 / 26.0)
     assert hand["boundary_s"] == pytest.approx(30.0 - 30000 / (27000 / 26.0))  # the one boundary's cost
-    assert (hand["before"], hand["after"]) == (900.0, 1100.0) and hand["drift"] == pytest.approx(2 / 9)
+    assert hand["slices"] == [900.0, 1100.0] and hand["drift"] == pytest.approx(2 / 9)
     assert hand["timeline"] == [900.0] * 3 + [1100.0] * 3
+    # A third slice between them, at 1,000/s: the host moved by the fastest over the slowest, in whichever order.
+    middle = {**before, "samples": 15000, "samples_per_s": 1000.0, "boundaries": 0}
+    three = truth.joined([after, middle, before])
+    assert three["samples_per_s"] == 1000.0 and three["seconds"] == 45.0 and three["drift"] == pytest.approx(2 / 9)
 
 
 def test_truth_times_the_hand_loop_in_a_process_of_its_own(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
