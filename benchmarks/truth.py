@@ -14,7 +14,9 @@ written out below (no autotune code in it: a DataLoader, autocast, channels_last
 warms up, skips twice the batches its workers can prefetch, and is timed, epochs and
 their start-up included, the device synchronised only at the ends: for `--seconds` (at
 least 30 by default) in `--rounds` + 1 slices, one before each of autotune's
-measurements and one after the last, each warmed up and past its backlog anew. Why
+measurements and one after the last, each warmed up and past its backlog anew, and
+each stretched to whole epochs' worth of batches where that takes at most three
+times its share (so it crosses epoch boundaries as often as a training run; ``enough``). Why
 slices in fresh processes, interleaved: on H200 hosts one config's rate moved by a
 third between processes started a minute apart (a loader's CPU per sample from 3.3 to
 4.4 ms, ``benchmarks/probes/heritage.py``), so a single process on either side is one
@@ -70,6 +72,7 @@ from autotune.workloads.locate import data_root
 SEARCH_WINDOWS = Windows(window_s=0.2)  # what a search times a trial with on a GPU (autotune.study.setup)
 TOLERANCE = 0.07  # autotune's number within this of the hand-timed one
 TIMELINE_S = 5.0  # the hand loop's rate is also given per this many seconds
+LONGEST = 3.0  # a hand loop times whole epochs' worth of batches unless it takes longer than this x its seconds
 
 
 def _configs(cores: int, bs: int) -> dict[str, dict[str, Config]]:
@@ -161,22 +164,50 @@ def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: to
         step(*next(feed))
     sync(device)
     cpu0 = cpu_times()
-    samples, start = 0, time.perf_counter()
+    start, first = time.perf_counter(), taken  # `first`: the first timed batch's place, counted from the start
     arrived: list[tuple[float, int, int]] = []  # each batch: when the loop had it, its place in its epoch, its size
-    while time.perf_counter() - start < seconds:
+
+    def timed_step() -> int:
         x, y = next(feed)
-        arrived.append((time.perf_counter() - start, taken % len(loader), len(x)))
-        taken += 1
+        arrived.append((time.perf_counter() - start, (first + len(arrived)) % len(loader), len(x)))
         step(x, y)
-        samples += len(x)
+        return len(x)
+
+    samples = 0
+    while time.perf_counter() - start < seconds:
+        samples += timed_step()
+    for _ in range(more_batches(time.perf_counter() - start, len(arrived), len(loader), seconds)):
+        samples += timed_step()
     sync(device)
     wall = time.perf_counter() - start
     cpu1 = cpu_times()
     # CPU per sample over the timed part: the loop's process (its pinning thread included) and its workers.
     workers_ms = None if cpu0.children_s is None else (cpu1.children_s - cpu0.children_s) / samples * 1e3
+    epochs = len(arrived) / len(loader)
     return {"samples_per_s": samples / wall, "seconds": wall, "samples": samples,
+            "epochs_worth": epochs if epochs == int(epochs) else None,
             "main_cpu_ms": (cpu1.main_s - cpu0.main_s) / samples * 1e3, "workers_cpu_ms": workers_ms,
             **epoch_parts(arrived, samples, wall, len(loader), capacity)}
+
+
+def more_batches(elapsed: float, timed: int, per_epoch: int, seconds: float) -> int:
+    """How many batches a hand loop that has timed `timed` in `elapsed` (at least `seconds`) times on.
+
+    Up to a whole number of epochs' worth of batches (from its first timed batch's place in
+    its epoch to that place an epoch later), so that it crosses as many epoch boundaries as a
+    training run does in as many batches; unless that would take it past LONGEST times `seconds`
+    at its rate so far: then none, and its boundaries are undercounted (by at most one in an epoch
+    that long). Decided once, when its seconds are up: decided again at each batch, it would stop
+    right after a boundary it had just paid for. Why: a slice that starts at the same place of an
+    epoch each time and stops on the clock crosses one boundary in three where the epoch is a little
+    longer than the slice; on an H200, 15 workers that start afresh each epoch paid 1.6-2.1 s at each
+    boundary of a 17 s epoch (call 42), and such a hand loop read 12% above a training run (call 50).
+    """
+    short = timed % per_epoch
+    if timed == 0 or short == 0:
+        return 0
+    more = per_epoch - short
+    return more if elapsed + more * elapsed / timed <= LONGEST * seconds else 0
 
 
 def epoch_parts(arrived: list[tuple[float, int, int]], samples: int, wall: float, per_epoch: int,
@@ -219,7 +250,8 @@ def joined(slices: list[dict[str, Any]]) -> dict[str, Any]:
     return {"samples_per_s": samples / seconds, "seconds": seconds, "samples": samples,
             "steady_samples_per_s": steady, "boundaries": boundaries, "boundary_s": cost,
             "timeline": [r for h in slices for r in h["timeline"]], "within_samples": within,
-            "within_seconds": within_s, "slices": rates, "drift": max(rates) / min(rates) - 1}
+            "within_seconds": within_s, "slices": rates, "drift": max(rates) / min(rates) - 1,
+            "whole_epochs": all(h.get("epochs_worth") is not None for h in slices)}
 
 
 def uint8_pixels(dataset: Any, device: torch.device) -> tuple[Any, None, Any]:
@@ -285,6 +317,12 @@ def sync(device: torch.device) -> None:
 
 def _rate(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f}/s"
+
+
+def _span(hand: dict[str, Any]) -> str:
+    """What the hand loop's time spans: whole epochs' worth of batches, or less (see `enough`)."""
+    whole = hand.get("whole_epochs", hand.get("epochs_worth") is not None)
+    return " of whole epochs" if whole else " within epochs"
 
 
 def _seconds(value: float | None) -> str:
@@ -364,7 +402,7 @@ def compared(name: str, config: Config, lr: float, workload_path: Path, args: ar
     noise = ", ".join(f"±{r['spread']:.1%}" for r in rounds)
     print(f"  {name:<46} autotune {ours:>8,.0f}/s (rounds {', '.join(f'{r:,.0f}' for r in rates)}; noise "
           f"{noise}{f'; {unreliable} unreliable' if unreliable else ''})  "
-          f"by hand {hand['samples_per_s']:>8,.0f}/s over {hand['seconds']:.0f} s  "
+          f"by hand {hand['samples_per_s']:>8,.0f}/s over {hand['seconds']:.0f} s{_span(hand)}  "
           f"ratio {ratio:.3f}{'' if abs(ratio - 1) <= TOLERANCE else '  OUTSIDE ±7%'}"
           f"{'  HOST MOVED: hand slices ' + ', '.join(f'{r:,.0f}/s' for r in hand['slices']) if drifted else ''}"
           f"{'  (the hand loop runs it eager, not in a CUDA graph)' if config.cuda_graph else ''}", flush=True)
@@ -431,7 +469,7 @@ def main() -> None:
             rows.append({"config": name, "knobs": config.describe(), "hand": hand["samples_per_s"],
                          "hand_seconds": hand["seconds"], "hand_steady": hand["steady_samples_per_s"],
                          "hand_boundary_s": hand["boundary_s"], "hand_timeline": hand["timeline"]})
-            print(f"  {name:<46} by hand {hand['samples_per_s']:>8,.0f}/s over {hand['seconds']:.0f} s "
+            print(f"  {name:<46} by hand {hand['samples_per_s']:>8,.0f}/s over {hand['seconds']:.0f} s{_span(hand)} "
                   f"(within epochs {_rate(hand['steady_samples_per_s'])}, an epoch boundary "
                   f"{_seconds(hand['boundary_s'])})", flush=True)
             continue

@@ -52,6 +52,21 @@ def test_truth_times_a_config_by_hand(project: Path, monkeypatch: pytest.MonkeyP
     assert result["seconds"] >= 0.5
     assert result["samples"] > 0 and result["samples"] % 32 == 0  # whole batches of 32 (of a data set of 512)
     assert result["samples_per_s"] == pytest.approx(result["samples"] / result["seconds"])
+    # Epochs of 16 batches, far shorter than the loop: it stops after whole epochs' worth of them.
+    assert result["epochs_worth"] >= 1 and result["samples"] == result["epochs_worth"] * 512
+
+
+def test_truth_times_on_to_whole_epochs_worth_of_batches_unless_that_takes_three_times_as_long(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    truth = _script("truth", monkeypatch)
+    # 15 workers on an H200: 117 of 200 batches in 10 s; the other 83 take about 7 s more, under 30 s in all.
+    assert truth.more_batches(10.0, 117, 200, seconds=10.0) == 83
+    assert truth.more_batches(10.0, 200, 200, seconds=10.0) == 0  # already one epoch's worth
+    assert truth.more_batches(10.5, 201, 200, seconds=10.0) == 199  # to two epochs' worth, by about 21 s
+    # The workload's own settings: 36 of 200 batches in 10 s; an epoch's worth would take 56 s, past 30 s.
+    assert truth.more_batches(10.0, 36, 200, seconds=10.0) == 0
+    assert truth.more_batches(20.0, 201, 200, seconds=10.0) == 0  # two epochs' worth by about 40 s: past 30 s
 
 
 def test_truth_joins_the_hand_loops_slices_over_all_their_times_and_states_how_far_the_host_moved(
@@ -86,18 +101,41 @@ def test_truth_times_the_hand_loop_in_a_process_of_its_own(project: Path, monkey
 
 
 class SlowStart(Dataset):
-    """64 samples at 2 ms each; a worker's first sample waits 0.3 s more: without persistent workers, every epoch's
-    workers start afresh and pay it, at the epoch's boundary."""
+    """`n` samples at `sample_s` each; a worker's first sample waits 0.3 s more: without persistent workers, every
+    epoch's workers start afresh and pay it, at the epoch's boundary."""
+
+    def __init__(self, n: int = 64, sample_s: float = 0.002) -> None:
+        self.n, self.sample_s = n, sample_s
 
     def __len__(self) -> int:
-        return 64
+        return self.n
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
         if not getattr(self, "started", False):
             time.sleep(0.3)
             self.started = True
-        time.sleep(0.002)
+        time.sleep(self.sample_s)
         return torch.zeros(4), i % 2
+
+
+def _slow_start_workload(dataset: Dataset) -> SimpleNamespace:
+    return SimpleNamespace(build_model=lambda: nn.Linear(4, 2), build_loss=nn.CrossEntropyLoss,
+                           build_optimizer=lambda params, lr: torch.optim.SGD(params, lr=lr),
+                           build_dataset=lambda root: dataset)
+
+
+@pytest.mark.alone
+def test_truth_times_an_epoch_a_little_longer_than_its_seconds_whole_boundary_included(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    truth = _script("truth", monkeypatch)
+    # 60 batches an epoch, about 1 s, the first 18 taken untimed: timed on the clock for 0.8 s, the loop would stop
+    # where the epoch ends and never pay the 0.3 s its fresh workers cost at the boundary (1.33x autotune's
+    # measurement of it on the 2-core machine; whole epochs' worth, 0.97-0.99x).
+    config = Config(batch_size=8, num_workers=2, prefetch_factor=2)
+    result = truth.by_hand(_slow_start_workload(SlowStart(480, 0.004)), config, 0.1, 0.8, torch.device("cpu"))
+    assert result["epochs_worth"] == 1.0 and result["samples"] == 480 and result["boundaries"] == 1
+    assert result["seconds"] > 0.8
 
 
 @pytest.mark.alone
@@ -105,9 +143,7 @@ def test_truth_splits_the_hand_loop_into_its_rate_within_epochs_and_what_each_bo
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     truth = _script("truth", monkeypatch)
-    workload = SimpleNamespace(build_model=lambda: nn.Linear(4, 2), build_loss=nn.CrossEntropyLoss,
-                               build_optimizer=lambda params, lr: torch.optim.SGD(params, lr=lr),
-                               build_dataset=lambda root: SlowStart())
+    workload = _slow_start_workload(SlowStart())
     config = Config(batch_size=8, num_workers=2, prefetch_factor=2)  # 8 batches an epoch, 4 held ready
     result = truth.by_hand(workload, config, 0.1, 3.0, torch.device("cpu"))
     # Within an epoch two workers make a batch of 8 in 16 ms each: about 1,000 samples/s; each boundary adds 0.3 s.
