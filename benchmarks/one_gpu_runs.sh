@@ -19,9 +19,10 @@
 #                                                  # benchmark with a 60 s hand loop, then autotune diagnose
 #     bash benchmarks/one_gpu_runs.sh OUT truth    # the truth benchmark's five default configs whose names
 #                                                  # TRUTH_MATCH finds (default: all; two rounds each, between
-#                                                  # three hand slices, the five take about 15 minutes, so two
-#                                                  # parts split them: "own|^0 |^8 " and "^15 |^16 "), TRUTH_S
-#                                                  # seconds of hand loop each (default 30)
+#                                                  # three hand slices of whole epochs' worth, the five take
+#                                                  # about 20 minutes, so three parts split them: "own|^0 ",
+#                                                  # "^8 " and "^15 |^16 "), TRUTH_S seconds of hand loop each
+#                                                  # (default 30; an epoch's worth may take up to 3x that)
 #     bash benchmarks/one_gpu_runs.sh OUT probe    # the workload's own ImageNet settings batch by batch
 #                                                  # (benchmarks/probes/loader_probe.py), pinned and not, around the
 #                                                  # truth benchmark's own row with a 60 s hand loop
