@@ -1,6 +1,6 @@
 """Probe: does a process forked from autotune's fork server load slower than one started afresh?
 
-    python3 benchmarks/probes/heritage.py --workers 4 --prefetch 2 --fp32-plain --rounds 3 --seconds 15
+    python3 benchmarks/probes/heritage.py --workers 4 --prefetch 2 --rounds 3 --seconds 15
 
 Why: the truth benchmark's row for the workload's own ImageNet settings (4 workers,
 pinned, fp32) read 0.84-0.95 of its hand loop in 9 of 11 runs on H200 hosts, within
@@ -22,7 +22,6 @@ heritage alone; ``forked`` against ``trial`` is the measurement alone.
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing
 import multiprocessing.forkserver
 import os
@@ -34,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import loader_args
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: truth.py
@@ -122,18 +122,16 @@ def trial(workload_path: Path, config: Config, lr: float, device: torch.device, 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--recipe", default="imagenet_resnet50")
-    parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--prefetch", type=int, default=2)
+    parser = loader_args.parser(__doc__, workers=4, prefetch=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=15.0)
-    parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--device", default="cuda:0")
     args = parser.parse_args()
     ref = resolve(args.recipe)
     workload = load(ref)
-    config = Config(args.batch_size, num_workers=args.workers, pin_memory=True, prefetch_factor=args.prefetch)
+    # The workload's own settings by default (no cudnn.benchmark, fp32), not loader_args.config's.
+    fast = dict(channels_last=True, amp="bf16") if args.bf16 else {}
+    config = Config(args.batch_size, num_workers=args.workers, pin_memory=True, prefetch_factor=args.prefetch,
+                    persistent_workers=args.persistent, **fast)
     lr, device = float(workload.defaults["lr"]), torch.device(args.device)
     lifecycle.start_fork_server(ref.workload_path)
     print(f"{config.describe()} on {os.cpu_count()} cores; hand loops {args.seconds:.0f} s", flush=True)
