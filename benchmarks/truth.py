@@ -443,6 +443,8 @@ def main() -> None:
     parser.add_argument("--hand-only", action="store_true",
                         help="the hand-timed loops alone: a sweep that a winner is held against")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1 (autotune's measurements of each config), but got {args.rounds}")
     args.out.mkdir(parents=True, exist_ok=True)
     device = torch.device(args.device)
     hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
