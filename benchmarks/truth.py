@@ -16,7 +16,7 @@ their start-up included, the device synchronised only at the ends: for `--second
 least 30 by default) in `--rounds` + 1 slices, one before each of autotune's
 measurements and one after the last, each warmed up and past its backlog anew, and
 each stretched to whole epochs' worth of batches where that takes at most three
-times its share (so it crosses epoch boundaries as often as a training run; ``enough``). Why
+times its share (so it crosses epoch boundaries as often as a training run; ``more_batches``). Why
 slices in fresh processes, interleaved: on H200 hosts one config's rate moved by a
 third between processes started a minute apart (a loader's CPU per sample from 3.3 to
 4.4 ms, ``benchmarks/probes/heritage.py``), so a single process on either side is one
@@ -119,7 +119,8 @@ def _configs(cores: int, bs: int) -> dict[str, dict[str, Config]]:
 
 
 def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: torch.device) -> dict[str, float]:
-    """The ground truth: a plain training loop, timed for `seconds` after warm-up and twice the backlog."""
+    """The ground truth: a plain training loop, timed for at least `seconds` after warm-up and twice the backlog,
+    on to whole epochs' worth of batches where that takes at most LONGEST times `seconds` (`more_batches`)."""
     torch.backends.cudnn.benchmark = config.cudnn_benchmark
     torch.manual_seed(0)
     fmt = torch.channels_last if config.channels_last else torch.contiguous_format
@@ -225,10 +226,13 @@ def epoch_parts(arrived: list[tuple[float, int, int]], samples: int, wall: float
     cost = _boundary_cost(wall, samples, steady, boundaries)
     # Samples/s in each TIMELINE_S of the loop: a rate that falls as the loop goes on (a host's cores leaving their
     # boost clock under sustained load) shows here, and would make any short measurement read high.
-    bins = [0] * max(1, math.ceil(wall / TIMELINE_S))
+    # A last bin shorter than half of TIMELINE_S joins the one before it: a few batches over a fraction of a
+    # second would read as a rate far off the loop's.
+    bins = [0] * max(1, math.ceil(wall / TIMELINE_S - 0.5))
     for t, _, size in arrived:
         bins[min(int(t // TIMELINE_S), len(bins) - 1)] += size
-    timeline = [round(n / min(TIMELINE_S, wall - i * TIMELINE_S), 1) for i, n in enumerate(bins)]
+    timeline = [round(n / (TIMELINE_S if i < len(bins) - 1 else wall - i * TIMELINE_S), 1)
+                for i, n in enumerate(bins)]
     counted = steady is not None  # the parts within epochs, for `joined`
     return {"steady_samples_per_s": steady, "boundaries": boundaries, "boundary_s": cost, "timeline": timeline,
             "within_samples": within if counted else 0, "within_seconds": seconds if counted else 0.0}
@@ -250,7 +254,8 @@ def joined(slices: list[dict[str, Any]]) -> dict[str, Any]:
     return {"samples_per_s": samples / seconds, "seconds": seconds, "samples": samples,
             "steady_samples_per_s": steady, "boundaries": boundaries, "boundary_s": cost,
             "timeline": [r for h in slices for r in h["timeline"]], "within_samples": within,
-            "within_seconds": within_s, "slices": rates, "drift": max(rates) / min(rates) - 1,
+            "within_seconds": within_s, "slices": rates,
+            "drift": max(rates) / min(rates) - 1 if len(rates) > 1 else None,
             "whole_epochs": all(h.get("epochs_worth") is not None for h in slices)}
 
 
@@ -320,9 +325,9 @@ def _rate(value: float | None) -> str:
 
 
 def _span(hand: dict[str, Any]) -> str:
-    """What the hand loop's time spans: whole epochs' worth of batches, or less (see `enough`)."""
+    """What the hand loop's time spans: whole epochs' worth of batches, or not (see `more_batches`)."""
     whole = hand.get("whole_epochs", hand.get("epochs_worth") is not None)
-    return " of whole epochs" if whole else " within epochs"
+    return " (whole epochs' worth)" if whole else " (not whole epochs)"
 
 
 def _seconds(value: float | None) -> str:
@@ -397,7 +402,7 @@ def compared(name: str, config: Config, lr: float, workload_path: Path, args: ar
     overhead = statistics.median(r.get("epoch_overhead_s") or 0.0 for r in rounds)
     ratio = ours / hand["samples_per_s"]
     # Slices that disagree: the host moved, and a ratio off 1 may be the host's, not the measurement's.
-    drifted = len(hands) > 1 and hand["drift"] > TOLERANCE
+    drifted = hand["drift"] is not None and hand["drift"] > TOLERANCE
     unreliable = sum(not r.get("reliable", True) for r in rounds)
     noise = ", ".join(f"±{r['spread']:.1%}" for r in rounds)
     print(f"  {name:<46} autotune {ours:>8,.0f}/s (rounds {', '.join(f'{r:,.0f}' for r in rates)}; noise "
@@ -412,8 +417,9 @@ def compared(name: str, config: Config, lr: float, workload_path: Path, args: ar
           f"{', '.join(f'{r:,.0f}' for r in hand['timeline'])}; autotune's windows: "
           + "; ".join(", ".join(f"{w:,.0f}" for w in r.get("window_rates") or ()) for r in rounds), flush=True)
     cpu = [h["workers_cpu_ms"] for h in hands if h.get("workers_cpu_ms") is not None and config.num_workers]
-    if cpu:
-        print(f"  {'':<46} the hand slices' workers: {', '.join(f'{c:.2f}' for c in cpu)} ms CPU a sample", flush=True)
+    main_cpu = [h["main_cpu_ms"] for h in hands]
+    print(f"  {'':<46} CPU a sample in the hand slices: the loop's process {', '.join(f'{c:.2f}' for c in main_cpu)} "
+          f"ms{'; its workers ' + ', '.join(f'{c:.2f}' for c in cpu) + ' ms' if cpu else ''}", flush=True)
     return {"config": name, "knobs": config.describe(), "autotune": ours, "autotune_rounds": rates,
             "autotune_steady": steady, "autotune_spreads": [r["spread"] for r in rounds],
             "autotune_epoch_overhead_s": overhead, "backlog_steps": [r.get("backlog_steps") for r in rounds],
@@ -421,7 +427,7 @@ def compared(name: str, config: Config, lr: float, workload_path: Path, args: ar
             "hand": hand["samples_per_s"], "hand_seconds": hand["seconds"],
             "hand_steady": hand["steady_samples_per_s"], "hand_boundaries": hand["boundaries"],
             "hand_boundary_s": hand["boundary_s"], "hand_timeline": hand["timeline"], "hand_slices": hand["slices"],
-            "hand_workers_cpu_ms": cpu, "ratio": ratio, "host_drift": hand["drift"]}
+            "hand_workers_cpu_ms": cpu, "hand_main_cpu_ms": main_cpu, "ratio": ratio, "host_drift": hand["drift"]}
 
 
 def main() -> None:
@@ -462,7 +468,7 @@ def main() -> None:
         configs = _configs(cores, args.batch_size)[args.configs]
     configs = dict([item for item in configs.items() if re.search(args.match, item[0])][: args.only])
     print(f"{args.recipe} on {hardware}, {cores} CPU cores, torch {torch.__version__}; "
-          f"hand-timed loops {args.seconds:.0f} s each", flush=True)
+          f"hand-timed loops at least {args.seconds:.0f} s a config", flush=True)
     rows = []
     for name, config in configs.items():
         lr = scaled_lr(float(d["lr"]), d["batch_size"], config.batch_size, "linear", workload.lr_max)
@@ -470,15 +476,18 @@ def main() -> None:
             hand = in_a_fresh_process(ref.workload_path, config, lr, args.seconds, device)
             rows.append({"config": name, "knobs": config.describe(), "hand": hand["samples_per_s"],
                          "hand_seconds": hand["seconds"], "hand_steady": hand["steady_samples_per_s"],
-                         "hand_boundary_s": hand["boundary_s"], "hand_timeline": hand["timeline"]})
+                         "hand_boundaries": hand["boundaries"], "hand_boundary_s": hand["boundary_s"],
+                         "hand_timeline": hand["timeline"], "hand_epochs_worth": hand["epochs_worth"],
+                         "hand_workers_cpu_ms": hand["workers_cpu_ms"], "hand_main_cpu_ms": hand["main_cpu_ms"]})
             print(f"  {name:<46} by hand {hand['samples_per_s']:>8,.0f}/s over {hand['seconds']:.0f} s{_span(hand)} "
                   f"(within epochs {_rate(hand['steady_samples_per_s'])}, an epoch boundary "
                   f"{_seconds(hand['boundary_s'])})", flush=True)
-            continue
-        rows.append(compared(name, config, lr, ref.workload_path, args, device))
+        else:
+            rows.append(compared(name, config, lr, ref.workload_path, args, device))
+        # After each row: a run cut short by its time limit keeps the rows it finished.
+        (args.out / "truth.json").write_text(json.dumps(rows, indent=1))
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    (args.out / "truth.json").write_text(json.dumps(rows, indent=1))
     if args.hand_only:
         return
     inside = sum(abs(r["ratio"] - 1) <= TOLERANCE for r in rows)

@@ -16,7 +16,8 @@ each round:
 The two hand arms give their workers' and their own CPU milliseconds per sample over the
 timed part. For every arm, a thread here reads the CPU of the arm's whole process tree each
 second; its median cores busy over the middle of the run, over the arm's rate, gives CPU
-per sample by the same rule for all three. ``spawned`` against ``forked`` is the process's
+per sample by the same rule for all three (a worker that exits between two readings takes
+its CPU with it: that second is dropped). ``spawned`` against ``forked`` is the process's
 heritage alone; ``forked`` against ``trial`` is the measurement alone.
 """
 
@@ -98,6 +99,8 @@ def forked_hand_loop(workload_path: Path, config: Config, lr: float, seconds: fl
     sender.close()
     try:
         return results.recv()
+    except EOFError:  # the child died before it could say anything
+        return RuntimeError(f"the forked hand loop ended without a result, with exit status {forked.poll()}")
     finally:
         forked.wait()
 
@@ -116,8 +119,8 @@ def trial(workload_path: Path, config: Config, lr: float, device: torch.device, 
         outcome = pool.run(config, lr, truth.SEARCH_WINDOWS)
     finally:
         pool.stop()
-    if outcome.result is None:
-        raise SystemExit(f"the trial failed: {outcome.reason}")
+    if outcome.state != "complete" or outcome.result is None:
+        raise SystemExit(f"the trial ended {outcome.state}: {outcome.reason}")
     return outcome.result
 
 
@@ -152,7 +155,8 @@ def main() -> None:
                          f"{result['main_cpu_ms']:.2f}; within epochs {truth._rate(result['steady_samples_per_s'])}")
             cores = watch.cores()
             tree = "-" if cores is None else f"{cores:.2f} cores busy, {cores / rate * 1e3:.2f} ms/sample"
-            print(f"round {r} {arm:>8}: {rate:,.3g}/s; tree {tree}; {extra}", flush=True)
+            print(f"round {r} {arm:>8}: {rate:,.0f}/s; tree {tree}; {extra}", flush=True)
+    lifecycle.end_fork_server()
 
 
 if __name__ == "__main__":
