@@ -7,9 +7,10 @@
 #                                                  # (GPU_TESTS=expr: those GPU tests first, beside the data set),
 #                                                  # then through the truth benchmark its winner, the workload's own
 #                                                  # settings and the sweep's best rows (TRUTH_S seconds each)
-#     bash benchmarks/one_gpu_runs.sh OUT check    # the winner (this host's last search, else the committed one)
-#                                                  # and the own settings through the truth benchmark, then the
-#                                                  # whole hand sweep, by hand alone
+#     bash benchmarks/one_gpu_runs.sh OUT check    # the whole hand sweep, by hand alone (7 minutes, estimated), then
+#                                                  # the winner (this host's last search, else the committed one)
+#                                                  # through the truth benchmark; the own settings are the truth
+#                                                  # part's first row
 #     bash benchmarks/one_gpu_runs.sh OUT final    # autotune search --recipe text_transformer, GPU tests, the hand
 #                                                  # sweep's best row, the ImageNet search on 5 cores with what is left
 #     bash benchmarks/one_gpu_runs.sh OUT cores5   # the ImageNet search on 5 cores (--cpus 5), then its winner and
@@ -94,19 +95,16 @@ search)
     ;;
 check)
     [ -d "$AUTOTUNE_DATA/imagenet-synthetic" ] || step data bash -c "$DATA"
-    # The winner and the workload's own settings through the truth benchmark, then the hand
-    # sweep the winner is held against (truth.py's sweep: workers 8, 12, cores-1 and cores, fp32 and bf16+CL), by
-    # hand alone, back to back on this host.
+    # The hand sweep the winner is held against (truth.py's sweep: workers 8, 12, cores-1 and cores, fp32 and
+    # bf16+CL), by hand alone, back to back on this host; then the winner through the truth benchmark.
+    step sweep python3 "$REPO/benchmarks/truth.py" --configs sweep --hand-only --seconds 20 --out .
+    cp /tmp/runs/sweep/truth.json "$OUT/sweep.json" 2>/dev/null
     # The tuned file a search part wrote on this host a moment ago, if there is one, else the committed one.
     FROM=$REPO
     [ -f /tmp/runs/imagenet_search/recipes/imagenet_resnet50.tuned.toml ] && FROM=/tmp/runs/imagenet_search
     echo "$(date +%T) the winner from $FROM/recipes/imagenet_resnet50.tuned.toml" >>"$OUT/progress.log"
     step winner bash -c "cd $FROM && python3 $REPO/benchmarks/truth.py --configs tuned --seconds 30 --out /tmp/runs/winner"
     cp /tmp/runs/winner/truth.json "$OUT/winner.json" 2>/dev/null
-    step own python3 "$REPO/benchmarks/truth.py" --configs default --match own --seconds 30 --out .
-    cp /tmp/runs/own/truth.json "$OUT/own.json" 2>/dev/null
-    step sweep python3 "$REPO/benchmarks/truth.py" --configs sweep --hand-only --seconds 20 --out .
-    cp /tmp/runs/sweep/truth.json "$OUT/sweep.json" 2>/dev/null
     ;;
 final)
     step text bash -c "python3 -m autotune search --recipe text_transformer --time-budget 150 \
