@@ -125,7 +125,7 @@ def _slow_start_workload(dataset: Dataset) -> SimpleNamespace:
                            build_dataset=lambda root: dataset)
 
 
-@pytest.mark.alone
+# Not `alone`: its loader sleeps, and it passed 5 of 5 beside two busy cores (it needs 20 batches of 60 in 0.6 s).
 def test_truth_times_an_epoch_a_little_longer_than_its_seconds_whole_boundary_included(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
