@@ -256,7 +256,18 @@ def joined(slices: list[dict[str, Any]]) -> dict[str, Any]:
             "timeline": [r for h in slices for r in h["timeline"]], "within_samples": within,
             "within_seconds": within_s, "slices": rates,
             "drift": max(rates) / min(rates) - 1 if len(rates) > 1 else None,
-            "whole_epochs": all(h.get("epochs_worth") is not None for h in slices)}
+            "whole_epochs": all(h["epochs_worth"] is not None for h in slices),
+            "workers_cpu_ms": [h["workers_cpu_ms"] for h in slices if h["workers_cpu_ms"] is not None],
+            "main_cpu_ms": [h["main_cpu_ms"] for h in slices]}
+
+
+def hand_fields(hand: dict[str, Any]) -> dict[str, Any]:
+    """A `joined` hand loop's numbers as a truth.json row keeps them."""
+    return {"hand": hand["samples_per_s"], "hand_seconds": hand["seconds"],
+            "hand_steady": hand["steady_samples_per_s"], "hand_boundaries": hand["boundaries"],
+            "hand_boundary_s": hand["boundary_s"], "hand_timeline": hand["timeline"], "hand_slices": hand["slices"],
+            "hand_whole_epochs": hand["whole_epochs"], "hand_workers_cpu_ms": hand["workers_cpu_ms"],
+            "hand_main_cpu_ms": hand["main_cpu_ms"]}
 
 
 def uint8_pixels(dataset: Any, device: torch.device) -> tuple[Any, None, Any]:
@@ -325,9 +336,8 @@ def _rate(value: float | None) -> str:
 
 
 def _span(hand: dict[str, Any]) -> str:
-    """What the hand loop's time spans: whole epochs' worth of batches, or not (see `more_batches`)."""
-    whole = hand.get("whole_epochs", hand.get("epochs_worth") is not None)
-    return " (whole epochs' worth)" if whole else " (not whole epochs)"
+    """What a `joined` hand loop's time spans: whole epochs' worth of batches, or not (see `more_batches`)."""
+    return " (whole epochs' worth)" if hand["whole_epochs"] else " (not whole epochs)"
 
 
 def _seconds(value: float | None) -> str:
@@ -416,18 +426,15 @@ def compared(name: str, config: Config, lr: float, workload_path: Path, args: ar
           f"({hand['boundaries']} crossed); by hand per {TIMELINE_S:.0f} s: "
           f"{', '.join(f'{r:,.0f}' for r in hand['timeline'])}; autotune's windows: "
           + "; ".join(", ".join(f"{w:,.0f}" for w in r.get("window_rates") or ()) for r in rounds), flush=True)
-    cpu = [h["workers_cpu_ms"] for h in hands if h.get("workers_cpu_ms") is not None and config.num_workers]
-    main_cpu = [h["main_cpu_ms"] for h in hands]
-    print(f"  {'':<46} CPU a sample in the hand slices: the loop's process {', '.join(f'{c:.2f}' for c in main_cpu)} "
-          f"ms{'; its workers ' + ', '.join(f'{c:.2f}' for c in cpu) + ' ms' if cpu else ''}", flush=True)
+    workers = ", ".join(f"{c:.2f}" for c in hand["workers_cpu_ms"]) if config.num_workers else ""
+    print(f"  {'':<46} CPU a sample in the hand slices: the loop's process "
+          f"{', '.join(f'{c:.2f}' for c in hand['main_cpu_ms'])} ms{f'; its workers {workers} ms' if workers else ''}",
+          flush=True)
     return {"config": name, "knobs": config.describe(), "autotune": ours, "autotune_rounds": rates,
             "autotune_steady": steady, "autotune_spreads": [r["spread"] for r in rounds],
             "autotune_epoch_overhead_s": overhead, "backlog_steps": [r.get("backlog_steps") for r in rounds],
             "autotune_windows": [r.get("window_rates") for r in rounds], "autotune_unreliable": unreliable,
-            "hand": hand["samples_per_s"], "hand_seconds": hand["seconds"],
-            "hand_steady": hand["steady_samples_per_s"], "hand_boundaries": hand["boundaries"],
-            "hand_boundary_s": hand["boundary_s"], "hand_timeline": hand["timeline"], "hand_slices": hand["slices"],
-            "hand_workers_cpu_ms": cpu, "hand_main_cpu_ms": main_cpu, "ratio": ratio, "host_drift": hand["drift"]}
+            **hand_fields(hand), "ratio": ratio, "host_drift": hand["drift"]}
 
 
 def main() -> None:
@@ -473,12 +480,8 @@ def main() -> None:
     for name, config in configs.items():
         lr = scaled_lr(float(d["lr"]), d["batch_size"], config.batch_size, "linear", workload.lr_max)
         if args.hand_only:
-            hand = in_a_fresh_process(ref.workload_path, config, lr, args.seconds, device)
-            rows.append({"config": name, "knobs": config.describe(), "hand": hand["samples_per_s"],
-                         "hand_seconds": hand["seconds"], "hand_steady": hand["steady_samples_per_s"],
-                         "hand_boundaries": hand["boundaries"], "hand_boundary_s": hand["boundary_s"],
-                         "hand_timeline": hand["timeline"], "hand_epochs_worth": hand["epochs_worth"],
-                         "hand_workers_cpu_ms": hand["workers_cpu_ms"], "hand_main_cpu_ms": hand["main_cpu_ms"]})
+            hand = joined([in_a_fresh_process(ref.workload_path, config, lr, args.seconds, device)])
+            rows.append({"config": name, "knobs": config.describe(), **hand_fields(hand)})
             print(f"  {name:<46} by hand {hand['samples_per_s']:>8,.0f}/s over {hand['seconds']:.0f} s{_span(hand)} "
                   f"(within epochs {_rate(hand['steady_samples_per_s'])}, an epoch boundary "
                   f"{_seconds(hand['boundary_s'])})", flush=True)

@@ -76,9 +76,11 @@ def test_truth_joins_the_hand_loops_slices_over_all_their_times_and_states_how_f
     truth = _script("truth", monkeypatch)
     # 15 s at 900/s before autotune's measurement (one boundary), 15 s at 1,100/s after it (none).
     before = {"samples": 13500, "seconds": 15.0, "samples_per_s": 900.0, "within_samples": 12000,
-              "within_seconds": 12.5, "boundaries": 1, "timeline": [900.0, 900.0, 900.0]}
+              "within_seconds": 12.5, "boundaries": 1, "timeline": [900.0, 900.0, 900.0], "epochs_worth": None,
+              "workers_cpu_ms": 4.4, "main_cpu_ms": 0.5}
     after = {"samples": 16500, "seconds": 15.0, "samples_per_s": 1100.0, "within_samples": 15000,
-             "within_seconds": 13.5, "boundaries": 0, "timeline": [1100.0, 1100.0, 1100.0]}
+             "within_seconds": 13.5, "boundaries": 0, "timeline": [1100.0, 1100.0, 1100.0], "epochs_worth": None,
+             "workers_cpu_ms": 3.6, "main_cpu_ms": 0.5}
     hand = truth.joined([before, after])
     assert hand["samples_per_s"] == 1000.0 and hand["seconds"] == 30.0
     assert hand["steady_samples_per_s"] == pytest.approx(27000 / 26.0)
