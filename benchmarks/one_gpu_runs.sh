@@ -7,10 +7,12 @@
 #                                                  # (GPU_TESTS=expr: those GPU tests first, beside the data set),
 #                                                  # then through the truth benchmark its winner, the workload's own
 #                                                  # settings and the sweep's best rows (TRUTH_S seconds each)
-#     bash benchmarks/one_gpu_runs.sh OUT check    # the whole hand sweep, by hand alone (7 minutes, estimated), then
-#                                                  # the winner (this host's last search, else the committed one)
-#                                                  # through the truth benchmark; the own settings are the truth
-#                                                  # part's first row
+#     bash benchmarks/one_gpu_runs.sh OUT check    # the whole hand sweep, by hand alone (SWEEP_S seconds a row,
+#                                                  # default 20; about 9 minutes, estimated), then the winner (this
+#                                                  # host's last search, else the committed one) through the truth
+#                                                  # benchmark while the part's time lasts
+#     bash benchmarks/one_gpu_runs.sh OUT winner   # the winner through the truth benchmark, then the own settings,
+#                                                  # then the truth rows TRUTH_MATCH finds (default "^0 |^8 ")
 #     bash benchmarks/one_gpu_runs.sh OUT final    # autotune search --recipe text_transformer, GPU tests, the hand
 #                                                  # sweep's best row, the ImageNet search on 5 cores with what is left
 #     bash benchmarks/one_gpu_runs.sh OUT cores5   # the ImageNet search on 5 cores (--cpus 5), then its winner and
@@ -56,6 +58,13 @@ step() {  # step NAME COMMAND...: in its own folder under /tmp, at most the seco
 }
 DATA="python3 -c \"from autotune.workloads.imagenet import imagenet_folder; print(len(imagenet_folder('$AUTOTUNE_DATA')))\";
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv"
+winner() {  # the tuned file a search part wrote on this host a moment ago, if there is one, else the committed one
+    local from=$REPO
+    [ -f /tmp/runs/imagenet_search/recipes/imagenet_resnet50.tuned.toml ] && from=/tmp/runs/imagenet_search
+    echo "$(date +%T) the winner from $from/recipes/imagenet_resnet50.tuned.toml" >>"$OUT/progress.log"
+    step winner bash -c "cd $from && python3 $REPO/benchmarks/truth.py --configs tuned --seconds 30 --out /tmp/runs/winner"
+    cp /tmp/runs/winner/truth.json "$OUT/winner.json" 2>/dev/null
+}
 budget() { local s=$(($(left) - 45)); echo $((s > 30 ? s : 30)); }  # a search's --time-budget: what is left, less its tail
 echo "$(date +%T) $PART on $NCPU cores, commit $(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null)" >>"$OUT/progress.log"
 
@@ -81,6 +90,8 @@ search)
     step imagenet_search bash -c "python3 -m autotune search --recipe imagenet_resnet50 \
         && python3 -m autotune show --recipe imagenet_resnet50"
     cp /tmp/runs/imagenet_search/recipes/imagenet_resnet50.tuned.toml "$OUT/" 2>/dev/null
+    # SEARCH_ONLY=1: the rest is left to a `check` or `winner` part on this host, so the search part fits.
+    [ -n "${SEARCH_ONLY:-}" ] && { echo "$(date +%T) $PART done" >>"$OUT/progress.log"; exit 0; }
     # Its winner through the truth benchmark, right after, on the same host.
     [ -f /tmp/runs/imagenet_search/recipes/imagenet_resnet50.tuned.toml ] && step winner bash -c "cd /tmp/runs/imagenet_search \
         && python3 $REPO/benchmarks/truth.py --configs tuned --seconds ${TRUTH_S:-20} --out /tmp/runs/winner"
@@ -97,14 +108,18 @@ check)
     [ -d "$AUTOTUNE_DATA/imagenet-synthetic" ] || step data bash -c "$DATA"
     # The hand sweep the winner is held against (truth.py's sweep: workers 8, 12, cores-1 and cores, fp32 and
     # bf16+CL), by hand alone, back to back on this host; then the winner through the truth benchmark.
-    step sweep python3 "$REPO/benchmarks/truth.py" --configs sweep --hand-only --seconds 20 --out .
+    step sweep python3 "$REPO/benchmarks/truth.py" --configs sweep --hand-only --seconds "${SWEEP_S:-20}" --out .
     cp /tmp/runs/sweep/truth.json "$OUT/sweep.json" 2>/dev/null
-    # The tuned file a search part wrote on this host a moment ago, if there is one, else the committed one.
-    FROM=$REPO
-    [ -f /tmp/runs/imagenet_search/recipes/imagenet_resnet50.tuned.toml ] && FROM=/tmp/runs/imagenet_search
-    echo "$(date +%T) the winner from $FROM/recipes/imagenet_resnet50.tuned.toml" >>"$OUT/progress.log"
-    step winner bash -c "cd $FROM && python3 $REPO/benchmarks/truth.py --configs tuned --seconds 30 --out /tmp/runs/winner"
-    cp /tmp/runs/winner/truth.json "$OUT/winner.json" 2>/dev/null
+    winner
+    ;;
+winner)
+    [ -d "$AUTOTUNE_DATA/imagenet-synthetic" ] || step data bash -c "$DATA"
+    winner
+    # What the winner is held against, and then the truth benchmark's other rows, while the part's time lasts.
+    step own python3 "$REPO/benchmarks/truth.py" --configs default --match own --seconds 30 --out .
+    cp /tmp/runs/own/truth.json "$OUT/own.json" 2>/dev/null
+    step truth python3 "$REPO/benchmarks/truth.py" --configs default --match "${TRUTH_MATCH:-^0 |^8 }" --seconds 30 --out .
+    cp /tmp/runs/truth/truth.json "$OUT/truth.json" 2>/dev/null
     ;;
 final)
     step text bash -c "python3 -m autotune search --recipe text_transformer --time-budget 150 \
@@ -159,7 +174,7 @@ truth)
     cp /tmp/runs/truth/truth.json "$OUT/truth.json" 2>/dev/null
     ;;
 *)
-    echo "unknown part $PART: first, search, check, final, cores5, speed, probe or truth" >&2
+    echo "unknown part $PART: first, search, check, winner, final, cores5, speed, probe or truth" >&2
     exit 2
     ;;
 esac
