@@ -19,7 +19,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import Config
 from autotune.study import sharing
-from autotune.study.finalists import Results, declared_run_s, learning_rate
+from autotune.study.finalists import Results, learning_rate, run_s
 from autotune.study.parity_check import ParityCheck
 from autotune.study.setup import SearchError, Setup
 from autotune.text import rate
@@ -65,12 +65,6 @@ def winner(setup: Setup, finalists: list[Config], results: Results) -> Config:
             f"{steady['setup_s']:.1f} s of one-time costs"
         )
     return best
-
-
-def run_s(setup: Setup, results: Results, config: Config) -> float:
-    """The median over the rounds of `config`'s declared run, one-time costs included (finalists.declared_run_s)."""
-    epochs = setup.workload.defaults["epochs"]
-    return statistics.median(declared_run_s(r, epochs, setup.facts.size) for r in results[config])
 
 
 def steady_choice(setup: Setup, best: Config, results: Results) -> dict[str, Any] | None:
