@@ -270,12 +270,8 @@ def measure_rounds(setup: Setup, pools: SearchPools, finalists: list[Config]) ->
     def rounds_on(k: int) -> None:
         took: dict[Config, float] = {}
         for r in range(k, setup.options.rounds, len(rounds)):
-            last_s = sum(took.values())
-            if r >= len(rounds) and past_budget(setup, last_s):
-                again = ", ".join(c.describe() for c in _in_part(setup, rounds[k], r, order, results, took))
-                setup.echo(f"  round {r + 1} {'run in part' if again else 'not run'}: the last took {last_s:.0f} s, "
-                           f"and the search's time budget ({setup.options.time_budget_s:.0f} s) would not cover "
-                           f"another{f'; measured again: {again}' if again else ''}")
+            if r >= len(rounds) and past_budget(setup, sum(took.values())):
+                _in_part(setup, rounds[k], r, order, results, took)
                 return
             took = _round(setup, rounds[k], r, order, results)
 
@@ -309,26 +305,38 @@ def _round(setup: Setup, pool: TrialPool, r: int, order: list[Config], results: 
 
 
 def _in_part(setup: Setup, pool: TrialPool, r: int, order: list[Config], results: Results,
-             took: Mapping[Config, float]) -> list[Config]:
-    """What of round `r` the budget covers: the baseline, then the leader, each in a fresh process again.
+             took: Mapping[Config, float]) -> None:
+    """What of round `r` the budget covers: the baseline, then the leader, measured again as a round measures them.
 
     A speed-up is one rate over another, and on a host where a loader-bound config's rate moves by a third between
     processes (its workers' CPU per sample does), one process a side makes it one draw of the host: on an H200,
     a search's single round put the workload's own settings at 1,297/s, which hand loops on the same host ran at
     899-1,124/s. So the two configs the stated speed-up is made of are measured again while the budget covers
-    each one's last time (`took`); a leader that falls behind is followed by the new one, once each. Returns the
-    configs measured again.
+    each one's last time (`took`); a leader that falls behind is followed by the new one, once each. As in a
+    whole round, the first starts afresh and the rest take the processes a round would (`_round`): the round's
+    pool holds that many, started before the rounds.
     """
     baseline, finalists = order[0], order[1:]
+    tried: list[Config] = []
     again: list[Config] = []
     while True:
-        measured = [c for c in finalists if results[c]]
-        leader = min(measured, key=lambda c: run_s(setup, results, c), default=None)
-        due = next((c for c in (baseline, leader) if c is not None and c not in again), None)
+        leader = min((c for c in finalists if results[c]), key=lambda c: run_s(setup, results, c), default=None)
+        due = next((c for c in (baseline, leader) if c is not None and c not in tried), None)
         if due is None or past_budget(setup, took.get(due, math.inf)):
-            return again
-        again.append(due)
-        _measure(setup, pool, r, due, results, fresh=True)
+            break
+        before = len(results[due])
+        _measure(setup, pool, r, due, results, fresh=not tried)
+        tried.append(due)
+        if len(results[due]) > before:
+            again.append(due)
+    said = (f"  round {r + 1} {'run in part' if tried else 'not run'}: the last took {sum(took.values()):.0f} s, and "
+            f"the search's time budget ({setup.options.time_budget_s:.0f} s) would not cover another")
+    if again:
+        said += f"; measured again: {', '.join(c.describe() for c in again)}"
+    if again and leader is not None and len(results[leader]) != len(results[baseline]):
+        said += (f"; the leader, {leader.describe()}, rests on {len(results[leader])} process(es), the baseline "
+                 f"on {len(results[baseline])}")
+    setup.echo(said)
 
 
 def _measure(setup: Setup, pool: TrialPool, r: int, config: Config, results: Results, fresh: bool) -> float:

@@ -117,58 +117,95 @@ def test_the_rounds_after_the_first_keep_to_the_budget() -> None:
     assert [len(results[c]) for c in (BASELINE, finalist)] == [1, 1], "the first round runs whatever the clock"
 
 
-def _rounds_of(seconds: dict[Config, float], rates: dict[Config, list[float]], clock: list[float],
-               budget_s: float = 480.0) -> tuple[SimpleNamespace, SimpleNamespace, list[str]]:
-    """A search's rounds on a fake pool: each config's run takes its `seconds` on `clock` and reads its next rate."""
+Runs = list[tuple[Config, bool]]  # the configs a fake pool was asked to run, each with whether it was fresh
+
+
+def _rounds_of(seconds: dict[Config, float], rates: dict[Config, list[float | None]], clock: list[float],
+               budget_s: float = 480.0) -> tuple[SimpleNamespace, SimpleNamespace, list[str], Runs]:
+    """A search's rounds on a fake pool: each config's run takes its `seconds` on `clock` and reads its next rate
+    (None: it fails); also the runs asked of the pool, each with whether it wanted a fresh process."""
     lines: list[str] = []
+    runs: Runs = []
 
     class Pool:
         def run(self, config: Config, lr: float, windows: object, fresh: bool = False) -> Outcome:
             clock[0] += seconds[config]
-            return Outcome("complete", result={"samples_per_s": rates[config].pop(0)})
+            runs.append((config, fresh))
+            rate = rates[config].pop(0)
+            if rate is None:
+                return Outcome("failed", reason="crashed: trial process killed by signal SIGKILL")
+            return Outcome("complete", result={"samples_per_s": rate})
 
     setup = SimpleNamespace(options=SearchOptions(time_budget_s=budget_s, rounds=2), elapsed=lambda: clock[0],
                             lr=lambda config: 0.1, windows=None, baseline=BASELINE, echo=lines.append,
                             workload=SimpleNamespace(defaults={"epochs": 10}), facts=SimpleNamespace(size=51_200))
-    return setup, SimpleNamespace(rounds=[Pool()], trials=SimpleNamespace(stop=lambda: None)), lines
+    return setup, SimpleNamespace(rounds=[Pool()], trials=SimpleNamespace(stop=lambda: None)), lines, runs
+
+
+LEADER, DECODE, GRAPH = (Config(256, num_workers=15, pin_memory=True), Config(256, num_workers=15, decode="gpu"),
+                         Config(256, num_workers=15, cuda_graph=True))
 
 
 def test_a_round_the_budget_cannot_cover_measures_the_baseline_and_the_leader_again() -> None:
-    # The H200 ResNet-50 search: round 1 took 95 s (a graph config 37 s of it) and the 480 s budget left no room
-    # for a second, so its speed-up rested on one process a side; the baseline's read 1,297/s, hand loops on the
-    # same host 899-1,124/s. What the budget covers of round 2 measures the baseline and the leader again.
-    leader, graph = Config(256, num_workers=15, pin_memory=True), Config(256, num_workers=15, cuda_graph=True)
-    seconds = {BASELINE: 18.0, leader: 16.0, graph: 61.0}
-    rates = {BASELINE: [1_297.0, 1_000.0], leader: [4_205.0, 3_700.0], graph: [2_726.0]}
+    # The H200 ResNet-50 search: round 1 took 95 s (the baseline 18 s, the leader 16 s, a gpu-decode finalist 25 s
+    # and a graph one 36 s) and the 480 s budget left no room for a second, so its speed-up rested on one process
+    # a side; the baseline's read 1,297/s, hand loops on the same host 899-1,124/s. What the budget covers of
+    # round 2 measures the baseline and the leader again, the first in a fresh process, as a round does.
+    seconds = {BASELINE: 18.0, LEADER: 16.0, DECODE: 25.0, GRAPH: 36.0}
+    rates: dict[Config, list[float | None]] = {BASELINE: [1_297.0, 1_000.0], LEADER: [4_205.0, 3_700.0],
+                                               DECODE: [2_953.0], GRAPH: [2_726.0]}
     clock = [340.0]
-    setup, pools, lines = _rounds_of(seconds, rates, clock)
-    results = measure_rounds(setup, pools, [leader, graph])  # type: ignore[arg-type]
+    setup, pools, lines, runs = _rounds_of(seconds, rates, clock)
+    results = measure_rounds(setup, pools, [LEADER, DECODE, GRAPH])  # type: ignore[arg-type]
     assert {c: [r["samples_per_s"] for r in results[c]] for c in results} == {
-        BASELINE: [1_297.0, 1_000.0], leader: [4_205.0, 3_700.0], graph: [2_726.0]}
+        BASELINE: [1_297.0, 1_000.0], LEADER: [4_205.0, 3_700.0], DECODE: [2_953.0], GRAPH: [2_726.0]}
+    assert runs[4:] == [(BASELINE, True), (LEADER, False)]
     assert clock[0] == 340.0 + 95.0 + 18.0 + 16.0
-    assert lines[-1] == (
+    assert lines[-3:] == [
+        f"  round 2:        1,000/s  {BASELINE.describe()}",
+        f"  round 2:        3,700/s  {LEADER.describe()}",
         "  round 2 run in part: the last took 95 s, and the search's time budget (480 s) would not cover another; "
-        f"measured again: {BASELINE.describe()}, {leader.describe()}"
-    )
-    assert lines[-3:-1] == [f"  round 2:        1,000/s  {BASELINE.describe()}",
-                            f"  round 2:        3,700/s  {leader.describe()}"]
+        f"measured again: {BASELINE.describe()}, {LEADER.describe()}",
+    ]
 
 
 def test_a_leader_that_falls_behind_when_measured_again_is_followed_by_the_new_one_while_the_budget_covers_it() -> None:
-    first, second = Config(256, num_workers=15, pin_memory=True), Config(256, num_workers=12, pin_memory=True)
-    slow = Config(256, num_workers=8, cuda_graph=True)
-    seconds = {BASELINE: 18.0, first: 16.0, second: 17.0, slow: 40.0}
-    # `first` leads at 4,000/s; measured again at 3,000/s its median (3,500/s) falls behind `second`'s 3,800/s.
-    # Round 1 takes 91 s; then the baseline 18 s, `first` 16 s and `second` 17 s, as far as 480 s covers them.
-    for start, again in ((330.0, [BASELINE, first, second]), (350.0, [BASELINE, first]), (365.0, [BASELINE]),
-                         (380.0, [])):
-        rates = {BASELINE: [1_000.0, 1_000.0], first: [4_000.0, 3_000.0], second: [3_800.0, 3_900.0], slow: [2_000.0]}
+    # `LEADER` leads at 4,000/s; measured again at 3,000/s its median (3,500/s) falls behind DECODE's 3,800/s.
+    # Round 1 takes 95 s; then the baseline 18 s, LEADER 16 s and DECODE 25 s, as far as 480 s covers them.
+    seconds = {BASELINE: 18.0, LEADER: 16.0, DECODE: 25.0, GRAPH: 36.0}
+    said = f"measured again: {BASELINE.describe()}"
+    for start, again, end in (
+        (320.0, [BASELINE, LEADER, DECODE], f"{said}, {LEADER.describe()}, {DECODE.describe()}"),
+        (340.0, [BASELINE, LEADER], f"{said}, {LEADER.describe()}; the leader, {DECODE.describe()}, rests on 1 "
+                                    "process(es), the baseline on 2"),
+        (360.0, [BASELINE], f"{said}; the leader, {LEADER.describe()}, rests on 1 process(es), the baseline on 2"),
+        (370.0, [], "would not cover another"),
+    ):
+        rates: dict[Config, list[float | None]] = {BASELINE: [1_000.0, 1_000.0], LEADER: [4_000.0, 3_000.0],
+                                                   DECODE: [3_800.0, 3_900.0], GRAPH: [2_000.0]}
         clock = [start]
-        setup, pools, lines = _rounds_of(seconds, rates, clock)
-        results = measure_rounds(setup, pools, [first, second, slow])  # type: ignore[arg-type]
-        assert [len(results[c]) for c in (BASELINE, first, second)] == [1 + (c in again) for c in (BASELINE, first,
-                                                                                                   second)], start
-        assert clock[0] == start + 91.0 + sum(seconds[c] for c in again) <= 480.0
-        verb = "run in part" if again else "not run"
-        assert lines[-1].startswith(f"  round 2 {verb}: the last took 91 s"), lines[-1]
-        assert len(results[slow]) == 1
+        setup, pools, lines, runs = _rounds_of(seconds, rates, clock)
+        results = measure_rounds(setup, pools, [LEADER, DECODE, GRAPH])  # type: ignore[arg-type]
+        assert [len(results[c]) for c in (BASELINE, LEADER, DECODE, GRAPH)] == [
+            1 + (c in again) for c in (BASELINE, LEADER, DECODE, GRAPH)], start
+        assert runs[4:] == [(c, i == 0) for i, c in enumerate(again)]
+        assert clock[0] == start + 95.0 + sum(seconds[c] for c in again) <= 480.0
+        assert lines[-1].startswith(f"  round 2 {'run in part' if again else 'not run'}: the last took 95 s, "), start
+        assert lines[-1].endswith(end), lines[-1]
+
+
+def test_a_measurement_again_that_fails_is_not_named_as_measured_and_the_leader_is_not_tried_twice() -> None:
+    seconds = {BASELINE: 18.0, LEADER: 16.0, DECODE: 25.0, GRAPH: 36.0}
+    rates: dict[Config, list[float | None]] = {BASELINE: [1_000.0, 1_050.0], LEADER: [4_000.0, None],
+                                               DECODE: [3_800.0], GRAPH: [2_000.0]}
+    clock = [300.0]
+    setup, pools, lines, runs = _rounds_of(seconds, rates, clock)
+    results = measure_rounds(setup, pools, [LEADER, DECODE, GRAPH])  # type: ignore[arg-type]
+    assert runs[4:] == [(BASELINE, True), (LEADER, False)]
+    assert [len(results[c]) for c in (BASELINE, LEADER, DECODE, GRAPH)] == [2, 1, 1, 1]
+    assert lines[-2:] == [
+        f"  round 2: {LEADER.describe()} failed: crashed: trial process killed by signal SIGKILL",
+        "  round 2 run in part: the last took 95 s, and the search's time budget (480 s) would not cover another; "
+        f"measured again: {BASELINE.describe()}; the leader, {LEADER.describe()}, rests on 1 process(es), the "
+        "baseline on 2",
+    ]
