@@ -8,7 +8,7 @@
 #                                                  # then through the truth benchmark its winner, the workload's own
 #                                                  # settings and the sweep's best rows (TRUTH_S seconds each)
 #     bash benchmarks/one_gpu_runs.sh OUT check    # the whole hand sweep, by hand alone (SWEEP_S seconds a row,
-#                                                  # default 20; about 9 minutes, estimated), then the winner (this
+#                                                  # default 20; at 15, 7 minutes on an H200 host), then the winner (this
 #                                                  # host's last search, else the committed one) through the truth
 #                                                  # benchmark while the part's time lasts
 #     bash benchmarks/one_gpu_runs.sh OUT winner   # the winner through the truth benchmark, then the own settings,
