@@ -58,11 +58,12 @@ step() {  # step NAME COMMAND...: in its own folder under /tmp, at most the seco
 }
 DATA="python3 -c \"from autotune.workloads.imagenet import imagenet_folder; print(len(imagenet_folder('$AUTOTUNE_DATA')))\";
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv"
-winner() {  # the tuned file a search part wrote on this host a moment ago, if there is one, else the committed one
+winner() {  # winner [SECONDS]: the tuned file a search part wrote on this host, if there is one, else the committed one
     local from=$REPO
     [ -f /tmp/runs/imagenet_search/recipes/imagenet_resnet50.tuned.toml ] && from=/tmp/runs/imagenet_search
     echo "$(date +%T) the winner from $from/recipes/imagenet_resnet50.tuned.toml" >>"$OUT/progress.log"
-    step winner bash -c "cd $from && python3 $REPO/benchmarks/truth.py --configs tuned --seconds 30 --out /tmp/runs/winner"
+    step winner bash -c "cd $from && python3 $REPO/benchmarks/truth.py --configs tuned --seconds ${1:-30} \
+        --out /tmp/runs/winner"
     cp /tmp/runs/winner/truth.json "$OUT/winner.json" 2>/dev/null
 }
 budget() { local s=$(($(left) - 45)); echo $((s > 30 ? s : 30)); }  # a search's --time-budget: what is left, less its tail
@@ -93,9 +94,7 @@ search)
     # SEARCH_ONLY=1: the rest is left to a `check` or `winner` part on this host, so the search part fits.
     [ -n "${SEARCH_ONLY:-}" ] && { echo "$(date +%T) $PART done" >>"$OUT/progress.log"; exit 0; }
     # Its winner through the truth benchmark, right after, on the same host.
-    [ -f /tmp/runs/imagenet_search/recipes/imagenet_resnet50.tuned.toml ] && step winner bash -c "cd /tmp/runs/imagenet_search \
-        && python3 $REPO/benchmarks/truth.py --configs tuned --seconds ${TRUTH_S:-20} --out /tmp/runs/winner"
-    cp /tmp/runs/winner/truth.json "$OUT/winner.json" 2>/dev/null
+    [ -f /tmp/runs/imagenet_search/recipes/imagenet_resnet50.tuned.toml ] && winner "${TRUTH_S:-20}"
     # Then what the winner is held against, while the part's time lasts: the workload's own settings, and the hand
     # sweep's rows that were best before (all cores and one less, bf16 + channels_last).
     step own python3 "$REPO/benchmarks/truth.py" --configs default --match own --seconds "${TRUTH_S:-20}" --out .

@@ -237,7 +237,7 @@ class TrialPool:
 
         So a search that stops before its first trial (bad input found after the
         processes were started ahead) leaves the disk as it found it, whatever a
-        process asked for nothing wrote while it started. `discard`: the
+        process that was asked for nothing wrote while it started. `discard`: the
         search these children served is abandoned before it began (a --gpus worker
         dismissed after making the parity baseline run): their logs go too, unless a
         failure wrote more than our own lines.

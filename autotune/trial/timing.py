@@ -9,9 +9,9 @@ capture) is timed separately as a one-time cost. Then:
   that many batches untimed, then goes on while what they hold ready still
   shrinks (windows timed during the drain read high). Each window then counts
   what the workers made while it ran: the batches it took, less how far the
-  backlog shrank (a loop draining
-  one runs at its step's speed, not its loader's), plus how far it grew where the
-  loop ran dry (a slower step behind refilling queues never does). Where the
+  backlog shrank (a loop draining one runs at its step's speed, not its loader's),
+  plus how far it grew where the loop ran dry (a slower step behind refilling
+  queues never does). Where the
   backlog cannot be read, the loop runs on, untimed, until it waits for a batch;
 - a window spans at least as many batches as there are workers (worker output is
   bursty: one slow batch, then N-1 fast ones) and never crosses an epoch (but in
