@@ -16,7 +16,8 @@ their start-up included, the device synchronised only at the ends: for `--second
 least 30 by default) in `--rounds` + 1 slices, one before each of autotune's
 measurements and one after the last, each warmed up and past its backlog anew, and
 each stretched to whole epochs' worth of batches where that takes at most three
-times its share (so it crosses epoch boundaries as often as a training run; ``more_batches``). Why
+times the row's `--seconds` (so it crosses epoch boundaries as often as a training run
+does in as many batches; ``more_batches``). Why
 slices in fresh processes, interleaved: on H200 hosts one config's rate moved by a
 third between processes started a minute apart (a loader's CPU per sample from 3.3 to
 4.4 ms, ``benchmarks/probes/heritage.py``), so a single process on either side is one
@@ -72,7 +73,7 @@ from autotune.workloads.locate import data_root
 SEARCH_WINDOWS = Windows(window_s=0.2)  # what a search times a trial with on a GPU (autotune.study.setup)
 TOLERANCE = 0.07  # autotune's number within this of the hand-timed one
 TIMELINE_S = 5.0  # the hand loop's rate is also given per this many seconds
-LONGEST = 3.0  # a hand loop times whole epochs' worth of batches unless it takes longer than this x its seconds
+LONGEST = 3.0  # a hand loop times on to whole epochs' worth unless that takes this x its seconds (a row's: `compared`)
 
 
 def _configs(cores: int, bs: int) -> dict[str, dict[str, Config]]:
@@ -118,9 +119,12 @@ def _configs(cores: int, bs: int) -> dict[str, dict[str, Config]]:
     }
 
 
-def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: torch.device) -> dict[str, float]:
+def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: torch.device,
+            longest: float | None = None) -> dict[str, float]:
     """The ground truth: a plain training loop, timed for at least `seconds` after warm-up and twice the backlog,
-    on to whole epochs' worth of batches where that takes at most LONGEST times `seconds` (`more_batches`)."""
+    on to whole epochs' worth of batches where that takes at most `longest` seconds in all (by default LONGEST
+    times `seconds`; `more_batches`)."""
+    longest = LONGEST * seconds if longest is None else longest
     torch.backends.cudnn.benchmark = config.cudnn_benchmark
     torch.manual_seed(0)
     fmt = torch.channels_last if config.channels_last else torch.contiguous_format
@@ -177,7 +181,7 @@ def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: to
     samples = 0
     while time.perf_counter() - start < seconds:
         samples += timed_step()
-    for _ in range(more_batches(time.perf_counter() - start, len(arrived), len(loader), seconds)):
+    for _ in range(more_batches(time.perf_counter() - start, len(arrived), len(loader), longest)):
         samples += timed_step()
     sync(device)
     wall = time.perf_counter() - start
@@ -191,24 +195,28 @@ def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: to
             **epoch_parts(arrived, samples, wall, len(loader), capacity)}
 
 
-def more_batches(elapsed: float, timed: int, per_epoch: int, seconds: float) -> int:
-    """How many batches a hand loop that has timed `timed` in `elapsed` (at least `seconds`) times on.
+def more_batches(elapsed: float, timed: int, per_epoch: int, longest: float) -> int:
+    """How many batches a hand loop that has timed `timed` in `elapsed` (its seconds are up) times on.
 
     Up to a whole number of epochs' worth of batches (from its first timed batch's place in
     its epoch to that place an epoch later), so that it crosses as many epoch boundaries as a
-    training run does in as many batches; unless that would take it past LONGEST times `seconds`
-    at its rate so far: then none, and its boundaries are undercounted (by at most one in an epoch
-    that long). Decided once, when its seconds are up: decided again at each batch, it would stop
-    right after a boundary it had just paid for. Why: a slice that starts at the same place of an
-    epoch each time and stops on the clock crosses one boundary in three where the epoch is a little
-    longer than the slice; on an H200, 15 workers that start afresh each epoch paid 1.6-2.1 s at each
-    boundary of a 17 s epoch (call 42), and such a hand loop read 12% above a training run (call 50).
+    training run does in as many batches; unless that would take it past `longest` seconds in all
+    at its rate so far: then none, and it crosses one boundary more or fewer than a training run
+    would in as many batches. Decided once, when its seconds are up: decided again at each batch,
+    it would stop right after a boundary it had just paid for. Why, both ways: each slice starts
+    at the same place of an epoch (after the same warm-up), so whether a slice stopped on the clock
+    crosses a boundary hangs on the same few batches each time, not on the share of them that a
+    training run crosses. On an H200, 15 workers that start afresh each
+    epoch paid 1.6-2.1 s at each boundary of a 17 s epoch (call 42), and 10 s slices that crossed
+    one boundary in three read 12% above a training run (call 50); 8 workers with a 32 s epoch
+    paid 1.4 s at each, and 10 s slices that each crossed one read 15-19% below the slice that
+    timed a whole epoch's worth (call 56).
     """
     short = timed % per_epoch
     if timed == 0 or short == 0:
         return 0
     more = per_epoch - short
-    return more if elapsed + more * elapsed / timed <= LONGEST * seconds else 0
+    return more if elapsed + more * elapsed / timed <= longest else 0
 
 
 def epoch_parts(arrived: list[tuple[float, int, int]], samples: int, wall: float, per_epoch: int,
@@ -345,7 +353,7 @@ def _seconds(value: float | None) -> str:
 
 
 def in_a_fresh_process(workload_path: Path, config: Config, lr: float, seconds: float,
-                       device: torch.device) -> dict[str, Any]:
+                       device: torch.device, longest: float | None = None) -> dict[str, Any]:
     """`by_hand` in a process of its own, started afresh, as a user's training script runs.
 
     Not in this one, which has run the rows before (their heaps, pinned buffers and CUDA caches), while
@@ -354,7 +362,7 @@ def in_a_fresh_process(workload_path: Path, config: Config, lr: float, seconds: 
     context = multiprocessing.get_context("spawn")
     results, sender = context.Pipe(duplex=False)
     process = context.Process(target=_hand_loop_process, args=(str(workload_path), config, lr, seconds, str(device),
-                                                               sender))
+                                                               longest, sender))
     process.start()
     sender.close()  # ours: the pipe ends (EOFError) when the child's end closes, with or without a result
     try:
@@ -369,12 +377,12 @@ def in_a_fresh_process(workload_path: Path, config: Config, lr: float, seconds: 
 
 
 def _hand_loop_process(workload_path: str, config: Config, lr: float, seconds: float, device: str,
-                       sender: Any) -> None:
+                       longest: float | None, sender: Any) -> None:
     # A spawned child inherits the spawn start method; the loop's DataLoader workers must start the way a
     # training script's do on Linux, by fork (spawned, they could not even unpickle the workload's data set).
     multiprocessing.set_start_method("fork", force=True)
     try:
-        result: Any = by_hand(load(resolve(workload_path)), config, lr, seconds, torch.device(device))
+        result: Any = by_hand(load(resolve(workload_path)), config, lr, seconds, torch.device(device), longest)
     except Exception as exc:  # said by the parent; an exception need not pickle, its text does
         result = RuntimeError(f"{type(exc).__name__}: {exc}")
     sender.send(result)
@@ -399,12 +407,15 @@ def compared(name: str, config: Config, lr: float, workload_path: Path, args: ar
     """One row: autotune's `args.rounds` measurements, interleaved with the hand loop's slices; printed, returned."""
     cores, logs = len(os.sched_getaffinity(0)), args.out.resolve() / "logs"
     slices = 1 if args.no_bracket else args.rounds + 1
-    hands = [] if args.no_bracket else [in_a_fresh_process(workload_path, config, lr, args.seconds / slices, device)]
+    # A slice may run on to whole epochs' worth for up to LONGEST times the row's seconds, not its share's: where an
+    # epoch's worth takes about the row's seconds, slices cut at 3x their share would each cross a boundary, or none.
+    share, longest = args.seconds / slices, LONGEST * args.seconds
+    hands = [] if args.no_bracket else [in_a_fresh_process(workload_path, config, lr, share, device, longest)]
     rounds = []
     for _ in range(args.rounds):
         rounds.append(by_autotune(workload_path, config, lr, cores, logs, device))
         if not args.no_bracket or len(rounds) == args.rounds:
-            hands.append(in_a_fresh_process(workload_path, config, lr, args.seconds / slices, device))
+            hands.append(in_a_fresh_process(workload_path, config, lr, share, device, longest))
     hand = joined(hands)
     rates = [r["samples_per_s"] for r in rounds]
     ours = statistics.median(rates)  # what a search states of a finalist: the median over its rounds
