@@ -15,9 +15,9 @@ warms up, skips twice the batches its workers can prefetch, and is timed, epochs
 their start-up included, the device synchronised only at the ends: for `--seconds` (at
 least 30 by default) in `--rounds` + 1 slices, one before each of autotune's
 measurements and one after the last, each warmed up and past its backlog anew, and
-each stretched to whole epochs' worth of batches where that takes at most three
-times the row's `--seconds` (so it crosses epoch boundaries as often as a training run
-does in as many batches; ``more_batches``). Why
+each stretched to whole epochs' worth of batches where the first can reach it within
+three times the row's `--seconds` (so it crosses epoch boundaries as often as a training
+run does in as many batches; ``more_batches``, ``slice_limit``). Why
 slices in fresh processes, interleaved: on H200 hosts one config's rate moved by a
 third between processes started a minute apart (a loader's CPU per sample from 3.3 to
 4.4 ms, ``benchmarks/probes/heritage.py``), so a single process on either side is one
@@ -198,19 +198,18 @@ def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: to
 def more_batches(elapsed: float, timed: int, per_epoch: int, longest: float) -> int:
     """How many batches a hand loop that has timed `timed` in `elapsed` (its seconds are up) times on.
 
-    Up to a whole number of epochs' worth of batches (from its first timed batch's place in
-    its epoch to that place an epoch later), so that it crosses as many epoch boundaries as a
-    training run does in as many batches; unless that would take it past `longest` seconds in all
-    at its rate so far: then none, and it crosses one boundary more or fewer than a training run
-    would in as many batches. Decided once, when its seconds are up: decided again at each batch,
-    it would stop right after a boundary it had just paid for. Why, both ways: each slice starts
-    at the same place of an epoch (after the same warm-up), so whether a slice stopped on the clock
-    crosses a boundary hangs on the same few batches each time, not on the share of them that a
-    training run crosses. On an H200, 15 workers that start afresh each
-    epoch paid 1.6-2.1 s at each boundary of a 17 s epoch (call 42), and 10 s slices that crossed
-    one boundary in three read 12% above a training run (call 50); 8 workers with a 32 s epoch
-    paid 1.4 s at each, and 10 s slices that each crossed one read 15-19% below the slice that
-    timed a whole epoch's worth (call 56).
+    Up to a whole number of epochs' worth of batches (from its first timed batch's place in its epoch to
+    that place an epoch later), so that it crosses as many epoch boundaries as a training run does in as
+    many batches; unless that would take it past `longest` seconds in all at its rate so far: then none,
+    and it may cross one boundary more or one fewer than a training run would in as many batches. Decided
+    once, when its seconds are up: decided again at each batch, it would stop right after a boundary it
+    had just paid for. Why, both ways: each slice starts at the same place of an epoch (after the same
+    warm-up), so whether a slice stopped on the clock crosses a boundary hangs on the same few batches
+    each time, not on the share of them that a training run crosses. On an H200, 15 workers that start
+    afresh each epoch paid 1.6-2.1 s at each boundary of a 17 s epoch (call 42), and 10 s slices that
+    crossed one boundary in three read 12% above a training run (call 50); 8 workers with a 30 s epoch
+    paid 1.4 s at each, which puts 10 s slices that each cross one 9-10% below an epoch's worth (they
+    read 15-19% below the one slice that timed an epoch's worth, call 56).
     """
     short = timed % per_epoch
     if timed == 0 or short == 0:
@@ -362,7 +361,7 @@ def in_a_fresh_process(workload_path: Path, config: Config, lr: float, seconds: 
     context = multiprocessing.get_context("spawn")
     results, sender = context.Pipe(duplex=False)
     process = context.Process(target=_hand_loop_process, args=(str(workload_path), config, lr, seconds, str(device),
-                                                               longest, sender))
+                                                               sender, longest))
     process.start()
     sender.close()  # ours: the pipe ends (EOFError) when the child's end closes, with or without a result
     try:
@@ -377,7 +376,7 @@ def in_a_fresh_process(workload_path: Path, config: Config, lr: float, seconds: 
 
 
 def _hand_loop_process(workload_path: str, config: Config, lr: float, seconds: float, device: str,
-                       longest: float | None, sender: Any) -> None:
+                       sender: Any, longest: float | None = None) -> None:
     # A spawned child inherits the spawn start method; the loop's DataLoader workers must start the way a
     # training script's do on Linux, by fork (spawned, they could not even unpickle the workload's data set).
     multiprocessing.set_start_method("fork", force=True)
@@ -402,20 +401,39 @@ def by_autotune(workload_path: Path, config: Config, lr: float, cores: int, logs
     return outcome.result
 
 
+def slice_limit(before: list[dict[str, Any]], longest: float) -> float:
+    """How long a row's next hand slice may run to reach whole epochs' worth (`by_hand`'s `longest`).
+
+    The first slice: up to LONGEST times the row's seconds (`longest`), not its own share's. Each slice
+    starts after the same warm-up, so at the same place of its epoch: where an epoch's worth takes about
+    the row's seconds, slices cut at 3x their share would each cross a boundary there, or none. The
+    others do as the first did, however long that takes them (or not at all): decided slice by slice,
+    a fast process would run on and a slow one stop on the clock, and joined by time the fast ones
+    would weigh the most.
+    """
+    if not before:
+        return longest
+    return math.inf if before[0]["epochs_worth"] is not None else 0.0
+
+
 def compared(name: str, config: Config, lr: float, workload_path: Path, args: argparse.Namespace,
              device: torch.device) -> dict[str, Any]:
     """One row: autotune's `args.rounds` measurements, interleaved with the hand loop's slices; printed, returned."""
     cores, logs = len(os.sched_getaffinity(0)), args.out.resolve() / "logs"
     slices = 1 if args.no_bracket else args.rounds + 1
-    # A slice may run on to whole epochs' worth for up to LONGEST times the row's seconds, not its share's: where an
-    # epoch's worth takes about the row's seconds, slices cut at 3x their share would each cross a boundary, or none.
     share, longest = args.seconds / slices, LONGEST * args.seconds
-    hands = [] if args.no_bracket else [in_a_fresh_process(workload_path, config, lr, share, device, longest)]
+    hands: list[dict[str, Any]] = []
+
+    def hand_slice() -> None:
+        hands.append(in_a_fresh_process(workload_path, config, lr, share, device, slice_limit(hands, longest)))
+
+    if not args.no_bracket:
+        hand_slice()
     rounds = []
     for _ in range(args.rounds):
         rounds.append(by_autotune(workload_path, config, lr, cores, logs, device))
         if not args.no_bracket or len(rounds) == args.rounds:
-            hands.append(in_a_fresh_process(workload_path, config, lr, share, device, longest))
+            hand_slice()
     hand = joined(hands)
     rates = [r["samples_per_s"] for r in rounds]
     ours = statistics.median(rates)  # what a search states of a finalist: the median over its rounds
