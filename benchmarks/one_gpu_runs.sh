@@ -138,8 +138,8 @@ final)
     ;;
 cores5)
     [ -d "$AUTOTUNE_DATA/imagenet-synthetic" ] || step data bash -c "$DATA"
-    # The search leaves about 150 s of the part for the truth benchmark's three rows after it (a row whose epoch's
-    # worth takes at most 60 s times an epoch's worth a slice, so they may not all fit).
+    # The search leaves about 150 s of the part for the truth benchmark's three rows after it (where an epoch's
+    # worth takes at most 3x a row's 20 s, each of its slices times one, and the rows may not all fit).
     step search_5cores bash -c "python3 -m autotune search --recipe imagenet_resnet50 --cpus 5 \
         --time-budget $(($(left) - 190)) && python3 -m autotune show --recipe imagenet_resnet50"
     cp /tmp/runs/search_5cores/recipes/imagenet_resnet50.tuned.toml "$OUT/imagenet_5cores.tuned.toml" 2>/dev/null
