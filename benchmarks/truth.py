@@ -73,7 +73,7 @@ from autotune.workloads.locate import data_root
 SEARCH_WINDOWS = Windows(window_s=0.2)  # what a search times a trial with on a GPU (autotune.study.setup)
 TOLERANCE = 0.07  # autotune's number within this of the hand-timed one
 TIMELINE_S = 5.0  # the hand loop's rate is also given per this many seconds
-LONGEST = 3.0  # a hand loop times on to whole epochs' worth unless that takes this x its seconds (a row's: `compared`)
+LONGEST = 3.0  # a hand loop times on to whole epochs' worth unless that takes over this x its seconds (`compared`)
 
 
 def _configs(cores: int, bs: int) -> dict[str, dict[str, Config]]:

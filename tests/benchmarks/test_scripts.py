@@ -70,7 +70,7 @@ def test_truth_times_on_to_whole_epochs_worth_of_batches_unless_that_takes_too_l
     assert truth.more_batches(10.0, 36, 200, longest=30.0) == 0
     assert truth.more_batches(20.0, 201, 200, longest=30.0) == 0  # two epochs' worth by about 40 s: past 30 s
     # 8 workers, prefetch 8: 62 of 200 batches in 10 s, an epoch's worth by about 32 s. A slice of a 30 s row may run
-    # as long as the row: 90 s.
+    # on for up to 3x the row's 30 s: 90 s.
     assert truth.more_batches(10.0, 62, 200, longest=30.0) == 0
     assert truth.more_batches(10.0, 62, 200, longest=90.0) == 138
     # By default, a loop timed for `seconds` runs on for at most LONGEST times them.
