@@ -456,13 +456,17 @@ def compared(name: str, config: Config, lr: float, workload_path: Path, args: ar
           f"{', '.join(f'{r:,.0f}' for r in hand['timeline'])}; autotune's windows: "
           + "; ".join(", ".join(f"{w:,.0f}" for w in r.get("window_rates") or ()) for r in rounds), flush=True)
     workers = ", ".join(f"{c:.2f}" for c in hand["workers_cpu_ms"]) if config.num_workers else ""
+    # Backlog growth autotune's windows left out (every batch was ready): credited, would a round read as the hand loop?
+    uncredited = [r.get("uncredited_share", 0.0) for r in rounds]
     print(f"  {'':<46} CPU a sample in the hand slices: the loop's process "
-          f"{', '.join(f'{c:.2f}' for c in hand['main_cpu_ms'])} ms{f'; its workers {workers} ms' if workers else ''}",
+          f"{', '.join(f'{c:.2f}' for c in hand['main_cpu_ms'])} ms{f'; its workers {workers} ms' if workers else ''}"
+          f"; backlog growth autotune's windows left out: {', '.join(f'{u:.1%}' for u in uncredited)} of their samples",
           flush=True)
     return {"config": name, "knobs": config.describe(), "autotune": ours, "autotune_rounds": rates,
             "autotune_steady": steady, "autotune_spreads": [r["spread"] for r in rounds],
             "autotune_epoch_overhead_s": overhead, "backlog_steps": [r.get("backlog_steps") for r in rounds],
             "autotune_windows": [r.get("window_rates") for r in rounds], "autotune_unreliable": unreliable,
+            "autotune_uncredited": uncredited,
             **hand_fields(hand), "ratio": ratio, "host_drift": hand["drift"]}
 
 
