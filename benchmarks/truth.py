@@ -245,6 +245,19 @@ def epoch_parts(arrived: list[tuple[float, int, int]], samples: int, wall: float
             "within_samples": within if counted else 0, "within_seconds": seconds if counted else 0.0}
 
 
+def boundary_as_by_hand(result: dict[str, Any]) -> float | None:
+    """What an epoch costs a trial beyond its steps at its rate within epochs, as `epoch_parts` reads a hand loop's.
+
+    The trial's `epoch_overhead_s` is an epoch's start alone; its epoch also takes its last `capacity` batches
+    (what the workers hold when the sampler runs out) at the step's speed, which a loader-bound loop passes
+    faster than its steady rate. The hand loop's boundary is all of that at once: its epoch's time less its
+    batches at the rate within epochs. None for whole-epoch windows, which have no rate within epochs.
+    """
+    if result.get("whole_epochs") or result.get("epoch_s") is None:
+        return None
+    return result["epoch_s"] - result["steps_per_epoch"] * result["step_s"]
+
+
 def _boundary_cost(wall: float, samples: int, steady: float | None, boundaries: int) -> float | None:
     """What each epoch boundary cost beyond the rate within epochs; None where that cannot be told."""
     return (wall - samples / steady) / boundaries if steady is not None and boundaries else None
@@ -439,6 +452,8 @@ def compared(name: str, config: Config, lr: float, workload_path: Path, args: ar
     ours = statistics.median(rates)  # what a search states of a finalist: the median over its rounds
     steady = statistics.median(r["steady_samples_per_s"] for r in rounds)
     overhead = statistics.median(r.get("epoch_overhead_s") or 0.0 for r in rounds)
+    costs = [c for c in (boundary_as_by_hand(r) for r in rounds) if c is not None]
+    boundary = statistics.median(costs) if costs else None
     ratio = ours / hand["samples_per_s"]
     # Slices that disagree: the host moved, and a ratio off 1 may be the host's, not the measurement's.
     drifted = hand["drift"] is not None and hand["drift"] > TOLERANCE
@@ -451,8 +466,9 @@ def compared(name: str, config: Config, lr: float, workload_path: Path, args: ar
           f"{'  HOST MOVED: hand slices ' + ', '.join(f'{r:,.0f}/s' for r in hand['slices']) if drifted else ''}"
           f"{'  (the hand loop runs it eager, not in a CUDA graph)' if config.cuda_graph else ''}", flush=True)
     print(f"  {'':<46} within epochs: autotune {steady:,.0f}/s, by hand {_rate(hand['steady_samples_per_s'])}; "
-          f"an epoch boundary: autotune {overhead:.2f} s, by hand {_seconds(hand['boundary_s'])} "
-          f"({hand['boundaries']} crossed); by hand per {TIMELINE_S:.0f} s: "
+          f"an epoch boundary (its start and its last batches): autotune {_seconds(boundary)} (its start alone "
+          f"{overhead:.2f} s), by hand {_seconds(hand['boundary_s'])} ({hand['boundaries']} crossed); "
+          f"by hand per {TIMELINE_S:.0f} s: "
           f"{', '.join(f'{r:,.0f}' for r in hand['timeline'])}; autotune's windows: "
           + "; ".join(", ".join(f"{w:,.0f}" for w in r.get("window_rates") or ()) for r in rounds), flush=True)
     workers = ", ".join(f"{c:.2f}" for c in hand["workers_cpu_ms"]) if config.num_workers else ""
@@ -464,7 +480,8 @@ def compared(name: str, config: Config, lr: float, workload_path: Path, args: ar
           flush=True)
     return {"config": name, "knobs": config.describe(), "autotune": ours, "autotune_rounds": rates,
             "autotune_steady": steady, "autotune_spreads": [r["spread"] for r in rounds],
-            "autotune_epoch_overhead_s": overhead, "backlog_steps": [r.get("backlog_steps") for r in rounds],
+            "autotune_epoch_overhead_s": overhead, "autotune_boundary_s": boundary,
+            "backlog_steps": [r.get("backlog_steps") for r in rounds],
             "autotune_windows": [r.get("window_rates") for r in rounds], "autotune_unreliable": unreliable,
             "autotune_uncredited": uncredited,
             **hand_fields(hand), "ratio": ratio, "host_drift": hand["drift"]}
