@@ -360,6 +360,11 @@ def _span(hand: dict[str, Any]) -> str:
     return " (whole epochs' worth)" if hand["whole_epochs"] else " (not whole epochs)"
 
 
+def _cpu(rounds: list[dict[str, Any]], field: str) -> str:
+    """Each round's CPU milliseconds a sample (`Measurement.main_cpu_ms` or `workers_cpu_ms`), "-" where unread."""
+    return ", ".join("-" if r.get(field) is None else f"{r[field]:.2f}" for r in rounds)
+
+
 def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f} s"
 
@@ -474,16 +479,21 @@ def compared(name: str, config: Config, lr: float, workload_path: Path, args: ar
     workers = ", ".join(f"{c:.2f}" for c in hand["workers_cpu_ms"]) if config.num_workers else ""
     # Backlog growth autotune's windows left out (every batch was ready): credited, would a round read as the hand loop?
     uncredited = [r.get("uncredited_share", 0.0) for r in rounds]
+    # The same in autotune's rounds: where a row's rates differ, did the host's cost of a sample differ with them?
+    ours_workers = _cpu(rounds, "workers_cpu_ms") if config.num_workers else ""
     print(f"  {'':<46} CPU a sample in the hand slices: the loop's process "
           f"{', '.join(f'{c:.2f}' for c in hand['main_cpu_ms'])} ms{f'; its workers {workers} ms' if workers else ''}"
-          f"; backlog growth autotune's windows left out: {', '.join(f'{u:.1%}' for u in uncredited)} of their samples",
-          flush=True)
+          f"; in autotune's windows: the loop's process {_cpu(rounds, 'main_cpu_ms')} ms"
+          f"{f'; its workers {ours_workers} ms' if ours_workers else ''}", flush=True)
+    print(f"  {'':<46} backlog growth autotune's windows left out: "
+          f"{', '.join(f'{u:.1%}' for u in uncredited)} of their samples", flush=True)
     return {"config": name, "knobs": config.describe(), "autotune": ours, "autotune_rounds": rates,
             "autotune_steady": steady, "autotune_spreads": [r["spread"] for r in rounds],
             "autotune_epoch_overhead_s": overhead, "autotune_boundary_s": boundary,
             "backlog_steps": [r.get("backlog_steps") for r in rounds],
             "autotune_windows": [r.get("window_rates") for r in rounds], "autotune_unreliable": unreliable,
-            "autotune_uncredited": uncredited,
+            "autotune_uncredited": uncredited, "autotune_main_cpu_ms": [r.get("main_cpu_ms") for r in rounds],
+            "autotune_workers_cpu_ms": [r.get("workers_cpu_ms") for r in rounds],
             **hand_fields(hand), "ratio": ratio, "host_drift": hand["drift"]}
 
 

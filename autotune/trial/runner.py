@@ -15,6 +15,7 @@ from typing import Any, Callable
 import torch
 
 from autotune.config import Config
+from autotune.diagnosis.cputime import cpu_times
 from autotune.loop import Step, build_loader, materialize
 from autotune.loop.batch import leaves
 from autotune.study.space import DataFacts
@@ -160,7 +161,7 @@ class Runner:
         with GpuSampler(nvml_index(self.device.index or 0)) if cuda else _NoSampler() as gpu:
             m = measure(
                 step, loader, windows, sync=sync, on_window=on_window, count=self.workload.count,
-                tokens=self.workload.tokens_in,
+                tokens=self.workload.tokens_in, cpu=cpu_times,
             )
         result = m.as_dict()
         result.update(

@@ -44,6 +44,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from autotune.diagnosis.cputime import CpuTimes
 from autotune.loop import batch as batches
 from autotune.trial import backlog
 from autotune.trial.feed import DRY_WAIT_S, Clock, Counter, Feed
@@ -69,6 +70,11 @@ class Measurement:
     # What the backlog grew by in windows where every batch was ready (`_Window.made` does not count it), over
     # what the windows made: a step-bound loop's refilling queues, or a loader-bound one's uncounted output
     uncredited_share: float = 0.0
+    # CPU per sample made over the steady windows (with `measure(cpu=...)`): the loop's process, all its threads,
+    # and its live children (DataLoader workers; None where they cannot be read). A host whose cost per sample
+    # moved between two processes shows here, beside what the rate did.
+    main_cpu_ms: float | None = None
+    workers_cpu_ms: float | None = None
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -110,6 +116,8 @@ class _Window:
     ran_dry: bool = True  # the loop asked for a batch that was not ready yet, at least once in the window
     tokens: float = 0.0  # real tokens in the window's batches (with a tokens counter)
     slots: int = 0  # token positions in the window's batches, padding included
+    main_cpu_s: float | None = None  # CPU seconds of the loop's process over the window (with a cpu reader)
+    workers_cpu_s: float | None = None  # and of its workers
 
     @property
     def made(self) -> float:
@@ -189,12 +197,18 @@ def _skip_backlog(feed: Feed, step: Callable[..., Any], capacity: int, workers: 
 
 
 def _timed(feed: Feed, step: Callable[..., Any], n: int, clock: Clock, sync: Callable[[], None],
-           restart: bool = False) -> _Window:
-    """One window of `n` steps, timed from synchronised device to synchronised device."""
+           restart: bool = False, cpu: Callable[[], CpuTimes] | None = None) -> _Window:
+    """One window of `n` steps, timed from synchronised device to synchronised device.
+
+    With `cpu`, the CPU time used from just before its clock starts to just after its backlog is read again: the
+    span whose work `made` counts. Read outside the clock (a read walks /proc). Not across an epoch's restart,
+    where workers exit and their time moves to the reaped children's, or is lost with them.
+    """
     before = None if restart else feed.ready()
     if restart and feed.end_epoch():  # untimed: an epoch's real end, then the device idle as at any window's start
         sync()
     feed.reset_window()
+    cpu0 = cpu() if cpu is not None and not restart else None
     t0 = clock()
     if restart:
         feed.restart()
@@ -206,7 +220,14 @@ def _timed(feed: Feed, step: Callable[..., Any], n: int, clock: Clock, sync: Cal
     seconds = max(clock() - t0 - ahead + carried, 1e-12)
     after = feed.ready()
     drained = before - after if before is not None and after is not None else 0
-    return _Window(seconds, n, samples, drained, feed.ran_dry, float(feed.token_sum), feed.slot_sum)  # after the sync
+    main_s = workers_s = None
+    if cpu0 is not None and cpu is not None:
+        cpu1 = cpu()
+        main_s = cpu1.main_s - cpu0.main_s
+        if cpu0.children_s is not None and cpu1.children_s is not None:
+            workers_s = cpu1.children_s - cpu0.children_s
+    return _Window(seconds, n, samples, drained, feed.ran_dry, float(feed.token_sum), feed.slot_sum,  # after the sync
+                   main_s, workers_s)
 
 
 def measure(
@@ -219,14 +240,16 @@ def measure(
     on_window: Callable[[int, float], bool] | None = None,
     count: Counter = batches.samples_in,
     tokens: Counter | None = None,
+    cpu: Callable[[], CpuTimes] | None = None,
 ) -> Measurement:
     """Time `step` over batches from `loader`; see the module docstring for what counts.
 
     ``on_window(i, samples_per_s)`` is called after each steady window; returning
     True stops measuring (a pruned trial). ``count(batch)`` gives a batch's samples;
     with ``tokens(batch)`` (real tokens: an int, or a tensor read only at window
-    edges) the measurement states tokens per sample and the share of padding. On a
-    GPU: ``measure(step, loader, sync=torch.cuda.synchronize)``.
+    edges) the measurement states tokens per sample and the share of padding. With
+    ``cpu`` (``autotune.diagnosis.cputime.cpu_times``) it states the CPU each sample cost,
+    read at the steady windows' edges. On a GPU: ``measure(step, loader, sync=torch.cuda.synchronize)``.
     """
     start = clock()
     capacity = backlog.capacity(loader)
@@ -239,7 +262,7 @@ def measure(
     min_steps = max(1, getattr(loader, "num_workers", 0) or 0)
     whole = _short(feed.steps_per_epoch, capacity, min_steps)
     skipped = 0 if whole else _skip_backlog(feed, step, capacity, min_steps)
-    steady = _Steady(feed, step, windows, clock, sync, min_steps, capacity, whole)
+    steady = _Steady(feed, step, windows, clock, sync, min_steps, capacity, whole, cpu)
     stopped = steady.run(on_window)
     if not stopped:
         steady.force_a_boundary()
@@ -276,7 +299,15 @@ def measure(
         padding=padding,
         whole_epochs=whole,
         uncredited_share=sum(w.uncredited for w in steady.windows) / sum(w.made for w in steady.windows),
+        main_cpu_ms=_cpu_ms(steady.windows, "main_cpu_s"),
+        workers_cpu_ms=_cpu_ms(steady.windows, "workers_cpu_s"),
     )
+
+
+def _cpu_ms(windows: list[_Window], field: str) -> float | None:
+    """CPU milliseconds per sample made, over the windows that read it."""
+    read = [w for w in windows if getattr(w, field) is not None]
+    return 1e3 * sum(getattr(w, field) for w in read) / sum(w.made for w in read) if read else None
 
 
 def pooled(windows: list[_Window]) -> float:
@@ -292,8 +323,10 @@ class _Steady:
     """The steady windows of one measurement, and the epoch boundaries timed among them."""
 
     def __init__(self, feed: Feed, step: Callable[..., Any], windows: Windows, clock: Clock,
-                 sync: Callable[[], None], min_steps: int, capacity: int = 0, whole: bool = False) -> None:
+                 sync: Callable[[], None], min_steps: int, capacity: int = 0, whole: bool = False,
+                 cpu: Callable[[], CpuTimes] | None = None) -> None:
         self.feed, self.step, self.config, self.clock, self.sync = feed, step, windows, clock, sync
+        self.cpu = cpu
         self.min_steps = min_steps  # a window spans at least one batch per worker: their output is bursty
         self.boundaries: list[_Window] = []
         self.tails: list[_Window] = []
@@ -369,7 +402,7 @@ class _Steady:
             return _timed(self.feed, self.step, self.length, self.clock, self.sync, restart=True)
         n = min(self.length, self.feed.steps_per_epoch - self.tail)
         if self.feed.remaining >= n + self.tail:
-            return _timed(self.feed, self.step, n, self.clock, self.sync)
+            return _timed(self.feed, self.step, n, self.clock, self.sync, cpu=self.cpu)
         if self.tail and self.feed.remaining > 0:
             self.tails.append(_timed(self.feed, self.step, self.feed.remaining, self.clock, self.sync))
             return None
@@ -385,7 +418,7 @@ class _Steady:
             self.sync()
         if self.feed.remaining >= n + self.tail:
             return None  # the next call times a steady window of this epoch
-        return _timed(self.feed, self.step, n, self.clock, self.sync)
+        return _timed(self.feed, self.step, n, self.clock, self.sync, cpu=self.cpu)
 
     def force_a_boundary(self) -> None:
         """No epoch ended while we timed: time one, so start-up cost is never assumed away."""

@@ -7,12 +7,19 @@ import math
 import queue
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+from autotune.config import Config
+from autotune.diagnosis.cputime import CpuTimes
+from autotune.trial.runner import Runner
 from autotune.trial.timing import Windows, measure, spread
+from autotune.workloads import load, resolve
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 class Clock:
@@ -186,6 +193,42 @@ def test_windows_too_noisy_for_their_count_are_measured_longer_however_well_thei
                 Windows(warmup_steps=0, window_s=1e-6, boundaries=0), clock=clock)
     assert (len(m.window_rates), m.reliable) == (count, reliable)
     assert m.window_rates[:3] == pytest.approx(rates)
+
+
+def test_the_cpu_a_sample_cost_is_read_at_the_steady_windows_edges_only() -> None:
+    """Each step here costs the loop's process 2 ms of CPU and its workers 4 ms, a batch of 32: 0.0625 and 0.125 ms
+    a sample. An epoch's start (0.5 s of wall time, 1 s of the workers' CPU, as new workers start up) is not
+    read: a boundary window is no steady one, and a restart's exited workers may take their time with them."""
+    clock, used = Clock(), {"main": 0.0, "workers": 0.0}
+
+    class Starting(FakeLoader):
+        def __iter__(self):
+            used["workers"] += 1.0
+            return super().__iter__()
+
+    def step(batch: Any) -> None:
+        clock.now += 0.01
+        used["main"] += 0.002
+        used["workers"] += 0.004
+
+    m = measure(step, Starting(clock, 40, 32, 0.5), Windows(warmup_steps=2, window_s=0.05, rel_tol=0.0),
+                clock=clock, cpu=lambda: CpuTimes(used["main"], used["workers"]))
+    assert m.epoch_overhead_s == pytest.approx(0.5)  # a boundary was timed, its start-up with it
+    assert (m.main_cpu_ms, m.workers_cpu_ms) == (pytest.approx(0.0625), pytest.approx(0.125))
+    unread = measure(step, Starting(clock, 40, 32, 0.5), Windows(warmup_steps=2, window_s=0.05), clock=clock,
+                     cpu=lambda: CpuTimes(used["main"], None))  # no /proc: the workers' time is unknown
+    assert (unread.main_cpu_ms, unread.workers_cpu_ms) == (pytest.approx(0.0625), None)
+    assert measure(step, FakeLoader(clock, 40, 32, 0.0), Windows(warmup_steps=2), clock=clock).main_cpu_ms is None
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create 2 worker processes:UserWarning")
+def test_a_trial_states_the_cpu_its_workers_spent_a_sample() -> None:
+    """Real workers, read through /proc: each sample of `heavy_reads` keeps a core busy for 2 ms."""
+    runner = Runner(load(resolve(str(FIXTURES / "heavy_reads.py"))), torch.device("cpu"))
+    result = runner.run(Config(batch_size=16, num_workers=2), 0.05, Windows(window_s=0.1))
+    # 2 ms of busy loop, and the batch's collation and hand-over besides (2.31-2.42 ms in five runs on two cores)
+    assert 2.0 <= result["workers_cpu_ms"] <= 3.0, result["workers_cpu_ms"]
+    assert 0 < result["main_cpu_ms"] < result["workers_cpu_ms"], result
 
 
 def test_spread_is_interquartile_range_over_median() -> None:
