@@ -251,11 +251,13 @@ def boundary_as_by_hand(result: dict[str, Any]) -> float | None:
     The trial's `epoch_overhead_s` is an epoch's start alone; its epoch also takes its last `capacity` batches
     (what the workers hold when the sampler runs out) at the step's speed, which a loader-bound loop passes
     faster than its steady rate. The hand loop's boundary is all of that at once: its epoch's time less its
-    batches at the rate within epochs. None for whole-epoch windows, which have no rate within epochs.
+    samples at the rate within epochs (`_boundary_cost`). None for whole-epoch windows, which have no rate
+    within epochs. One difference stays: a trial's rate within epochs leaves out the steps from an epoch's
+    start to its first steady window, the hand loop's only the epoch's first batch.
     """
-    if result.get("whole_epochs") or result.get("epoch_s") is None:
+    if result.get("whole_epochs") or not result.get("epoch_s") or not result.get("steady_samples_per_s"):
         return None
-    return result["epoch_s"] - result["steps_per_epoch"] * result["step_s"]
+    return result["epoch_s"] * (1 - result["samples_per_s"] / result["steady_samples_per_s"])
 
 
 def _boundary_cost(wall: float, samples: int, steady: float | None, boundaries: int) -> float | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -42,6 +43,21 @@ def _process_cpu_s(pid: str) -> float | None:
     except (OSError, ValueError, IndexError):
         fields = _proc_stat(pid)
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") if fields else None  # utime, stime
+
+
+def processes_cpu_s(pids: Iterable[int]) -> float | None:
+    """CPU seconds of these processes, all their threads; None where one cannot be read (gone, or no /proc).
+
+    A few reads a process, not a walk of /proc: cheap enough for a measurement to take at every window's edges
+    (a walk took 2.6-3.3 ms with 65-78 processes, and the workers went on making batches meanwhile).
+    """
+    total = 0.0
+    for pid in pids:
+        used = _process_cpu_s(str(pid))
+        if used is None:
+            return None
+        total += used
+    return total
 
 
 def _live_children_s(pid: int) -> float | None:

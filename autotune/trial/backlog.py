@@ -47,6 +47,12 @@ def source(iterator: Any) -> Any:
     return getattr(iterator, "source", iterator)
 
 
+def worker_pids(iterator: Any) -> list[int] | None:
+    """The process ids of a DataLoader iterator's workers; None without workers, or where they cannot be told."""
+    workers = getattr(source(iterator), "_workers", None)
+    return [w.pid for w in workers] if workers else None
+
+
 def _queued(iterator: Any) -> int:
     """Batches made and delivered to the iterator's queues, not yet received by the loop's process."""
     queues = [iterator._data_queue]

@@ -15,14 +15,13 @@ from typing import Any, Callable
 import torch
 
 from autotune.config import Config
-from autotune.diagnosis.cputime import cpu_times
 from autotune.loop import Step, build_loader, materialize
 from autotune.loop.batch import leaves
 from autotune.study.space import DataFacts
 from autotune.trial import capture, oom
 from autotune.trial.facts import read_facts
 from autotune.trial.gpu import GpuSampler, nvml_index
-from autotune.trial.timing import Windows, measure
+from autotune.trial.timing import Windows, loop_cpu, measure
 from autotune.workloads import Workload
 from autotune.workloads.locate import data_root
 
@@ -161,7 +160,7 @@ class Runner:
         with GpuSampler(nvml_index(self.device.index or 0)) if cuda else _NoSampler() as gpu:
             m = measure(
                 step, loader, windows, sync=sync, on_window=on_window, count=self.workload.count,
-                tokens=self.workload.tokens_in, cpu=cpu_times,
+                tokens=self.workload.tokens_in, cpu=loop_cpu,
             )
         result = m.as_dict()
         result.update(

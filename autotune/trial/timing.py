@@ -22,10 +22,10 @@ capture) is timed separately as a one-time cost. Then:
 - the trial's steady value is what all windows together made over all their time;
   its noise, the interquartile range of the windows' rates over their median.
   Measuring stops once the earlier and the later half of the windows agree and
-  there are enough windows for their noise (the noise over the square root of
-  their count within the same tolerance: three windows at ±10% can agree by
-  chance); a loop whose halves keep disagreeing, or whose windows stay too noisy
-  for their count, is measured longer, then marked unreliable, not stated as exact.
+  there are enough windows for their noise (their mean's standard error within
+  the same tolerance: three windows at ±10% can agree by chance); a loop whose
+  halves keep disagreeing, or whose windows stay too noisy for their count, is
+  measured longer, then marked unreliable, not stated as exact.
 
 A fresh epoch's iterator start-up is measured at epoch boundaries and spread over
 the epoch's steps, so persistent workers show their worth. An epoch too short for
@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from autotune.diagnosis.cputime import CpuTimes
+from autotune.diagnosis.cputime import CpuTimes, processes_cpu_s
 from autotune.loop import batch as batches
 from autotune.trial import backlog
 from autotune.trial.feed import DRY_WAIT_S, Clock, Counter, Feed
@@ -63,16 +63,17 @@ class Measurement:
     setup_s: float  # one-time cost: first iterator, warm-up steps, capture, autotuning
     stopped_early: bool  # on_window asked to stop
     backlog_steps: int = 0  # batches taken untimed after warm-up: what the workers had prefetched
-    reliable: bool = True  # False: the windows kept disagreeing beyond `Windows.noisy`, even measured longer
+    reliable: bool = True  # False: halves apart, or a standard error, beyond `Windows.noisy` even measured longer
     tokens_per_sample: float | None = None  # real tokens (the workload's tokens_in) per sample, over the windows
     padding: float | None = None  # the share of the batches' token positions that were padding
     whole_epochs: bool = False  # epochs too short for steady windows: each window was whole epochs, starts included
     # What the backlog grew by in windows where every batch was ready (`_Window.made` does not count it), over
     # what the windows made: a step-bound loop's refilling queues, or a loader-bound one's uncounted output
     uncredited_share: float = 0.0
-    # CPU per sample made over the steady windows (with `measure(cpu=...)`): the loop's process, all its threads,
-    # and its live children (DataLoader workers; None where they cannot be read). A host whose cost per sample
-    # moved between two processes shows here, beside what the rate did.
+    # CPU per sample over the steady windows (with `measure(cpu=...)`): the loop's process, all its threads, per
+    # sample it took; its DataLoader workers per sample they made (None without workers, or where they cannot be
+    # read). A host whose cost of a sample moved between two processes shows here, beside what the rate did.
+    # None for whole-epoch windows: at each restart workers exit, and their time goes with them.
     main_cpu_ms: float | None = None
     workers_cpu_ms: float | None = None
 
@@ -82,6 +83,9 @@ class Measurement:
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+IQR_PER_SIGMA = 1.349  # a normal distribution's interquartile range, in standard deviations
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +141,11 @@ class _Window:
     def uncredited(self) -> float:
         """Samples the backlog grew by that `made` leaves out (every batch was ready: a slower step's refill)."""
         return -self.drained * self.samples / self.steps if self.drained < 0 and not self.ran_dry else 0.0
+
+    @property
+    def produced(self) -> float:
+        """What the workers made over the window, credited or not: all that their CPU time paid for."""
+        return self.made + self.uncredited
 
     @property
     def rate(self) -> float:
@@ -197,18 +206,19 @@ def _skip_backlog(feed: Feed, step: Callable[..., Any], capacity: int, workers: 
 
 
 def _timed(feed: Feed, step: Callable[..., Any], n: int, clock: Clock, sync: Callable[[], None],
-           restart: bool = False, cpu: Callable[[], CpuTimes] | None = None) -> _Window:
+           restart: bool = False, cpu: Callable[[Any], CpuTimes] | None = None) -> _Window:
     """One window of `n` steps, timed from synchronised device to synchronised device.
 
-    With `cpu`, the CPU time used from just before its clock starts to just after its backlog is read again: the
-    span whose work `made` counts. Read outside the clock (a read walks /proc). Not across an epoch's restart,
-    where workers exit and their time moves to the reaped children's, or is lost with them.
+    With `cpu` (given the loader's iterator), the CPU time used between the two readings of the backlog that
+    `made` counts by. Read outside the clock, and cheap (`loop_cpu`): the workers go on making batches while it
+    is read, and a window would get what they make meanwhile for free. Not across an epoch's restart, where
+    workers exit and their time goes with them.
     """
+    cpu0 = cpu(feed.iterator) if cpu is not None and not restart else None
     before = None if restart else feed.ready()
     if restart and feed.end_epoch():  # untimed: an epoch's real end, then the device idle as at any window's start
         sync()
     feed.reset_window()
-    cpu0 = cpu() if cpu is not None and not restart else None
     t0 = clock()
     if restart:
         feed.restart()
@@ -222,7 +232,7 @@ def _timed(feed: Feed, step: Callable[..., Any], n: int, clock: Clock, sync: Cal
     drained = before - after if before is not None and after is not None else 0
     main_s = workers_s = None
     if cpu0 is not None and cpu is not None:
-        cpu1 = cpu()
+        cpu1 = cpu(feed.iterator)
         main_s = cpu1.main_s - cpu0.main_s
         if cpu0.children_s is not None and cpu1.children_s is not None:
             workers_s = cpu1.children_s - cpu0.children_s
@@ -240,7 +250,7 @@ def measure(
     on_window: Callable[[int, float], bool] | None = None,
     count: Counter = batches.samples_in,
     tokens: Counter | None = None,
-    cpu: Callable[[], CpuTimes] | None = None,
+    cpu: Callable[[Any], CpuTimes] | None = None,
 ) -> Measurement:
     """Time `step` over batches from `loader`; see the module docstring for what counts.
 
@@ -248,8 +258,8 @@ def measure(
     True stops measuring (a pruned trial). ``count(batch)`` gives a batch's samples;
     with ``tokens(batch)`` (real tokens: an int, or a tensor read only at window
     edges) the measurement states tokens per sample and the share of padding. With
-    ``cpu`` (``autotune.diagnosis.cputime.cpu_times``) it states the CPU each sample cost,
-    read at the steady windows' edges. On a GPU: ``measure(step, loader, sync=torch.cuda.synchronize)``.
+    ``cpu`` (``loop_cpu``) it states the CPU each sample cost, read at the steady windows'
+    edges. On a GPU: ``measure(step, loader, sync=torch.cuda.synchronize)``.
     """
     start = clock()
     capacity = backlog.capacity(loader)
@@ -299,15 +309,21 @@ def measure(
         padding=padding,
         whole_epochs=whole,
         uncredited_share=sum(w.uncredited for w in steady.windows) / sum(w.made for w in steady.windows),
-        main_cpu_ms=_cpu_ms(steady.windows, "main_cpu_s"),
-        workers_cpu_ms=_cpu_ms(steady.windows, "workers_cpu_s"),
+        main_cpu_ms=_cpu_ms([(w.main_cpu_s, w.samples) for w in steady.windows]),
+        workers_cpu_ms=_cpu_ms([(w.workers_cpu_s, w.produced) for w in steady.windows]),
     )
 
 
-def _cpu_ms(windows: list[_Window], field: str) -> float | None:
-    """CPU milliseconds per sample made, over the windows that read it."""
-    read = [w for w in windows if getattr(w, field) is not None]
-    return 1e3 * sum(getattr(w, field) for w in read) / sum(w.made for w in read) if read else None
+def loop_cpu(iterator: Any) -> CpuTimes:
+    """CPU seconds so far of this process (all its threads) and of the DataLoader workers under `iterator`."""
+    pids = backlog.worker_pids(iterator)
+    return CpuTimes(time.process_time(), None if pids is None else processes_cpu_s(pids))
+
+
+def _cpu_ms(used: list[tuple[float | None, float]]) -> float | None:
+    """CPU milliseconds a sample, over the windows that read it: (CPU seconds, samples) each."""
+    read = [(s, n) for s, n in used if s is not None]
+    return 1e3 * sum(s for s, _ in read) / sum(n for _, n in read) if read else None
 
 
 def pooled(windows: list[_Window]) -> float:
@@ -324,7 +340,7 @@ class _Steady:
 
     def __init__(self, feed: Feed, step: Callable[..., Any], windows: Windows, clock: Clock,
                  sync: Callable[[], None], min_steps: int, capacity: int = 0, whole: bool = False,
-                 cpu: Callable[[], CpuTimes] | None = None) -> None:
+                 cpu: Callable[[Any], CpuTimes] | None = None) -> None:
         self.feed, self.step, self.config, self.clock, self.sync = feed, step, windows, clock, sync
         self.cpu = cpu
         self.min_steps = min_steps  # a window spans at least one batch per worker: their output is bursty
@@ -376,14 +392,15 @@ class _Steady:
     def precise(self, tolerance: float) -> bool:
         """The windows' noise over the square root of their count is within `tolerance`.
 
-        Halves that agree say little of windows this noisy: on an H200 host, three windows of a
-        4-worker loader at ±10% (1,104, 1,025 and 1,248/s) had halves 3% apart and stopped the trial
-        at 1,116/s, while a plain loop timed for a minute on either side of it ran 887 and 856/s. The
-        interquartile range over the median overstates a normal spread's standard deviation by a
-        third, and bursts that cancel in the pooled rate add to it: this errs toward measuring longer.
+        That is, the standard error of their mean, the spread's standard deviation taken as a normal
+        spread's (`IQR_PER_SIGMA`). Halves that agree say little of windows this noisy: on an H200
+        host, three windows of a 4-worker loader at ±10% (1,104, 1,025 and 1,248/s) had halves 3%
+        apart and stopped the trial at 1,116/s, while a plain loop timed for a minute on either side
+        of it ran 887 and 856/s. A loader-bound window is off by a batch or so either way, errors that
+        cancel in the pooled rate: for those this errs toward measuring longer.
         """
         rates = [w.rate for w in self.windows]
-        return bool(rates) and spread(rates) / math.sqrt(len(rates)) <= tolerance
+        return bool(rates) and spread(rates) / IQR_PER_SIGMA / math.sqrt(len(rates)) <= tolerance
 
     def settled(self, tolerance: float) -> bool:
         """The earlier and the later half of the windows, each pooled, agree within `tolerance`.

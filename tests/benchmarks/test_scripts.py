@@ -214,38 +214,17 @@ def test_truth_slices_after_the_first_run_on_to_whole_epochs_worth_as_it_did_or_
 
 
 def test_truth_states_a_trials_epoch_boundary_as_it_reads_the_hand_loops(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The hand loop's boundary is its epoch's time less its batches at the rate within epochs: the start and the
+    """The hand loop's boundary is its epoch's time less its samples at the rate within epochs: the start and the
     drain of the last batches together. A trial's `epoch_overhead_s` is the start alone: call 62's 8-worker row
     printed 0.49 s against 1.86 s by hand, where its rates end to end and within epochs (1,910/s and 1,871/s, an
-    epoch of 51,200 samples) put it at about -0.56 s read as the hand loop's: a gap of 2.4 s, not 1.4 s."""
+    epoch of 51,200 samples) put it at -0.56 s read the hand loop's way: a gap of 2.4 s, not 1.4 s."""
     truth = _script("truth", monkeypatch)
-    # 200 steps of 80 ms within an epoch, a start of 2.5 s, and 30 last batches drained at 63.3 ms: 0.5 s gained.
-    trial = {"epoch_s": 170 * 0.08 + 30 * (0.08 - 0.5 / 30) + 2.5, "steps_per_epoch": 200, "step_s": 0.08,
-             "epoch_overhead_s": 2.5, "whole_epochs": False}
-    assert truth.boundary_as_by_hand(trial) == pytest.approx(2.0)
+    trial = {"samples_per_s": 1910.0, "steady_samples_per_s": 1871.0, "epoch_s": 51200 / 1910.0,
+             "epoch_overhead_s": 0.49, "whole_epochs": False}
+    # A hand loop over that one epoch, at those rates, crossing one boundary: its cost as the hand loop's is read.
+    by_hand = truth._boundary_cost(51200 / 1910.0, 51200, 1871.0, 1)
+    assert truth.boundary_as_by_hand(trial) == pytest.approx(by_hand) == pytest.approx(-0.559, abs=1e-3)
     assert truth.boundary_as_by_hand({**trial, "whole_epochs": True}) is None  # no rate within epochs to read by
-    # A real measurement (a fake clock): an epoch of 100 steps of 10 ms and a start of 0.5 s, no workers, no drain.
-    from autotune.trial.timing import measure
-
-    clock = {"now": 0.0}
-
-    class Loader:
-        batch_size, drop_last, dataset = 32, False, range(3200)
-
-        def __len__(self) -> int:
-            return 100
-
-        def __iter__(self):
-            clock["now"] += 0.5
-            for _ in range(100):
-                yield torch.zeros(32, 1), torch.zeros(32)
-
-    def step(batch: object) -> None:
-        clock["now"] += 0.01
-
-    measured = measure(step, Loader(), Windows(warmup_steps=2, window_s=0.05, rel_tol=0.0),
-                       clock=lambda: clock["now"])
-    assert truth.boundary_as_by_hand(measured.as_dict()) == pytest.approx(0.5) == measured.epoch_overhead_s
 
 
 @pytest.mark.alone
