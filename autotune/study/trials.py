@@ -48,6 +48,9 @@ KEPT_RESULT = (
     "reliable",
     "tokens_per_sample",
     "padding",
+    "uncredited_share",
+    "main_cpu_ms",
+    "workers_cpu_ms",
 )
 
 

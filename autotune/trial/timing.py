@@ -73,7 +73,8 @@ class Measurement:
     # CPU per sample over the steady windows (with `measure(cpu=...)`): the loop's process, all its threads, per
     # sample it took; its DataLoader workers per sample they made (None without workers, or where they cannot be
     # read). A host whose cost of a sample moved between two processes shows here, beside what the rate did.
-    # None for whole-epoch windows: at each restart workers exit, and their time goes with them.
+    # None for whole-epoch windows: at each restart workers exit, and their time goes with them. CPU time, not
+    # only work: intra-op threads spinning at a barrier, or a wait on the device that spins, count too.
     main_cpu_ms: float | None = None
     workers_cpu_ms: float | None = None
 
@@ -85,9 +86,6 @@ class Measurement:
         return dataclasses.asdict(self)
 
 
-IQR_PER_SIGMA = 1.349  # a normal distribution's interquartile range, in standard deviations
-
-
 @dataclasses.dataclass(frozen=True)
 class Windows:
     """How long and how many windows to time; measuring stops once the noise allows."""
@@ -96,9 +94,9 @@ class Windows:
     window_s: float = 0.25  # target seconds of work in one window
     min_windows: int = 3
     max_windows: int = 10
-    rel_tol: float = 0.03  # stop when the halves agree within this, and the noise over sqrt(windows) is within it
+    rel_tol: float = 0.03  # stop when the halves agree within this, and the mean's standard error is within it
     boundaries: int = 2  # epoch boundaries to time
-    noisy: float = 0.05  # halves (or noise over sqrt(windows)) still beyond this at max_windows: measured longer
+    noisy: float = 0.05  # halves (or the standard error) still beyond this at max_windows: measured longer
     extra_windows: int = 5  # how many more; still noisy then, the measurement is marked unreliable
 
 
@@ -235,7 +233,8 @@ def _timed(feed: Feed, step: Callable[..., Any], n: int, clock: Clock, sync: Cal
         cpu1 = cpu(feed.iterator)
         main_s = cpu1.main_s - cpu0.main_s
         if cpu0.children_s is not None and cpu1.children_s is not None:
-            workers_s = cpu1.children_s - cpu0.children_s
+            # Summed over the threads alive at each read: one that exited in between took its time with it.
+            workers_s = cpu1.children_s - cpu0.children_s if cpu1.children_s >= cpu0.children_s else None
     return _Window(seconds, n, samples, drained, feed.ran_dry, float(feed.token_sum), feed.slot_sum,  # after the sync
                    main_s, workers_s)
 
@@ -390,17 +389,20 @@ class _Steady:
         return self.settled(tolerance) and self.precise(tolerance)
 
     def precise(self, tolerance: float) -> bool:
-        """The windows' noise over the square root of their count is within `tolerance`.
+        """The windows' relative standard deviation over the square root of their count is within `tolerance`.
 
-        That is, the standard error of their mean, the spread's standard deviation taken as a normal
-        spread's (`IQR_PER_SIGMA`). Halves that agree say little of windows this noisy: on an H200
-        host, three windows of a 4-worker loader at ±10% (1,104, 1,025 and 1,248/s) had halves 3%
-        apart and stopped the trial at 1,116/s, while a plain loop timed for a minute on either side
-        of it ran 887 and 856/s. A loader-bound window is off by a batch or so either way, errors that
-        cancel in the pooled rate: for those this errs toward measuring longer.
+        That is, the standard error of their mean, relative to it: their standard deviation, not the
+        interquartile range the noise is stated as, which reads about 0.6 of a normal spread's deviation
+        from three windows. Halves that agree say little of windows this noisy: on an H200 host, three
+        windows of a 4-worker loader at ±10% (1,104, 1,025 and 1,248/s) had halves 3% apart and stopped
+        the trial at 1,116/s, while a plain loop timed for a minute on either side of it ran 887 and
+        856/s. A loader-bound window is off by a batch or so either way, errors that cancel in the
+        pooled rate: for those this errs toward measuring longer.
         """
         rates = [w.rate for w in self.windows]
-        return bool(rates) and spread(rates) / IQR_PER_SIGMA / math.sqrt(len(rates)) <= tolerance
+        if len(rates) < 2:
+            return False
+        return statistics.stdev(rates) / statistics.fmean(rates) / math.sqrt(len(rates)) <= tolerance
 
     def settled(self, tolerance: float) -> bool:
         """The earlier and the later half of the windows, each pooled, agree within `tolerance`.
