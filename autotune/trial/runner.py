@@ -21,7 +21,8 @@ from autotune.study.space import DataFacts
 from autotune.trial import capture, oom
 from autotune.trial.facts import read_facts
 from autotune.trial.gpu import GpuSampler, nvml_index
-from autotune.trial.timing import Windows, loop_cpu, measure
+from autotune.trial.timing import Windows, measure
+from autotune.trial.window import loop_cpu
 from autotune.workloads import Workload
 from autotune.workloads.locate import data_root
 

@@ -41,13 +41,14 @@ import dataclasses
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
-from autotune.diagnosis.cputime import CpuTimes, processes_cpu_s
+from autotune.diagnosis.cputime import CpuTimes
 from autotune.loop import batch as batches
 from autotune.trial import backlog
 from autotune.trial.feed import DRY_WAIT_S, Clock, Counter, Feed
+from autotune.trial.window import Window, cpu_ms, pooled, run_steps, spread, timed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,7 +68,7 @@ class Measurement:
     tokens_per_sample: float | None = None  # real tokens (the workload's tokens_in) per sample, over the windows
     padding: float | None = None  # the share of the batches' token positions that were padding
     whole_epochs: bool = False  # epochs too short for steady windows: each window was whole epochs, starts included
-    # What the backlog grew by in windows where every batch was ready (`_Window.made` does not count it), over
+    # What the backlog grew by in windows where every batch was ready (`Window.made` does not count it), over
     # what the windows made: a step-bound loop's refilling queues, or a loader-bound one's uncounted output
     uncredited_share: float = 0.0
     # CPU per sample over the steady windows (with `measure(cpu=...)`): the loop's process, all its threads, per
@@ -100,70 +101,6 @@ class Windows:
     extra_windows: int = 5  # how many more; still noisy then, the measurement is marked unreliable
 
 
-def spread(rates: Iterable[float]) -> float:
-    """Interquartile range over median: a noise figure that one outlier does not move."""
-    values = sorted(rates)
-    if len(values) < 2:
-        return 0.0
-    q = statistics.quantiles(values, n=4, method="inclusive")
-    return (q[2] - q[0]) / statistics.median(values)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Window:
-    seconds: float
-    steps: int
-    samples: int
-    drained: int  # how far the backlog shrank over the window, in batches (negative: it grew)
-    ran_dry: bool = True  # the loop asked for a batch that was not ready yet, at least once in the window
-    tokens: float = 0.0  # real tokens in the window's batches (with a tokens counter)
-    slots: int = 0  # token positions in the window's batches, padding included
-    main_cpu_s: float | None = None  # CPU seconds of the loop's process over the window (with a cpu reader)
-    workers_cpu_s: float | None = None  # and of its workers
-
-    @property
-    def made(self) -> float:
-        """Samples the loop took, less what came out of the backlog (or plus what went into it).
-
-        Signed, not cut at zero: worker output is bursty, so the backlog shrinks in one
-        window and grows in the next, and cutting only the one side would bias the sum.
-        But where every batch the loop asked for was ready (queues refilling behind a
-        slower step), a growing backlog is not its speed: it made what it took.
-        """
-        per_batch = self.samples / self.steps
-        if self.drained < 0 and not self.ran_dry:
-            return self.samples
-        return max(self.samples - self.drained * per_batch, per_batch)
-
-    @property
-    def uncredited(self) -> float:
-        """Samples the backlog grew by that `made` leaves out (every batch was ready: a slower step's refill)."""
-        return -self.drained * self.samples / self.steps if self.drained < 0 and not self.ran_dry else 0.0
-
-    @property
-    def produced(self) -> float:
-        """What the workers made over the window, credited or not: all that their CPU time paid for."""
-        return self.made + self.uncredited
-
-    @property
-    def rate(self) -> float:
-        return self.made / self.seconds
-
-    @property
-    def step_s(self) -> float:
-        return self.seconds * self.samples / self.made / self.steps
-
-
-def _run(feed: Feed, step: Callable[..., Any], n: int) -> int:
-    """`n` steps; the samples they took."""
-    samples = 0
-    for _ in range(n):
-        batch, count = feed.take()
-        samples += count
-        step(batch)
-    return samples
-
-
 def _skip_backlog(feed: Feed, step: Callable[..., Any], capacity: int, workers: int) -> int:
     """Take, untimed, the batches the workers prefetched while the loop warmed up; how many were taken.
 
@@ -180,18 +117,18 @@ def _skip_backlog(feed: Feed, step: Callable[..., Any], capacity: int, workers: 
     """
     if capacity == 0:
         return 0
-    _run(feed, step, capacity)
+    run_steps(feed, step, capacity)
     taken, limit, chunk = capacity, 3 * capacity, 2 * max(workers, 3)
     held = feed.ready()
     if held is None:
         while taken < limit and feed.last_wait < DRY_WAIT_S:
-            _run(feed, step, 1)
+            run_steps(feed, step, 1)
             taken += 1
     elif held < capacity - workers:
         # Not at the epoch's last `capacity` batches: those drain as the workers run out of work.
         while held > 0 and taken < limit and feed.remaining > capacity + chunk:
             n = min(chunk, limit - taken)
-            _run(feed, step, n)
+            run_steps(feed, step, n)
             taken += n
             now = feed.ready()
             if now is None or now >= held:
@@ -199,44 +136,8 @@ def _skip_backlog(feed: Feed, step: Callable[..., Any], capacity: int, workers: 
             held = now
     if 0 < feed.remaining <= capacity:
         taken += feed.remaining
-        _run(feed, step, feed.remaining)
+        run_steps(feed, step, feed.remaining)
     return taken
-
-
-def _timed(feed: Feed, step: Callable[..., Any], n: int, clock: Clock, sync: Callable[[], None],
-           restart: bool = False, cpu: Callable[[Any], CpuTimes] | None = None) -> _Window:
-    """One window of `n` steps, timed from synchronised device to synchronised device.
-
-    With `cpu` (given the loader's iterator), the CPU time used between the two readings of the backlog that
-    `made` counts by. Read outside the clock, and cheap (`loop_cpu`): the workers go on making batches while it
-    is read, and a window would get what they make meanwhile for free. Not across an epoch's restart, where
-    workers exit and their time goes with them.
-    """
-    cpu0 = cpu(feed.iterator) if cpu is not None and not restart else None
-    before = None if restart else feed.ready()
-    if restart and feed.end_epoch():  # untimed: an epoch's real end, then the device idle as at any window's start
-        sync()
-    feed.reset_window()
-    t0 = clock()
-    if restart:
-        feed.restart()
-    # A batch asked for ahead is the window's that steps it: asking for it counts there, not where it was asked for.
-    carried = feed.held_s if feed.held is not None else 0.0
-    samples = _run(feed, step, n)
-    ahead = feed.hold()  # the next window's first batch, asked for while the device runs this one's last step
-    sync()
-    seconds = max(clock() - t0 - ahead + carried, 1e-12)
-    after = feed.ready()
-    drained = before - after if before is not None and after is not None else 0
-    main_s = workers_s = None
-    if cpu0 is not None and cpu is not None:
-        cpu1 = cpu(feed.iterator)
-        main_s = cpu1.main_s - cpu0.main_s
-        if cpu0.children_s is not None and cpu1.children_s is not None:
-            # Summed over the threads alive at each read: one that exited in between took its time with it.
-            workers_s = cpu1.children_s - cpu0.children_s if cpu1.children_s >= cpu0.children_s else None
-    return _Window(seconds, n, samples, drained, feed.ran_dry, float(feed.token_sum), feed.slot_sum,  # after the sync
-                   main_s, workers_s)
 
 
 def measure(
@@ -257,7 +158,7 @@ def measure(
     True stops measuring (a pruned trial). ``count(batch)`` gives a batch's samples;
     with ``tokens(batch)`` (real tokens: an int, or a tensor read only at window
     edges) the measurement states tokens per sample and the share of padding. With
-    ``cpu`` (``loop_cpu``) it states the CPU each sample cost, read at the steady windows'
+    ``cpu`` (``autotune.trial.window.loop_cpu``) it states the CPU each sample cost, read at the steady windows'
     edges. On a GPU: ``measure(step, loader, sync=torch.cuda.synchronize)``.
     """
     start = clock()
@@ -265,7 +166,7 @@ def measure(
     feed = Feed(loader, clock, count, tokens, watch_backlog=capacity > 0)
     if feed.steps_per_epoch < 1:
         raise ValueError(f"the loader yields no batch: `len(loader) >= 1` must hold, but got {feed.steps_per_epoch}.")
-    _run(feed, step, windows.warmup_steps)
+    run_steps(feed, step, windows.warmup_steps)
     sync()
     setup_s = clock() - start
     min_steps = max(1, getattr(loader, "num_workers", 0) or 0)
@@ -308,30 +209,9 @@ def measure(
         padding=padding,
         whole_epochs=whole,
         uncredited_share=sum(w.uncredited for w in steady.windows) / sum(w.made for w in steady.windows),
-        main_cpu_ms=_cpu_ms([(w.main_cpu_s, w.samples) for w in steady.windows]),
-        workers_cpu_ms=_cpu_ms([(w.workers_cpu_s, w.produced) for w in steady.windows]),
+        main_cpu_ms=cpu_ms([(w.main_cpu_s, w.samples) for w in steady.windows]),
+        workers_cpu_ms=cpu_ms([(w.workers_cpu_s, w.produced) for w in steady.windows]),
     )
-
-
-def loop_cpu(iterator: Any) -> CpuTimes:
-    """CPU seconds so far of this process (all its threads) and of the DataLoader workers under `iterator`."""
-    pids = backlog.worker_pids(iterator)
-    return CpuTimes(time.process_time(), None if pids is None else processes_cpu_s(pids))
-
-
-def _cpu_ms(used: list[tuple[float | None, float]]) -> float | None:
-    """CPU milliseconds a sample, over the windows that read it: (CPU seconds, samples) each."""
-    read = [(s, n) for s, n in used if s is not None]
-    return 1e3 * sum(s for s, _ in read) / sum(n for _, n in read) if read else None
-
-
-def pooled(windows: list[_Window]) -> float:
-    """The rate over several windows together: all they made over all their time.
-
-    Not the median of the windows' rates: a loader-bound window's count is off by a batch or
-    so either way (worker output is bursty); summed, those errors cancel.
-    """
-    return sum(w.made for w in windows) / sum(w.seconds for w in windows)
 
 
 class _Steady:
@@ -343,8 +223,8 @@ class _Steady:
         self.feed, self.step, self.config, self.clock, self.sync = feed, step, windows, clock, sync
         self.cpu = cpu
         self.min_steps = min_steps  # a window spans at least one batch per worker: their output is bursty
-        self.boundaries: list[_Window] = []
-        self.tails: list[_Window] = []
+        self.boundaries: list[Window] = []
+        self.tails: list[Window] = []
         # Once the sampler has handed out its last index, the workers make nothing more this epoch and the
         # loop drains what they hold: the last `capacity` batches are no steady window. Kept apart where
         # an epoch has room for steady windows besides them; where it has not (`whole`), each window is
@@ -353,7 +233,7 @@ class _Steady:
         self.tail = 0 if whole else capacity
         # Calibrate the first window to the step's speed; each window then sets the next one's length. A whole
         # epoch, timed from its start, is a window as any other: counted, so that an epoch costs no more.
-        probe = _timed(feed, step, feed.steps_per_epoch if whole else min(3, feed.steps_per_epoch), clock, sync,
+        probe = timed(feed, step, feed.steps_per_epoch if whole else min(3, feed.steps_per_epoch), clock, sync,
                        restart=whole)
         self.windows = [probe] if whole else []
         self.length = self._steps_for(probe.step_s)
@@ -415,35 +295,35 @@ class _Steady:
         early, late = pooled(self.windows[:half]), pooled(self.windows[half:])
         return abs(late - early) / max(early, late) <= tolerance
 
-    def _next(self) -> _Window | None:
+    def _next(self) -> Window | None:
         """The next steady window; None when it was spent timing an epoch's tail or boundary instead."""
         if self.whole:
-            return _timed(self.feed, self.step, self.length, self.clock, self.sync, restart=True)
+            return timed(self.feed, self.step, self.length, self.clock, self.sync, restart=True)
         n = min(self.length, self.feed.steps_per_epoch - self.tail)
         if self.feed.remaining >= n + self.tail:
-            return _timed(self.feed, self.step, n, self.clock, self.sync, cpu=self.cpu)
+            return timed(self.feed, self.step, n, self.clock, self.sync, cpu=self.cpu)
         if self.tail and self.feed.remaining > 0:
-            self.tails.append(_timed(self.feed, self.step, self.feed.remaining, self.clock, self.sync))
+            self.tails.append(timed(self.feed, self.step, self.feed.remaining, self.clock, self.sync))
             return None
         if len(self.boundaries) < self.config.boundaries:
-            self.boundaries.append(_timed(self.feed, self.step, n, self.clock, self.sync, restart=True))
+            self.boundaries.append(timed(self.feed, self.step, n, self.clock, self.sync, restart=True))
             return None
         # Enough boundaries timed: start the new epoch outside the clock, and its first batch with it
         # (fresh workers start up for it) when the epoch is long enough for a window after it.
         self.feed.restart()
         if self.feed.steps_per_epoch > n:
-            _run(self.feed, self.step, 1)
+            run_steps(self.feed, self.step, 1)
             self.feed.hold()  # as at a window's end: the next batch asked for, then the device left idle
             self.sync()
         if self.feed.remaining >= n + self.tail:
             return None  # the next call times a steady window of this epoch
-        return _timed(self.feed, self.step, n, self.clock, self.sync, cpu=self.cpu)
+        return timed(self.feed, self.step, n, self.clock, self.sync, cpu=self.cpu)
 
     def force_a_boundary(self) -> None:
         """No epoch ended while we timed: time one, so start-up cost is never assumed away."""
         if not self.boundaries and self.config.boundaries > 0 and not self.whole:
             n = min(self.length, self.feed.steps_per_epoch)
-            self.boundaries.append(_timed(self.feed, self.step, n, self.clock, self.sync, restart=True))
+            self.boundaries.append(timed(self.feed, self.step, n, self.clock, self.sync, restart=True))
 
 
 def _short(steps_per_epoch: int, capacity: int, min_steps: int) -> bool:

@@ -26,11 +26,11 @@ from autotune.workloads import load, resolve
 
 
 def _traced() -> None:
-    timed, skip = timing._timed, timing._skip_backlog
+    timed, skip = timing.timed, timing._skip_backlog
 
-    def traced_timed(feed, step, n, clock, sync, restart=False):  # noqa: ANN001, ANN202
+    def traced_timed(feed, step, n, clock, sync, restart=False, cpu=None):  # noqa: ANN001, ANN202
         before = feed.ready()
-        window = timed(feed, step, n, clock, sync, restart)
+        window = timed(feed, step, n, clock, sync, restart, cpu)
         print(f"  window {'restart ' if restart else ''}steps {n:3d} at {feed.position:3d}: {window.seconds:6.3f} s, "
               f"ready {before} -> {feed.ready()}, drained {window.drained}, dry {window.ran_dry}, "
               f"{window.samples / window.seconds:7,.0f}/s taken, {window.rate:7,.0f}/s stated", flush=True)
@@ -43,7 +43,7 @@ def _traced() -> None:
               f"last wait {feed.last_wait * 1e3:.2f} ms", flush=True)
         return taken
 
-    timing._timed, timing._skip_backlog = traced_timed, traced_skip
+    timing.timed, timing._skip_backlog = traced_timed, traced_skip
 
 
 def main() -> None:

@@ -16,7 +16,8 @@ import torch
 from autotune.config import Config
 from autotune.diagnosis.cputime import CpuTimes
 from autotune.trial.runner import Runner
-from autotune.trial.timing import Windows, _cpu_ms, _Window, measure, spread
+from autotune.trial.timing import Windows, measure, spread
+from autotune.trial.window import Window, cpu_ms
 from autotune.workloads import load, resolve
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -230,9 +231,9 @@ def test_the_cpu_a_sample_cost_is_read_at_the_steady_windows_edges_only() -> Non
 def test_the_workers_cpu_is_per_sample_they_made_whether_a_window_credited_it_or_not() -> None:
     """Every batch was ready and the backlog grew by 2 batches of 16: the window credits the 64 samples the loop
     took, but the workers' 96 ms of CPU made 96 samples."""
-    grew = _Window(1.0, 4, 64, drained=-2, ran_dry=False, workers_cpu_s=0.096)
+    grew = Window(1.0, 4, 64, drained=-2, ran_dry=False, workers_cpu_s=0.096)
     assert (grew.made, grew.uncredited, grew.produced) == (64, 32.0, 96.0)
-    assert _cpu_ms([(grew.workers_cpu_s, grew.produced), (None, 64.0)]) == pytest.approx(1.0)
+    assert cpu_ms([(grew.workers_cpu_s, grew.produced), (None, 64.0)]) == pytest.approx(1.0)
 
 
 @pytest.mark.filterwarnings("ignore:This DataLoader will create 2 worker processes:UserWarning")
