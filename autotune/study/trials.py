@@ -51,6 +51,7 @@ KEPT_RESULT = (
     "uncredited_share",
     "main_cpu_ms",
     "workers_cpu_ms",
+    "time_limited",
 )
 
 
@@ -301,7 +302,8 @@ def _progress(setup: Setup, number: int, config: Config, outcome: Outcome, same:
         if same is not None:
             what = f"{rate(value):>12}/s = trial {same.number}"
         else:
-            flag = "" if outcome.result.get("reliable", True) else " unreliable"
+            flag = ("" if outcome.result.get("reliable", True) else " unreliable") + (
+                " time-limited" if outcome.result.get("time_limited") else "")
             what = f"{rate(value):>12}/s ±{outcome.result['spread']:.1%}{flag}"
         tail = f"best {rate(best)}/s"
     elif outcome.state == "pruned" and (outcome.reason or "").startswith((PREDICTED, GAVE_UP)):

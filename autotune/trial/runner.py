@@ -149,8 +149,13 @@ class Runner:
         lr: float,
         windows: Windows = Windows(),
         on_window: Callable[[int, float], bool] | None = None,
+        time_limit_s: float | None = None,
     ) -> dict[str, Any]:
-        """Measure one config; returns the measurement and its one-time costs as plain data."""
+        """Measure one config; returns the measurement and its one-time costs as plain data.
+
+        `time_limit_s`: seconds from now that the measurement should end by (``timing.measure``); building the
+        config spends some of them.
+        """
         cuda = self.device.type == "cuda"
         if cuda:
             torch.cuda.reset_peak_memory_stats(self.device)
@@ -162,6 +167,7 @@ class Runner:
             m = measure(
                 step, loader, windows, sync=sync, on_window=on_window, count=self.workload.count,
                 tokens=self.workload.tokens_in, cpu=loop_cpu,
+                time_limit_s=None if time_limit_s is None else max(0.0, time_limit_s - build_s),
             )
         result = m.as_dict()
         result.update(

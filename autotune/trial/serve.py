@@ -129,5 +129,6 @@ class _Answer:
             answer = self.receive()
             return answer is None or answer.get("cmd") in ("stop", "quit")
 
-        result = self.runner.run(config, request["lr"], Windows(**request.get("windows", {})), on_window)
+        result = self.runner.run(config, request["lr"], Windows(**request.get("windows", {})), on_window,
+                                 time_limit_s=request.get("time_limit_s"))
         self.send(event="result", result=result)

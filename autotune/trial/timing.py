@@ -25,7 +25,10 @@ capture) is timed separately as a one-time cost. Then:
   there are enough windows for their noise (their mean's standard error within
   the same tolerance: three windows at ±10% can agree by chance); a loop whose
   halves keep disagreeing, or whose windows stay too noisy for their count, is
-  measured longer, then marked unreliable, not stated as exact.
+  measured longer, then marked unreliable, not stated as exact;
+- a measurement given a time limit stops with the windows it has (two at least)
+  where the next would end past it, and says so (``time_limited``): a trial
+  killed at its timeout tells the search nothing.
 
 A fresh epoch's iterator start-up is measured at epoch boundaries and spread over
 the epoch's steps, so persistent workers show their worth. An epoch too short for
@@ -78,6 +81,9 @@ class Measurement:
     # only work: intra-op threads spinning at a barrier, or a wait on the device that spins, count too.
     main_cpu_ms: float | None = None
     workers_cpu_ms: float | None = None
+    # Its time limit ended it before its windows agreed (or before the noise it states was measured longer): what
+    # it states is what those windows showed, `reliable` as they allow
+    time_limited: bool = False
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -151,6 +157,7 @@ def measure(
     count: Counter = batches.samples_in,
     tokens: Counter | None = None,
     cpu: Callable[[Any], CpuTimes] | None = None,
+    time_limit_s: float | None = None,
 ) -> Measurement:
     """Time `step` over batches from `loader`; see the module docstring for what counts.
 
@@ -159,7 +166,9 @@ def measure(
     with ``tokens(batch)`` (real tokens: an int, or a tensor read only at window
     edges) the measurement states tokens per sample and the share of padding. With
     ``cpu`` (``autotune.trial.window.loop_cpu``) it states the CPU each sample cost, read at the steady windows'
-    edges. On a GPU: ``measure(step, loader, sync=torch.cuda.synchronize)``.
+    edges. With ``time_limit_s`` (seconds from its start, on `clock`) it stops timing windows once it has two
+    and the next, with the epoch boundary still owed, would end past the limit. On a GPU:
+    ``measure(step, loader, sync=torch.cuda.synchronize)``.
     """
     start = clock()
     capacity = backlog.capacity(loader)
@@ -172,7 +181,8 @@ def measure(
     min_steps = max(1, getattr(loader, "num_workers", 0) or 0)
     whole = _short(feed.steps_per_epoch, capacity, min_steps)
     skipped = 0 if whole else _skip_backlog(feed, step, capacity, min_steps)
-    steady = _Steady(feed, step, windows, clock, sync, min_steps, capacity, whole, cpu)
+    deadline = None if time_limit_s is None else start + time_limit_s
+    steady = _Steady(feed, step, windows, clock, sync, min_steps, capacity, whole, cpu, deadline)
     stopped = steady.run(on_window)
     if not stopped:
         steady.force_a_boundary()
@@ -211,6 +221,7 @@ def measure(
         uncredited_share=sum(w.uncredited for w in steady.windows) / sum(w.made for w in steady.windows),
         main_cpu_ms=cpu_ms([(w.main_cpu_s, w.samples) for w in steady.windows]),
         workers_cpu_ms=cpu_ms([(w.workers_cpu_s, w.produced) for w in steady.windows]),
+        time_limited=steady.time_limited,
     )
 
 
@@ -219,9 +230,10 @@ class _Steady:
 
     def __init__(self, feed: Feed, step: Callable[..., Any], windows: Windows, clock: Clock,
                  sync: Callable[[], None], min_steps: int, capacity: int = 0, whole: bool = False,
-                 cpu: Callable[[Any], CpuTimes] | None = None) -> None:
+                 cpu: Callable[[Any], CpuTimes] | None = None, deadline: float | None = None) -> None:
         self.feed, self.step, self.config, self.clock, self.sync = feed, step, windows, clock, sync
-        self.cpu = cpu
+        self.cpu, self.deadline = cpu, deadline
+        self.time_limited = False
         self.min_steps = min_steps  # a window spans at least one batch per worker: their output is bursty
         self.boundaries: list[Window] = []
         self.tails: list[Window] = []
@@ -248,6 +260,9 @@ class _Steady:
         """Time windows until they agree, or the limit; True when `on_window` asked to stop."""
         limit = self.config.max_windows
         while len(self.windows) < limit:
+            if self._out_of_time():
+                self.time_limited = True
+                return False
             window = self._next()
             if window is None:
                 continue
@@ -260,6 +275,19 @@ class _Steady:
             if len(self.windows) == limit == self.config.max_windows and not self.trusted(self.config.noisy):
                 limit += self.config.extra_windows  # noisy: measured longer before it is called unreliable
         return False
+
+    def _out_of_time(self) -> bool:
+        """Two windows at least, and the next, with the boundary still owed, would end past the deadline.
+
+        Each is expected to take as long as the longest window so far: windows are sized to a target time,
+        but a loader that stalls makes one longer. Fewer than two windows state no noise: then the
+        measurement goes on, and the caller's own timeout is what ends it.
+        """
+        if self.deadline is None or len(self.windows) < 2:
+            return False
+        owed = not self.boundaries and self.config.boundaries > 0 and not self.whole
+        longest = max(w.seconds for w in self.windows)
+        return self.clock() + longest * (2 if owed else 1) > self.deadline
 
     def _agree(self) -> bool:
         return len(self.windows) >= self.config.min_windows and self.trusted(self.config.rel_tol)

@@ -51,6 +51,24 @@ def test_pruning_answer_stops_the_trial(project: Path) -> None:
     assert outcome.state == "pruned" and len(outcome.windows) == 1
 
 
+def test_a_trial_whose_windows_never_agree_ends_at_its_time_limit_with_what_they_showed(
+        project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its steps are slow in every other 0.2 s, so its windows never agree. Measured to the end, its 80 windows
+    (each an epoch of 128 steps at most, 0.1-0.3 s here) would outlast the 8 s timeout, and the trial would fail as
+    one, telling the search nothing: unlimited, they took 20 s on a 2-core machine."""
+    monkeypatch.setenv("TINY_FAIL", "erratic")
+    pool = _pool(project, timeout_s=8.0)
+    try:
+        outcome = pool.run(Config(batch_size=4), 0.05,
+                           Windows(warmup_steps=1, window_s=1.0, max_windows=60, extra_windows=20, boundaries=1))
+    finally:
+        pool.stop()
+    assert outcome.state == "complete", outcome.reason
+    assert outcome.result is not None and outcome.result["time_limited"] is True
+    assert 2 <= len(outcome.windows) < 80
+    assert outcome.result["measure_s"] < 8.0
+
+
 @pytest.mark.parametrize(
     "fail,config,reason",
     [

@@ -198,6 +198,27 @@ def test_windows_too_noisy_for_their_count_are_measured_longer_however_well_thei
     assert m.window_rates[:3] == pytest.approx(rates)
 
 
+@pytest.mark.parametrize(("limit_s", "boundaries", "count"), [
+    (None, 0, 15),  # no limit: measured longer, then marked unreliable
+    # Three warm-up steps (0.102 s), then windows of 0.032, 0.046 and 0.025 s in turn: 0.441 s after ten, and the
+    # eleventh ends at 0.487 s; a twelfth, as long as the longest, would end at 0.533 s, past the limit
+    (0.5, 0, 11),
+    # An epoch boundary still owed counts as one more window: 0.409 + 2 x 0.046 = 0.501 s after nine
+    (0.5, 1, 9),
+    (0.0, 0, 2),  # two windows at least, however late: one states no noise
+])
+def test_a_time_limit_ends_the_windows_with_what_they_showed(limit_s: float | None, boundaries: int,
+                                                             count: int) -> None:
+    """Windows at ±30% never agree: without a limit they run to fifteen; with one, they stop where the next would
+    end past it, and the measurement says so."""
+    clock = Clock()
+    m = measure(_cycling_step(clock, [1000.0, 700.0, 1300.0], 32), FakeLoader(clock, 1000, 32, 0.0),
+                Windows(warmup_steps=0, window_s=1e-6, boundaries=boundaries), clock=clock, time_limit_s=limit_s)
+    assert (len(m.window_rates), m.time_limited, m.reliable) == (count, limit_s is not None, False)
+    if limit_s is not None and boundaries:
+        assert clock.now <= limit_s  # the boundary it owed was timed within the limit
+
+
 def test_the_cpu_a_sample_cost_is_read_at_the_steady_windows_edges_only() -> None:
     """Each step here costs the loop's process 2 ms of CPU and its workers 4 ms, a batch of 32: 0.0625 and 0.125 ms
     a sample. An epoch's start (0.5 s of wall time, 1 s of the workers' CPU, as new workers start up) is not
