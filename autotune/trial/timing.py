@@ -11,7 +11,8 @@ capture) is timed separately as a one-time cost. Then:
   what the workers made while it ran: the batches it took, less how far the
   backlog shrank (a loop draining one runs at its step's speed, not its loader's),
   plus how far it grew where the loop ran dry (a slower step behind refilling
-  queues never does). Where the
+  queues never does), and a drain of growth an earlier window of the epoch left
+  uncounted is not counted either (``window.waive``). Where the
   backlog cannot be read, the loop runs on, untimed, until it waits for a batch;
 - a window spans at least as many batches as there are workers (worker output is
   bursty: one slow batch, then N-1 fast ones) and never crosses an epoch (but in
@@ -51,7 +52,7 @@ from autotune.diagnosis.cputime import CpuTimes
 from autotune.loop import batch as batches
 from autotune.trial import backlog
 from autotune.trial.feed import DRY_WAIT_S, Clock, Counter, Feed
-from autotune.trial.window import Window, cpu_ms, pooled, run_steps, spread, timed
+from autotune.trial.window import Window, cpu_ms, pooled, run_steps, spread, timed, waive
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,8 +72,8 @@ class Measurement:
     tokens_per_sample: float | None = None  # real tokens (the workload's tokens_in) per sample, over the windows
     padding: float | None = None  # the share of the batches' token positions that were padding
     whole_epochs: bool = False  # epochs too short for steady windows: each window was whole epochs, starts included
-    # What the backlog grew by in windows where every batch was ready (`Window.made` does not count it), over
-    # what the windows made: a step-bound loop's refilling queues, or a loader-bound one's uncounted output
+    # What the backlog grew by in windows where every batch was ready (`Window.made` does not count it, nor a later
+    # window its drain), over what the windows made: a step-bound loop's refilling queues, or a loader's burst
     uncredited_share: float = 0.0
     # CPU per sample over the steady windows (with `measure(cpu=...)`): the loop's process, all its threads, per
     # sample it took; its DataLoader workers per sample they made (None without workers, or where they cannot be
@@ -243,6 +244,8 @@ class _Steady:
         # whole epochs, each timed from its start, with nothing to correct.
         self.whole = whole
         self.tail = 0 if whole else capacity
+        # Batches the backlog grew by, uncounted, in this epoch's windows, and not drained since (`window.waive`)
+        self.allowance = 0
         # Calibrate the first window to the step's speed; each window then sets the next one's length. A whole
         # epoch, timed from its start, is a window as any other: counted, so that an epoch costs no more.
         probe = timed(feed, step, feed.steps_per_epoch if whole else min(3, feed.steps_per_epoch), clock, sync,
@@ -266,6 +269,7 @@ class _Steady:
             window = self._next()
             if window is None:
                 continue
+            window, self.allowance = waive(window, self.allowance)
             self.windows.append(window)
             self.length = self._steps_for(window.step_s)
             if on_window is not None and on_window(len(self.windows) - 1, window.rate):
@@ -335,9 +339,11 @@ class _Steady:
             return None
         if len(self.boundaries) < self.config.boundaries:
             self.boundaries.append(timed(self.feed, self.step, n, self.clock, self.sync, restart=True))
+            self.allowance = 0  # a new epoch's backlog: what the last one's windows did is not in it
             return None
         # Enough boundaries timed: start the new epoch outside the clock, and its first batch with it
         # (fresh workers start up for it) when the epoch is long enough for a window after it.
+        self.allowance = 0
         self.feed.restart()
         if self.feed.steps_per_epoch > n:
             run_steps(self.feed, self.step, 1)

@@ -17,7 +17,7 @@ from autotune.config import Config
 from autotune.diagnosis.cputime import CpuTimes
 from autotune.trial.runner import Runner
 from autotune.trial.timing import Windows, measure, spread
-from autotune.trial.window import Window, cpu_ms
+from autotune.trial.window import Window, cpu_ms, waive
 from autotune.workloads import load, resolve
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -270,6 +270,69 @@ def test_a_trial_states_the_cpu_its_workers_spent_a_sample() -> None:
     # 2 ms of busy loop, and the batch's collation and hand-over besides (2.15-2.49 ms in eleven runs on two cores)
     assert 2.0 <= result["workers_cpu_ms"] <= 3.0, result["workers_cpu_ms"]
     assert 0 < result["main_cpu_ms"] < 1.0, result["main_cpu_ms"]  # 0.21-0.25 ms in three runs
+
+
+def test_a_drain_of_growth_left_uncounted_is_not_counted_either() -> None:
+    """8 batches of 32 in each window; the allowance is in batches."""
+    drained = Window(1.0, 8, 256, drained=3, ran_dry=True)
+    assert drained.made == 160  # with no allowance: 3 batches came from the backlog
+    part, left = waive(drained, 2)  # 2 batches of growth were left uncounted before
+    assert (part.waived, part.made, part.produced, left) == (2, 224, 160, 0)
+    assert (waive(drained, 5)[0].made, waive(drained, 5)[1]) == (256, 2)
+    # Growth while every batch was ready is not counted, and adds to the allowance.
+    grew = Window(1.0, 8, 256, drained=-2, ran_dry=False)
+    assert (waive(grew, 1)[0].made, waive(grew, 1)[1]) == (256, 3)
+    # Growth where the loop ran dry is counted where it happens: its drain is counted too.
+    dry = Window(1.0, 8, 256, drained=-2, ran_dry=True)
+    assert (waive(dry, 1)[0].made, waive(dry, 1)[1]) == (320, 1)
+
+
+class _Queue:
+    def __init__(self, ready: Any) -> None:
+        self.qsize = ready
+
+
+class _Swinging:
+    """A DataLoader as the backlog reads it (`autotune.trial.backlog`), 2 workers x prefetch 2, its loop 10 ms a
+    step, its backlog swinging between 2 and 3 batches ready with every two steps: its workers make what the loop
+    takes, bursty. Its rate is 3,200/s."""
+
+    num_workers, prefetch_factor, batch_size, drop_last = 2, 2, 32, False
+
+    def __init__(self, steps: int = 200) -> None:
+        self.steps, self.dataset = steps, range(steps * 32)
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def __iter__(self):
+        loader = self
+
+        class Iterator:
+            _pin_memory, _task_info, position = False, {}, 0
+
+            def __init__(self) -> None:
+                self._data_queue = _Queue(lambda: 2 + (self.position // 2) % 2)
+
+            def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
+                if self.position == loader.steps:
+                    raise StopIteration
+                self.position += 1
+                return torch.zeros(32, 1), torch.zeros(32)
+
+        return Iterator()
+
+
+def test_a_backlog_that_swings_is_counted_alike_growing_and_draining() -> None:
+    """Its growth is not counted where every batch was ready, so the drain of it is not either: the loop's 3,200/s in
+    every window but the first, which drained the backlog below where the warm-up left it, and is corrected for
+    that batch. Counted against every window that drains it, it read 1,600/s in every other window (2,347/s
+    pooled), a quarter slower than it ran."""
+    clock = Clock()
+    m = measure(_step(clock, 0.01), _Swinging(), Windows(warmup_steps=2, window_s=0.015, rel_tol=-1.0, boundaries=0),
+                clock=clock)
+    assert m.window_rates == pytest.approx([1600.0] + [3200.0] * 14)  # the first one's rate is noise: 15 windows
+    assert m.steady_samples_per_s == pytest.approx(928 / 0.3)  # 14 windows of 64 samples and one of 32, 0.3 s
 
 
 def test_spread_is_interquartile_range_over_median() -> None:
