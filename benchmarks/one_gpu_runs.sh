@@ -26,10 +26,11 @@
 #                                                  # of hand loop each (default 30; the first slice may run on to
 #                                                  # an epoch's worth for up to 3x that, the others as it did).
 #                                                  # On H200 hosts, with an epoch's worth a slice: the own
-#                                                  # settings 226-271 s, 0 workers 108-134 s, 8 workers
-#                                                  # 262-293 s, 15 workers 181-225 s, 16 workers 311 s (and
-#                                                  # once more than 325 s): three parts, "own|^0 ", "^8 |^15 "
-#                                                  # (482 s) and "^16 "
+#                                                  # settings 226-305 s, 0 workers 108-138 s, 8 workers
+#                                                  # 262-334 s, 15 workers 181-242 s, 16 workers 311-336 s
+#                                                  # (the longest on the stop rule that weighs noise): four
+#                                                  # parts, "own|^0 ", "^8 ", "^15 " and "^16 " ("^8 |^15 "
+#                                                  # took 587 s of 590 once)
 #     bash benchmarks/one_gpu_runs.sh OUT probe    # the workload's own ImageNet settings batch by batch
 #                                                  # (benchmarks/probes/loader_probe.py), pinned and not, around the
 #                                                  # truth benchmark's own row with a 60 s hand loop

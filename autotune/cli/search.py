@@ -50,7 +50,8 @@ Examples:
     default=90.0,
     show_default=True,
     type=click.FloatRange(min=1),
-    help="Seconds one trial may take before it fails as a timeout.",
+    help="Seconds one trial may take before it fails as a timeout; its measurement ends with the windows it has "
+    "by 80% of them.",
 )
 @click.option(
     "--lr-scaling",
