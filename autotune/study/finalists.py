@@ -347,5 +347,6 @@ def _measure(setup: Setup, pool: TrialPool, r: int, config: Config, results: Res
         setup.echo(f"  round {r + 1}: {config.describe()} failed: {outcome.reason}")
     else:
         results[config].append(outcome.result)
-        setup.echo(f"  round {r + 1}: {rate(outcome.result['samples_per_s']):>12}/s  {config.describe()}")
+        cut = " (time-limited)" if outcome.result.get("time_limited") else ""
+        setup.echo(f"  round {r + 1}: {rate(outcome.result['samples_per_s']):>12}/s  {config.describe()}{cut}")
     return setup.elapsed() - began

@@ -72,8 +72,9 @@ class Measurement:
     tokens_per_sample: float | None = None  # real tokens (the workload's tokens_in) per sample, over the windows
     padding: float | None = None  # the share of the batches' token positions that were padding
     whole_epochs: bool = False  # epochs too short for steady windows: each window was whole epochs, starts included
-    # What the backlog grew by in windows where every batch was ready (`Window.made` does not count it, nor a later
-    # window its drain), over what the windows made: a step-bound loop's refilling queues, or a loader's burst
+    # What the backlog grew by in windows where every batch was ready (`Window.made` does not count it) and no later
+    # window drained (whose drain of it is not counted either), over what the windows made: a step-bound loop's
+    # refilling queues, or a loader's last burst
     uncredited_share: float = 0.0
     # CPU per sample over the steady windows (with `measure(cpu=...)`): the loop's process, all its threads, per
     # sample it took; its DataLoader workers per sample they made (None without workers, or where they cannot be
@@ -183,7 +184,7 @@ def measure(
     whole = _short(feed.steps_per_epoch, capacity, min_steps)
     skipped = 0 if whole else _skip_backlog(feed, step, capacity, min_steps)
     deadline = None if time_limit_s is None else start + time_limit_s
-    steady = _Steady(feed, step, windows, clock, sync, min_steps, capacity, whole, cpu, deadline)
+    steady = _Steady(feed, step, windows, clock, sync, min_steps, capacity, whole, cpu, deadline, setup_s)
     stopped = steady.run(on_window)
     if not stopped:
         steady.force_a_boundary()
@@ -215,11 +216,13 @@ def measure(
         setup_s=setup_s,
         stopped_early=stopped,
         backlog_steps=skipped,
-        reliable=stopped or steady.trusted(windows.noisy),
+        # Cut by its time limit, it may have fewer windows than any stop allows: those are not called reliable.
+        reliable=stopped or (steady.trusted(windows.noisy) and len(steady.windows) >= windows.min_windows),
         tokens_per_sample=tokens_per_sample,
         padding=padding,
         whole_epochs=whole,
-        uncredited_share=sum(w.uncredited for w in steady.windows) / sum(w.made for w in steady.windows),
+        uncredited_share=sum(w.uncredited - w.waived * w.samples / w.steps for w in steady.windows)
+        / sum(w.made for w in steady.windows),
         main_cpu_ms=cpu_ms([(w.main_cpu_s, w.samples) for w in steady.windows]),
         workers_cpu_ms=cpu_ms([(w.workers_cpu_s, w.produced) for w in steady.windows]),
         time_limited=steady.time_limited,
@@ -231,9 +234,11 @@ class _Steady:
 
     def __init__(self, feed: Feed, step: Callable[..., Any], windows: Windows, clock: Clock,
                  sync: Callable[[], None], min_steps: int, capacity: int = 0, whole: bool = False,
-                 cpu: Callable[[Any], CpuTimes] | None = None, deadline: float | None = None) -> None:
+                 cpu: Callable[[Any], CpuTimes] | None = None, deadline: float | None = None,
+                 setup_s: float = 0.0) -> None:
         self.feed, self.step, self.config, self.clock, self.sync = feed, step, windows, clock, sync
         self.cpu, self.deadline = cpu, deadline
+        self.setup_s = setup_s  # the first iterator's start and the warm-up: what a fresh epoch's start costs at most
         self.time_limited = False
         self.min_steps = min_steps  # a window spans at least one batch per worker: their output is bursty
         self.boundaries: list[Window] = []
@@ -281,17 +286,24 @@ class _Steady:
         return False
 
     def _out_of_time(self) -> bool:
-        """Two windows at least, and the next, with the boundary still owed, would end past the deadline.
+        """Two windows at least, and what comes next, with the boundary still owed, would end past the deadline.
 
-        Each is expected to take as long as the longest window so far: windows are sized to a target time,
-        but a loader that stalls makes one longer. Fewer than two windows state no noise: then the
-        measurement goes on, and the caller's own timeout is what ends it.
+        A window is expected to take as long as the longest so far (windows are sized to a target time,
+        but a loader that stalls makes one longer). An epoch's change costs more: its last `capacity`
+        batches (its tail, or what `end_epoch` waits for) at the slowest batch seen, a fresh iterator's
+        start (at most what the first one's and the warm-up cost) and a window. Fewer than two windows
+        state no noise: then the measurement goes on, and the caller's own timeout is what ends it.
         """
         if self.deadline is None or len(self.windows) < 2:
             return False
-        owed = not self.boundaries and self.config.boundaries > 0 and not self.whole
         longest = max(w.seconds for w in self.windows)
-        return self.clock() + longest * (2 if owed else 1) > self.deadline
+        if self.whole:  # each window is whole epochs, its start included, and nothing is owed
+            return self.clock() + longest > self.deadline
+        change = self.tail * max(w.seconds / w.steps for w in self.windows) + self.setup_s + longest
+        steady = self.feed.remaining >= min(self.length, self.feed.steps_per_epoch - self.tail) + self.tail
+        owed = not self.boundaries and self.config.boundaries > 0
+        reserve = (longest + (change if owed else 0.0)) if steady else change
+        return self.clock() + reserve > self.deadline
 
     def _agree(self) -> bool:
         return len(self.windows) >= self.config.min_windows and self.trusted(self.config.rel_tol)

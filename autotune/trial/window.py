@@ -43,7 +43,6 @@ class Window:
     slots: int = 0  # token positions in the window's batches, padding included
     main_cpu_s: float | None = None  # CPU seconds of the loop's process over the window (with a cpu reader)
     workers_cpu_s: float | None = None  # and of its workers
-    ready_after: int | None = None  # batches the loader held ready at its end (None: it cannot be told)
     waived: int = 0  # batches of its drain not counted against it: growth an earlier window left uncounted (`waive`)
 
     @property
@@ -53,7 +52,8 @@ class Window:
         Signed, not cut at zero: worker output is bursty, so the backlog shrinks in one
         window and grows in the next, and cutting only the one side would bias the sum.
         But where every batch the loop asked for was ready (queues refilling behind a
-        slower step), a growing backlog is not its speed: it made what it took.
+        slower step), a growing backlog is not its speed: it made what it took. And a
+        drain of such growth is not counted against a later window either (`waive`).
         """
         per_batch = self.samples / self.steps
         if self.drained < 0 and not self.ran_dry:
@@ -89,8 +89,9 @@ def waive(window: Window, allowance: int) -> tuple[Window, int]:
     Counted on one side only, a loop whose backlog swings, bursty, around a level read slower than it
     ran: a quarter slower where it swings by a batch every two steps (the test). The truth rows on
     an H200 host left 3-8% of their windows' samples out as such growth (calls 65-67 in
-    benchmarks/results/h200_one_gpu/runs.log). A drain below where the backlog stood after the
-    warm-up is still counted: that is the prefetched backlog every window is corrected for.
+    benchmarks/results/h200_one_gpu/runs.log). Only drains of growth are waived: net, where an epoch's
+    windows drained the backlog below where they began, that much is still counted (in the first epoch,
+    what is left of the warm-up's prefetch: the backlog every window is corrected for).
     """
     if window.drained > 0:
         waived = min(window.drained, allowance)
@@ -143,7 +144,7 @@ def timed(feed: Feed, step: Callable[..., Any], n: int, clock: Clock, sync: Call
             # Summed over the threads alive at each read: one that exited in between took its time with it.
             workers_s = cpu1.children_s - cpu0.children_s if cpu1.children_s >= cpu0.children_s else None
     return Window(seconds, n, samples, drained, feed.ran_dry, float(feed.token_sum), feed.slot_sum,  # after the sync
-                   main_s, workers_s, after)
+                   main_s, workers_s)
 
 
 def loop_cpu(iterator: Any) -> CpuTimes:

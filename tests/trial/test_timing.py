@@ -217,6 +217,22 @@ def test_a_time_limit_ends_the_windows_with_what_they_showed(limit_s: float | No
     assert (len(m.window_rates), m.time_limited, m.reliable) == (count, limit_s is not None, False)
     if limit_s is not None and boundaries:
         assert clock.now <= limit_s  # the boundary it owed was timed within the limit
+    # Two quiet windows state a noise of zero, but fewer windows than any stop allows: not reliable.
+    quiet = measure(_cycling_step(clock, [1000.0], 32), FakeLoader(clock, 1000, 32, 0.0),
+                    Windows(warmup_steps=0, window_s=1e-6, boundaries=0), clock=clock, time_limit_s=0.0)
+    assert (len(quiet.window_rates), quiet.time_limited, quiet.reliable) == (2, True, False)
+
+
+@pytest.mark.parametrize(("limit_s", "count", "limited"), [(11.0, 2, True), (12.0, 15, False)])
+def test_a_time_limit_leaves_room_for_the_epoch_start_still_owed(limit_s: float, count: int, limited: bool) -> None:
+    """A fresh epoch's start costs 5 s here, as the first one did in the warm-up. The windows (0.03-0.05 s each) stop
+    where the start they still owe would not fit: then it ends within the limit, not a window's length past it."""
+    clock = Clock()
+    m = measure(_cycling_step(clock, [1000.0, 700.0, 1300.0], 32), FakeLoader(clock, 1000, 32, 5.0, num_workers=2),
+                Windows(warmup_steps=1, window_s=1e-6, boundaries=1), clock=clock, time_limit_s=limit_s)
+    assert (len(m.window_rates), m.time_limited) == (count, limited)
+    assert m.epoch_overhead_s == pytest.approx(5.0, abs=0.05)  # the start it owed was timed
+    assert clock.now <= limit_s
 
 
 def test_the_cpu_a_sample_cost_is_read_at_the_steady_windows_edges_only() -> None:
@@ -333,6 +349,7 @@ def test_a_backlog_that_swings_is_counted_alike_growing_and_draining() -> None:
                 clock=clock)
     assert m.window_rates == pytest.approx([1600.0] + [3200.0] * 14)  # the first one's rate is noise: 15 windows
     assert m.steady_samples_per_s == pytest.approx(928 / 0.3)  # 14 windows of 64 samples and one of 32, 0.3 s
+    assert m.uncredited_share == 0.0  # every growth was drained later: none is left out
 
 
 def test_spread_is_interquartile_range_over_median() -> None:
