@@ -188,7 +188,7 @@ def measure(
     stopped = steady.run(on_window)
     if not stopped:
         steady.force_a_boundary()
-    step_s = sum(w.seconds for w in steady.windows) / sum(w.made / (w.samples / w.steps) for w in steady.windows)
+    step_s = sum(w.seconds for w in steady.windows) / sum(w.made / w.per_batch for w in steady.windows)
     overheads = [max(0.0, w.seconds - w.steps * step_s) for w in steady.boundaries]
     epoch_overhead = statistics.median(overheads) if overheads else 0.0
     # An epoch's last `tail` batches come from the backlog, with no more to make: the loop takes them
@@ -221,7 +221,7 @@ def measure(
         tokens_per_sample=tokens_per_sample,
         padding=padding,
         whole_epochs=whole,
-        uncredited_share=sum(w.uncredited - w.waived * w.samples / w.steps for w in steady.windows)
+        uncredited_share=sum(w.uncredited - w.waived * w.per_batch for w in steady.windows)
         / sum(w.made for w in steady.windows),
         main_cpu_ms=cpu_ms([(w.main_cpu_s, w.samples) for w in steady.windows]),
         workers_cpu_ms=cpu_ms([(w.workers_cpu_s, w.produced) for w in steady.windows]),
@@ -300,9 +300,8 @@ class _Steady:
         if self.whole:  # each window is whole epochs, its start included, and nothing is owed
             return self.clock() + longest > self.deadline
         change = self.tail * max(w.seconds / w.steps for w in self.windows) + self.setup_s + longest
-        steady = self.feed.remaining >= min(self.length, self.feed.steps_per_epoch - self.tail) + self.tail
         owed = not self.boundaries and self.config.boundaries > 0
-        reserve = (longest + (change if owed else 0.0)) if steady else change
+        reserve = (longest + (change if owed else 0.0)) if self._room_for_window() else change
         return self.clock() + reserve > self.deadline
 
     def _agree(self) -> bool:
@@ -339,12 +338,20 @@ class _Steady:
         early, late = pooled(self.windows[:half]), pooled(self.windows[half:])
         return abs(late - early) / max(early, late) <= tolerance
 
+    def _window_steps(self) -> int:
+        """The next steady window's steps: its length, within what an epoch has beside its tail."""
+        return min(self.length, self.feed.steps_per_epoch - self.tail)
+
+    def _room_for_window(self) -> bool:
+        """This epoch has the next steady window left before its tail."""
+        return self.feed.remaining >= self._window_steps() + self.tail
+
     def _next(self) -> Window | None:
         """The next steady window; None when it was spent timing an epoch's tail or boundary instead."""
         if self.whole:
             return timed(self.feed, self.step, self.length, self.clock, self.sync, restart=True)
-        n = min(self.length, self.feed.steps_per_epoch - self.tail)
-        if self.feed.remaining >= n + self.tail:
+        n = self._window_steps()
+        if self._room_for_window():
             return timed(self.feed, self.step, n, self.clock, self.sync, cpu=self.cpu)
         if self.tail and self.feed.remaining > 0:
             self.tails.append(timed(self.feed, self.step, self.feed.remaining, self.clock, self.sync))
@@ -361,7 +368,7 @@ class _Steady:
             run_steps(self.feed, self.step, 1)
             self.feed.hold()  # as at a window's end: the next batch asked for, then the device left idle
             self.sync()
-        if self.feed.remaining >= n + self.tail:
+        if self._room_for_window():
             return None  # the next call times a steady window of this epoch
         return timed(self.feed, self.step, n, self.clock, self.sync, cpu=self.cpu)
 

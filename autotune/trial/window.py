@@ -46,6 +46,10 @@ class Window:
     waived: int = 0  # batches of its drain not counted against it: growth an earlier window left uncounted (`waive`)
 
     @property
+    def per_batch(self) -> float:
+        return self.samples / self.steps
+
+    @property
     def made(self) -> float:
         """Samples the loop took, less what came out of the backlog (or plus what went into it).
 
@@ -55,21 +59,19 @@ class Window:
         slower step), a growing backlog is not its speed: it made what it took. And a
         drain of such growth is not counted against a later window either (`waive`).
         """
-        per_batch = self.samples / self.steps
         if self.drained < 0 and not self.ran_dry:
             return self.samples
-        return max(self.samples - (self.drained - self.waived) * per_batch, per_batch)
+        return max(self.samples - (self.drained - self.waived) * self.per_batch, self.per_batch)
 
     @property
     def uncredited(self) -> float:
         """Samples the backlog grew by that `made` leaves out (every batch was ready: a slower step's refill)."""
-        return -self.drained * self.samples / self.steps if self.drained < 0 and not self.ran_dry else 0.0
+        return -self.drained * self.per_batch if self.drained < 0 and not self.ran_dry else 0.0
 
     @property
     def produced(self) -> float:
         """What the workers made over the window, credited or not: all that their CPU time paid for."""
-        per_batch = self.samples / self.steps
-        return max(self.samples - self.drained * per_batch, per_batch)
+        return max(self.samples - self.drained * self.per_batch, self.per_batch)
 
     @property
     def rate(self) -> float:
