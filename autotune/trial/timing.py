@@ -252,9 +252,12 @@ class _Steady:
         # Batches the backlog grew by, uncounted, in this epoch's windows, and not drained since (`window.waive`)
         self.allowance = 0
         # Calibrate the first window to the step's speed; each window then sets the next one's length. A whole
-        # epoch, timed from its start, is a window as any other: counted, so that an epoch costs no more.
-        probe = timed(feed, step, feed.steps_per_epoch if whole else min(3, feed.steps_per_epoch), clock, sync,
-                       restart=whole)
+        # epoch, timed from its start, is a window as any other: counted, so that an epoch costs no more. The
+        # probe spans a batch per worker as a window does: workers that deliver together make fewer batches a
+        # wave, and the wait for the next wave falls in the next window (`Feed.hold`), so a probe of one wave's
+        # batches takes no time, and its window would ask for the rest of the epoch.
+        first = feed.steps_per_epoch if whole else min(max(3, min_steps), feed.steps_per_epoch)
+        probe = timed(feed, step, first, clock, sync, restart=whole)
         self.windows = [probe] if whole else []
         self.length = self._steps_for(probe.step_s)
 

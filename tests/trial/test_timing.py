@@ -352,6 +352,68 @@ def test_a_backlog_that_swings_is_counted_alike_growing_and_draining() -> None:
     assert m.uncredited_share == 0.0  # every growth was drained later: none is left out
 
 
+class _Waves:
+    """A DataLoader as the backlog reads it (`autotune.trial.backlog`): 4 workers in step, each making a batch of 32
+    in 1 s of the fake clock, so batches come in waves of 4 a second, 8 held ready at most. Its rate is 128/s."""
+
+    num_workers, prefetch_factor, batch_size, drop_last = 4, 2, 32, False
+
+    def __init__(self, clock: Clock, steps: int = 200) -> None:
+        self.clock, self.steps, self.dataset = clock, steps, range(steps * 32)
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def __iter__(self):
+        loader, clock = self, self.clock
+
+        class Iterator:
+            _pin_memory, _task_info = False, {}
+
+            def __init__(self) -> None:
+                self.taken = self.made = 0
+                self.due = clock.now + 1.0  # the first wave
+                self._data_queue = _Queue(self.ready)
+
+            def ready(self) -> int:
+                while self.made < loader.steps and clock.now >= self.due:
+                    if self.made - self.taken + 4 <= 8:  # a full queue holds the wave back
+                        self.made += 4
+                    self.due += 1.0
+                return self.made - self.taken
+
+            def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
+                if self.taken == loader.steps:
+                    raise StopIteration
+                if self.ready() == 0:
+                    clock.now = self.due
+                    self.ready()
+                self.taken += 1
+                return torch.zeros(32, 1), torch.zeros(32)
+
+        return Iterator()
+
+
+def test_a_window_is_never_sized_on_one_wave_of_batches_its_workers_made_together() -> None:
+    """The loader alone (diagnose's feed (b): its step a copy that takes no time), its 4 workers delivering in
+    waves: each window must span a wave's wait, or its time is none and its pace nothing.
+
+    Sized on 3 batches of one wave (0 s: the wait for the next was the next window's), the first window asked
+    for the rest of the epoch; on an H200 host, feed (b) of ResNet-50's 4-worker loader ran past 100 s where it
+    had taken 22 s. Here that took 153 s of the fake clock: 176 batches timed as the epoch's tail, 191 at its
+    boundary and 191 in a window, the first window read 131/s. Sized on a probe of a wave's wait, each window
+    spans a wave (4 batches) and reads the workers' 128/s exactly: 12 s in all.
+    """
+    clock = Clock()
+    ends: list[float] = []
+    m = measure(lambda batch: None, _Waves(clock), Windows(warmup_steps=5, window_s=0.2, min_windows=3,
+                                                         max_windows=8, rel_tol=0.05, boundaries=1),
+                clock=clock, on_window=lambda i, rate: ends.append(clock.now) and False)
+    assert m.window_rates == pytest.approx([128.0] * 3)
+    assert [b - a for a, b in zip(ends, ends[1:])] == pytest.approx([1.0, 1.0])  # a wave a window
+    assert clock.now == pytest.approx(12.0)
+
+
 def test_spread_is_interquartile_range_over_median() -> None:
     assert spread([100.0]) == 0.0
     assert spread([90.0, 100.0, 110.0]) == pytest.approx(0.1)
