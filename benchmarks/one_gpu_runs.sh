@@ -27,10 +27,11 @@
 #                                                  # an epoch's worth for up to 3x that, the others as it did).
 #                                                  # On H200 hosts, with an epoch's worth a slice: the own
 #                                                  # settings 226-305 s, 0 workers 108-138 s, 8 workers
-#                                                  # 262-334 s, 15 workers 181-242 s, 16 workers 311-336 s
+#                                                  # 262-334 s, 15 workers 181-242 s, 16 workers 297-336 s
 #                                                  # (the longest on the stop rule that weighs noise): four
 #                                                  # parts, "own|^0 ", "^8 ", "^15 " and "^16 " ("^8 |^15 "
-#                                                  # took 587 s of 590 once)
+#                                                  # took 587 s of 590 once); at PART_S 585, 420, 400 and 390
+#                                                  # they took 434 s (data set included), 329, 226 and 310 s
 #     bash benchmarks/one_gpu_runs.sh OUT probe    # the workload's own ImageNet settings batch by batch
 #                                                  # (benchmarks/probes/loader_probe.py), pinned and not, around the
 #                                                  # truth benchmark's own row with a 60 s hand loop
