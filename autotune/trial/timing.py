@@ -252,14 +252,24 @@ class _Steady:
         # Batches the backlog grew by, uncounted, in this epoch's windows, and not drained since (`window.waive`)
         self.allowance = 0
         # Calibrate the first window to the step's speed; each window then sets the next one's length. A whole
-        # epoch, timed from its start, is a window as any other: counted, so that an epoch costs no more. The
-        # probe spans a batch per worker as a window does: workers that deliver together make fewer batches a
-        # wave, and the wait for the next wave falls in the next window (`Feed.hold`), so a probe of one wave's
-        # batches takes no time, and its window would ask for the rest of the epoch.
-        first = feed.steps_per_epoch if whole else min(max(3, min_steps), feed.steps_per_epoch)
+        # epoch, timed from its start, is a window as any other: counted, so that an epoch costs no more.
+        first = feed.steps_per_epoch if whole else self._probe_steps()
         probe = timed(feed, step, first, clock, sync, restart=whole)
         self.windows = [probe] if whole else []
         self.length = self._steps_for(probe.step_s)
+
+    def _probe_steps(self) -> int:
+        """Steps of the probe that sizes the first window: a batch per worker where the epoch has room for it.
+
+        Workers that start together deliver in waves, and the wait for the next wave falls in the next
+        window (`Feed.hold`): a probe of 3 batches of one wave of 4 took no time, and the window sized on
+        it asked for the rest of the epoch (a fake-clock loader of such waves took 153 s to measure, 12 s
+        with the longer probe). Where the epoch left has no room for the longer probe, a window of a batch
+        per worker and the tail beside it, the probe stays at 3 steps: a probe that took that room would
+        leave the first epoch none, or eat into its tail.
+        """
+        left = self.feed.remaining or self.feed.steps_per_epoch  # none left: the probe starts the next epoch
+        return max(min(3, left), min(self.min_steps, left - self.tail - self.min_steps))
 
     def _steps_for(self, step_s: float) -> int:
         wanted = max(math.ceil(self.config.window_s / max(step_s, 1e-9)), self.min_steps)
