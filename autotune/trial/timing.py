@@ -379,10 +379,6 @@ class _Steady:
         self.feed.restart()
         if self.feed.steps_per_epoch > n:
             run_steps(self.feed, self.step, 1)
-            # And what its first wave left ready, where the epoch has room for it: a window that began with
-            # them would count the batches as drained, and not what the workers were midway through making.
-            ready = self.feed.ready() or 0
-            run_steps(self.feed, self.step, max(0, min(ready, self.feed.remaining - self.tail - n)))
             self.feed.hold()  # as at a window's end: the next batch asked for, then the device left idle
             self.sync()
         if self._room_for_window():

@@ -483,23 +483,6 @@ def test_the_probe_leaves_a_short_epoch_its_room_for_windows() -> None:
     assert clock.now == pytest.approx(12.8)
 
 
-def test_an_epoch_started_outside_the_clock_is_timed_from_where_its_first_wave_left_off() -> None:
-    """4 workers each given 1 batch ahead, 16 batches an epoch, a step of 0.1 s: the workers' 128/s bound it.
-
-    Once its boundary is timed, each new epoch starts outside the clock with its first batch. A window that began
-    there took the 3 batches of the first wave still waiting as drained, while what the workers were midway
-    through making was not yet theirs: every other window read 64/s, 98.5/s pooled, unreliable after 13 windows.
-    Taken untimed too, the wave leaves the window where every steady window begins: 128/s in three.
-    """
-    clock = Clock()
-    m = measure(_step(clock, 0.1), _InTurn(clock, steps=16, workers=4, prefetch=1),
-                Windows(warmup_steps=5, window_s=0.2, min_windows=3, max_windows=8, rel_tol=0.05, boundaries=1),
-                clock=clock)
-    assert m.window_rates == pytest.approx([128.0] * 3)
-    assert m.reliable
-    assert clock.now == pytest.approx(17.8)
-
-
 def test_spread_is_interquartile_range_over_median() -> None:
     assert spread([100.0]) == 0.0
     assert spread([90.0, 100.0, 110.0]) == pytest.approx(0.1)
