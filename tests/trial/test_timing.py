@@ -454,6 +454,9 @@ class _InTurn:
                 self.free[worker] = self.done[i] = max(self.free[worker], now) + 1.0
                 self._task_info[i] = (worker,)
 
+            def __iter__(self):  # an epoch ended early takes what is left through it (`Feed.end_epoch`)
+                return self
+
             def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
                 if self.taken not in self.done:
                     raise StopIteration
