@@ -32,6 +32,9 @@
 #                                                  # parts, "own|^0 ", "^8 ", "^15 " and "^16 " ("^8 |^15 "
 #                                                  # took 587 s of 590 once); at PART_S 585, 420, 400 and 390
 #                                                  # they took 434 s (data set included), 329, 226 and 310 s
+#     bash benchmarks/one_gpu_runs.sh OUT diagnose # autotune diagnose --recipe imagenet_resnet50 (the data set first
+#                                                  # on a fresh host): 43-54 s on H200 hosts, before the stop rule
+#                                                  # that weighs noise; past 100 s on 2c63ab4 (call 74)
 #     bash benchmarks/one_gpu_runs.sh OUT probe    # the workload's own ImageNet settings batch by batch
 #                                                  # (benchmarks/probes/loader_probe.py), pinned and not, around the
 #                                                  # truth benchmark's own row with a 60 s hand loop
@@ -179,8 +182,12 @@ truth)
         --seconds "${TRUTH_S:-30}" --out .
     cp /tmp/runs/truth/truth.json "$OUT/truth.json" 2>/dev/null
     ;;
+diagnose)
+    [ -d "$AUTOTUNE_DATA/imagenet-synthetic" ] || step data bash -c "$DATA"
+    step diagnose python3 -m autotune diagnose --recipe imagenet_resnet50
+    ;;
 *)
-    echo "unknown part $PART: first, search, check, winner, final, cores5, speed, probe or truth" >&2
+    echo "unknown part $PART: first, search, check, winner, final, cores5, speed, probe, truth or diagnose" >&2
     exit 2
     ;;
 esac
