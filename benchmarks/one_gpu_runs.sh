@@ -11,6 +11,8 @@
 #                                                  # default 20; at 15, 7 minutes on an H200 host), then the winner (this
 #                                                  # host's last search, else the committed one) through the truth
 #                                                  # benchmark while the part's time lasts
+#     bash benchmarks/one_gpu_runs.sh OUT sweep    # the check part's hand sweep, then the own settings by hand alone
+#                                                  # (SWEEP_S seconds a row), without the winner
 #     bash benchmarks/one_gpu_runs.sh OUT winner   # the winner through the truth benchmark, then the own settings,
 #                                                  # then the truth rows TRUTH_MATCH finds (default "^0 |^8 ")
 #     bash benchmarks/one_gpu_runs.sh OUT final    # autotune search --recipe text_transformer, GPU tests, the hand
@@ -182,12 +184,22 @@ truth)
         --seconds "${TRUTH_S:-30}" --out .
     cp /tmp/runs/truth/truth.json "$OUT/truth.json" 2>/dev/null
     ;;
+sweep)
+    [ -d "$AUTOTUNE_DATA/imagenet-synthetic" ] || step data bash -c "$DATA"
+    # The check part without its winner: the hand sweep, then the workload's own settings, both by hand alone
+    # (SWEEP_S seconds a row), so that a `winner` part on this host right after holds the winner against both.
+    step sweep python3 "$REPO/benchmarks/truth.py" --configs sweep --hand-only --seconds "${SWEEP_S:-20}" --out .
+    cp /tmp/runs/sweep/truth.json "$OUT/sweep.json" 2>/dev/null
+    step own_hand python3 "$REPO/benchmarks/truth.py" --configs default --match own --hand-only \
+        --seconds "${SWEEP_S:-20}" --out .
+    cp /tmp/runs/own_hand/truth.json "$OUT/own_hand.json" 2>/dev/null
+    ;;
 diagnose)
     [ -d "$AUTOTUNE_DATA/imagenet-synthetic" ] || step data bash -c "$DATA"
     step diagnose python3 -m autotune diagnose --recipe imagenet_resnet50
     ;;
 *)
-    echo "unknown part $PART: first, search, check, winner, final, cores5, speed, probe, truth or diagnose" >&2
+    echo "unknown part $PART: first, search, check, sweep, winner, final, cores5, speed, probe, truth or diagnose" >&2
     exit 2
     ;;
 esac
