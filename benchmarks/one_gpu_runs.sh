@@ -11,8 +11,8 @@
 #                                                  # default 20; at 15, 7 minutes on an H200 host), then the winner (this
 #                                                  # host's last search, else the committed one) through the truth
 #                                                  # benchmark while the part's time lasts
-#     bash benchmarks/one_gpu_runs.sh OUT sweep    # the check part's hand sweep, then the own settings by hand alone
-#                                                  # (SWEEP_S seconds a row), without the winner
+#     bash benchmarks/one_gpu_runs.sh OUT sweep    # the check part's hand sweep, the winner and the own settings,
+#                                                  # all by hand alone (SWEEP_S seconds a row)
 #     bash benchmarks/one_gpu_runs.sh OUT winner   # the winner through the truth benchmark, then the own settings,
 #                                                  # then the truth rows TRUTH_MATCH finds (default "^0 |^8 ")
 #     bash benchmarks/one_gpu_runs.sh OUT final    # autotune search --recipe text_transformer, GPU tests, the hand
@@ -186,10 +186,15 @@ truth)
     ;;
 sweep)
     [ -d "$AUTOTUNE_DATA/imagenet-synthetic" ] || step data bash -c "$DATA"
-    # The check part without its winner: the hand sweep, then the workload's own settings, both by hand alone
-    # (SWEEP_S seconds a row), so that a `winner` part on this host right after holds the winner against both.
+    # The hand sweep, the winner (this host's last search, else the committed one) and the workload's own settings,
+    # all by hand alone (SWEEP_S seconds a row), back to back; a `winner` part after it adds autotune's measurement.
     step sweep python3 "$REPO/benchmarks/truth.py" --configs sweep --hand-only --seconds "${SWEEP_S:-20}" --out .
     cp /tmp/runs/sweep/truth.json "$OUT/sweep.json" 2>/dev/null
+    from=$REPO
+    [ -f /tmp/runs/imagenet_search/recipes/imagenet_resnet50.tuned.toml ] && from=/tmp/runs/imagenet_search
+    step winner_hand bash -c "cd $from && python3 $REPO/benchmarks/truth.py --configs tuned --hand-only \
+        --seconds ${SWEEP_S:-20} --out /tmp/runs/winner_hand"
+    cp /tmp/runs/winner_hand/truth.json "$OUT/winner_hand.json" 2>/dev/null
     step own_hand python3 "$REPO/benchmarks/truth.py" --configs default --match own --hand-only \
         --seconds "${SWEEP_S:-20}" --out .
     cp /tmp/runs/own_hand/truth.json "$OUT/own_hand.json" 2>/dev/null
