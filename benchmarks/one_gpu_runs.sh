@@ -78,7 +78,9 @@ winner() {  # winner [SECONDS]: the tuned file a search part wrote on this host,
     cp /tmp/runs/winner/truth.json "$OUT/winner.json" 2>/dev/null
 }
 budget() { local s=$(($(left) - 45)); echo $((s > 30 ? s : 30)); }  # a search's --time-budget: what is left, less its tail
-echo "$(date +%T) $PART on $NCPU cores, commit $(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null)" >>"$OUT/progress.log"
+# The commit, and the tracked files that differ from it: a copy of a working tree can carry edits its HEAD lacks.
+TREE=$(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null && git diff --name-only HEAD 2>/dev/null | sed 's/^/+ /')
+echo "$(date +%T) $PART on $NCPU cores, commit $(echo $TREE)" >>"$OUT/progress.log"
 
 case $PART in
 first)
