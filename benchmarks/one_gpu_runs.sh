@@ -12,7 +12,10 @@
 #                                                  # host's last search, else the committed one) through the truth
 #                                                  # benchmark while the part's time lasts
 #     bash benchmarks/one_gpu_runs.sh OUT sweep    # the check part's hand sweep, the winner and the own settings,
-#                                                  # all by hand alone (SWEEP_S seconds a row)
+#                                                  # all by hand alone (SWEEP_S seconds a row). At SWEEP_S 15 on an
+#                                                  # H200 host: the data set 25 s, the sweep 481 s, the winner 79 s,
+#                                                  # the own settings 48 s: more than one 585 s part (call 77 left
+#                                                  # the own settings to a call of their own)
 #     bash benchmarks/one_gpu_runs.sh OUT winner   # the winner through the truth benchmark, then the own settings,
 #                                                  # then the truth rows TRUTH_MATCH finds (default "^0 |^8 ")
 #     bash benchmarks/one_gpu_runs.sh OUT final    # autotune search --recipe text_transformer, GPU tests, the hand
@@ -194,7 +197,8 @@ sweep)
     cp /tmp/runs/sweep/truth.json "$OUT/sweep.json" 2>/dev/null
     from=$REPO
     [ -f /tmp/runs/imagenet_search/recipes/imagenet_resnet50.tuned.toml ] && from=/tmp/runs/imagenet_search
-    step winner_hand bash -c "cd $from && python3 $REPO/benchmarks/truth.py --configs tuned --hand-only \
+    echo "$(date +%T) the winner from $from/recipes/imagenet_resnet50.tuned.toml" >>"$OUT/progress.log"
+    step winner_hand bash -c "cd '$from' && python3 '$REPO/benchmarks/truth.py' --configs tuned --hand-only \
         --seconds ${SWEEP_S:-20} --out /tmp/runs/winner_hand"
     cp /tmp/runs/winner_hand/truth.json "$OUT/winner_hand.json" 2>/dev/null
     step own_hand python3 "$REPO/benchmarks/truth.py" --configs default --match own --hand-only \
