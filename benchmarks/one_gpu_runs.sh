@@ -61,6 +61,9 @@ left() { echo $((END - $(date +%s))); }
 step() {  # step NAME COMMAND...: in its own folder under /tmp, at most the seconds left, output to OUT/NAME.log
     local name=$1
     shift
+    # An earlier part's result in the step's folder must not be copied back as this one's where the step fails
+    # early or is skipped (the folder itself stays: a search's study and tuned file there are what later parts read).
+    rm -f "/tmp/runs/$name/truth.json"
     if [ "$(left)" -lt 10 ]; then
         echo "$(date +%T) [$name: skipped, the part's time is spent]" >>"$OUT/progress.log"
         return
