@@ -75,13 +75,15 @@ step() {  # step NAME COMMAND...: in its own folder under /tmp, at most the seco
 }
 DATA="python3 -c \"from autotune.workloads.imagenet import imagenet_folder; print(len(imagenet_folder('$AUTOTUNE_DATA')))\";
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv"
-winner() {  # winner [SECONDS]: the tuned file a search part wrote on this host, if there is one, else the committed one
-    local from=$REPO
+winner() {  # winner [SECONDS [NAME [TRUTH.PY ARGS...]]]: the winner through truth.py as step NAME (default winner):
+    # the tuned file a search part wrote on this host, if there is one, else the committed one
+    local seconds=${1:-30} name=${2:-winner} from=$REPO
+    shift $(($# < 2 ? $# : 2))
     [ -f /tmp/runs/imagenet_search/recipes/imagenet_resnet50.tuned.toml ] && from=/tmp/runs/imagenet_search
     echo "$(date +%T) the winner from $from/recipes/imagenet_resnet50.tuned.toml" >>"$OUT/progress.log"
-    step winner bash -c "cd $from && python3 $REPO/benchmarks/truth.py --configs tuned --seconds ${1:-30} \
-        --out /tmp/runs/winner"
-    cp /tmp/runs/winner/truth.json "$OUT/winner.json" 2>/dev/null
+    step "$name" bash -c "cd '$from' && python3 '$REPO/benchmarks/truth.py' --configs tuned --seconds $seconds $* \
+        --out /tmp/runs/$name"
+    cp "/tmp/runs/$name/truth.json" "$OUT/$name.json" 2>/dev/null
 }
 budget() { local s=$(($(left) - 45)); echo $((s > 30 ? s : 30)); }  # a search's --time-budget: what is left, less its tail
 # The commit, and the tracked files that differ from it: a copy of a working tree can carry edits its HEAD lacks.
@@ -198,12 +200,7 @@ sweep)
     # all by hand alone (SWEEP_S seconds a row), back to back; a `winner` part after it adds autotune's measurement.
     step sweep python3 "$REPO/benchmarks/truth.py" --configs sweep --hand-only --seconds "${SWEEP_S:-20}" --out .
     cp /tmp/runs/sweep/truth.json "$OUT/sweep.json" 2>/dev/null
-    from=$REPO
-    [ -f /tmp/runs/imagenet_search/recipes/imagenet_resnet50.tuned.toml ] && from=/tmp/runs/imagenet_search
-    echo "$(date +%T) the winner from $from/recipes/imagenet_resnet50.tuned.toml" >>"$OUT/progress.log"
-    step winner_hand bash -c "cd '$from' && python3 '$REPO/benchmarks/truth.py' --configs tuned --hand-only \
-        --seconds ${SWEEP_S:-20} --out /tmp/runs/winner_hand"
-    cp /tmp/runs/winner_hand/truth.json "$OUT/winner_hand.json" 2>/dev/null
+    winner "${SWEEP_S:-20}" winner_hand --hand-only
     step own_hand python3 "$REPO/benchmarks/truth.py" --configs default --match own --hand-only \
         --seconds "${SWEEP_S:-20}" --out .
     cp /tmp/runs/own_hand/truth.json "$OUT/own_hand.json" 2>/dev/null
