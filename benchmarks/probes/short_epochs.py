@@ -11,8 +11,9 @@ the step's rate (within epochs). It prints how many configs are more than 5% off
 those the measurement calls reliable, and how many it marks unreliable.
 
 `real` measures DataLoaders of 4 workers that sleep 4 ms a sample (batch 16, 1 ms a step), 40-60 batches an
-epoch, 1 or 2 batches ahead: sleeping, not computing, so the host's load moves them little. Within epochs
-their truth is about 1,000 samples/s less the workers' overhead a batch.
+epoch, 1 or 2 batches ahead: sleeping, not computing, so the host's load moves them little. Each is held
+against plain loops timed by hand (`--seconds`, 10 by default): within each epoch past twice the backlog and
+before its last capacity batches for the rate within epochs, over whole epochs for the rate end to end.
 
 Short epochs are where a measurement goes on into later epochs, each started outside the clock: the branch
 whose first window is still open (docs/measuring.md). Any change to it is held against both.
@@ -33,7 +34,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the tests' fake loader, as the tests read it
 from autotune.trial.timing import Windows, measure  # noqa: E402
-from tests.trial.test_timing import Clock, SleepySamples, _InTurn, _step  # noqa: E402
+from tests.trial.test_timing import Clock, SleepySamples, _by_hand_over_epochs, _InTurn, _step  # noqa: E402
 
 WORKERS, PREFETCH, STEPS = (2, 4, 6, 8, 12), (1, 2, 3, 4), (14, 20, 24, 32, 40, 64, 100)
 STEP_S, WINDOW_S = (0.02, 0.1, 0.2, 0.3), (0.2, 0.6, 1.0)
@@ -79,20 +80,43 @@ def summary(rows: dict[str, dict[str, Any]]) -> str:
             f"unreliable {sum(not r['reliable'] for r in rows.values())}; mean |end-to-end error| {mean:.4f}")
 
 
-def real(runs: int) -> None:
+def _within_epochs_by_hand(loader: torch.utils.data.DataLoader, step: Any, seconds: float) -> float:
+    """Samples/s of a plain loop within epochs: in each, timed from its 2 x capacity-th batch (past the backlog its
+    workers made while starting) to where its last capacity batches begin (the drain at its end), for `seconds`."""
+    capacity = loader.num_workers * loader.prefetch_factor
+    first, last = 2 * capacity, len(loader) - capacity
+    samples, spent = 0, 0.0
+    while spent < seconds:
+        for i, (x, y) in enumerate(loader):
+            if i == first:
+                start = time.perf_counter()
+            step((x, y))
+            if first < i <= last:
+                samples += len(x)
+            if i == last:
+                spent += time.perf_counter() - start
+    return samples / spent
+
+
+def real(runs: int, seconds: float) -> None:
     def step(batch: Any) -> None:
         time.sleep(0.001)
 
     for prefetch, persistent, steps in ((1, True, 60), (1, True, 40), (2, True, 60), (1, False, 60)):
+        def loader() -> torch.utils.data.DataLoader:
+            return torch.utils.data.DataLoader(SleepySamples(16 * steps, sample_s=0.004), batch_size=16,
+                                               num_workers=4, prefetch_factor=prefetch, persistent_workers=persistent)
+
         for _ in range(runs):
-            loader = torch.utils.data.DataLoader(SleepySamples(16 * steps, sample_s=0.004), batch_size=16,
-                                                 num_workers=4, prefetch_factor=prefetch,
-                                                 persistent_workers=persistent)
-            m = measure(step, loader, Windows(window_s=0.5))
+            m = measure(step, loader(), Windows(window_s=0.5))
+            # The truth beside it: plain loops, one within epochs past each one's backlog and before its drain, one
+            # over whole epochs, start-ups included (end to end), each for `seconds`.
+            steady, e2e = _within_epochs_by_hand(loader(), step, seconds), _by_hand_over_epochs(loader(), step, seconds)
             print(f"prefetch {prefetch}, {'persistent' if persistent else 'fresh workers each epoch'}, "
-                  f"{steps} batches an epoch: {m.samples_per_s:,.0f}/s end to end, {m.steady_samples_per_s:,.0f}/s "
-                  f"within epochs{'' if m.reliable else ' (unreliable)'}; windows "
-                  f"{', '.join(f'{r:,.0f}' for r in m.window_rates)}", flush=True)
+                  f"{steps} batches an epoch: end to end {m.samples_per_s:,.0f}/s, by hand {e2e:,.0f}/s "
+                  f"({m.samples_per_s / e2e:.3f}); within epochs {m.steady_samples_per_s:,.0f}/s, by hand "
+                  f"{steady:,.0f}/s ({m.steady_samples_per_s / steady:.3f}){'' if m.reliable else ', unreliable'}",
+                  flush=True)
 
 
 def main() -> None:
@@ -100,6 +124,7 @@ def main() -> None:
     parser.add_argument("mode", choices=["fake", "real"])
     parser.add_argument("--json", type=Path, help="fake: every config's errors and windows, to this file")
     parser.add_argument("--runs", type=int, default=2, help="real: measurements of each loader")
+    parser.add_argument("--seconds", type=float, default=10.0, help="real: how long each hand loop is timed")
     args = parser.parse_args()
     warnings.filterwarnings("ignore", message="This DataLoader will create")
     if args.mode == "fake":
@@ -108,7 +133,7 @@ def main() -> None:
         if args.json:
             args.json.write_text(json.dumps(rows, indent=1))
     else:
-        real(args.runs)
+        real(args.runs, args.seconds)
 
 
 if __name__ == "__main__":
