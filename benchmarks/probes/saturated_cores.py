@@ -6,7 +6,8 @@ On an H200 host, truth.py's 15-worker row (16 cores, non-persistent workers, pre
 percent below its hand loop more often than above (docs/measuring.md). Here the same regime on a CPU
 host of 2 cores, no GPU needed: imagenet_resnet50's data (the synthetic JPEGs of about 500x375,
 RandomResizedCrop(224), a flip, ToTensor, Normalize) fed to a model so small that the loop waits for
-its loader, batch 32, with as many workers as cores. Each row is truth.py's own (`compared`): autotune's
+its loader, batch 32: as many workers as cores (fresh each epoch with 2 batches ahead, and
+persistent with 4), then one fewer. Each row is truth.py's own (`compared`): autotune's
 two trial-process measurements between three hand-timed slices, each in a fresh process.
 
 This file is also the workload it measures (DEFAULTS and the build functions below): a trial process
@@ -39,7 +40,7 @@ def build_dataset(root):
 
 
 def build_model():
-    # One strided convolution: a step of a few milliseconds, far below what the workers take to decode a batch.
+    # One strided convolution: about 20 ms a step of 32 on 2 cores, where a worker takes 130 ms or more to decode them.
     return nn.Sequential(nn.Conv2d(3, 16, 16, stride=16), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
                          nn.Linear(16, 1000))
 
@@ -68,7 +69,7 @@ def main() -> None:
         f"{cores} workers, prefetch 2, fresh each epoch": Config(32, num_workers=cores, prefetch_factor=2),
         f"{cores} workers, prefetch 4, persistent": Config(32, num_workers=cores, prefetch_factor=4,
                                                            persistent_workers=True),
-        f"{cores - 1} workers, prefetch 2": Config(32, num_workers=max(1, cores - 1), prefetch_factor=2),
+        f"{max(1, cores - 1)} workers, prefetch 2": Config(32, num_workers=max(1, cores - 1), prefetch_factor=2),
     }
     options = argparse.Namespace(rounds=2, seconds=args.seconds, no_bracket=False, out=args.out)
     args.out.mkdir(parents=True, exist_ok=True)
