@@ -22,6 +22,7 @@ import os
 import sys
 from pathlib import Path
 
+import torch
 from torch import nn, optim
 from torchvision import transforms
 
@@ -59,8 +60,6 @@ def main() -> None:
     parser.add_argument("--match", default="", help="only the rows whose name holds this")
     parser.add_argument("--out", type=Path, default=Path("saturated_cores"))
     args = parser.parse_args()
-    import torch
-
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import truth  # benchmarks/truth.py
 
