@@ -10,6 +10,14 @@ from autotune.workloads import Workload
 
 AMP_CHOICES = ("off", "bf16", "fp16")
 PLACEMENT_CHOICES = ("stream", "device")
+# torch.compile's modes, as a knob (autotune.loop.compiled says why these and how they combine with cuda_graph).
+COMPILE_CHOICES = ("off", "default", "max-autotune-no-cudagraphs")
+# Seconds a trial's time limit (and its give-up time) grows by while its step compiles: the compile is a one-time
+# cost of the declared run, and a trial compiling sends no window to judge it by. ResNet-50 at batch 256 compiled
+# in 38 s in default mode on an H200 (issue 43), cold; three times that for a busier host. max-autotune benchmarks
+# kernel choices for every matmul and convolution: not yet measured, so ten minutes until benchmarks/compile_steps.py
+# says better. A warm cache (autotune.loop.compile_cache) makes either a fraction of this.
+COMPILE_ALLOWANCE_S = {"off": 0.0, "default": 120.0, "max-autotune-no-cudagraphs": 600.0}
 DECODE_CHOICES = ("cpu", "gpu")  # gpu: workers read JPEG bytes, the device decodes and augments (loop.device_decode)
 # The loader's knobs: they change how fast batches come, not which samples, their values or their order.
 # device_normalize moves ToTensor and Normalize from the workers to the device, with the same arithmetic.
@@ -46,6 +54,7 @@ class Config:
     device_normalize: bool = False
     pad_multiple: int = 0  # 0: off; N: the collate_fn pads each batch to a multiple of N (pad_to_multiple_of)
     bucketing: bool = False  # batches of samples of similar length (loop.buckets), from the workload's sample_lengths
+    compile: str = "off"  # torch.compile of the step's loss (loop.compiled); one of COMPILE_CHOICES
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -88,6 +97,8 @@ class Config:
                 parts.append(label)
         if self.amp != "off":
             parts.append(self.amp)
+        if self.compile != "off":
+            parts.append(f"compile={self.compile}")
         return " ".join(parts)
 
 

@@ -20,6 +20,7 @@ from torch import nn
 
 from autotune.config import Config
 from autotune.loop import batch as batches
+from autotune.loop import compiled
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 GRAPH_WARMUP_STEPS = 3  # eager steps on a side stream before capture, as torch.cuda.graphs asks
@@ -52,7 +53,9 @@ class Step:
     replayed with the batch copied into static buffers; a batch of another signature
     (an epoch's last, short batch) runs eagerly on the same parameters and optimizer.
     It returns the loss as a fresh tensor (a graph's own output is overwritten by the
-    next replay) without synchronising the host. ``step(x, y)`` is ``step((x, y))``.
+    next replay) without synchronising the host. ``step(x, y)`` is ``step((x, y))``. With
+    ``compile`` the loss is computed by ``torch.compile`` (``autotune.loop.compiled``), inside the
+    graph too where both are on.
 
     For example::
 
@@ -78,6 +81,9 @@ class Step:
             raise ValueError("a step needs loss_fn (for (x, y) batches) or compute_loss(model, batch)")
         self.model, self.loss_fn, self.optimizer, self.config = model, loss_fn, optimizer, config
         self.compute_loss: ComputeLoss = compute_loss or pair_loss(loss_fn)  # type: ignore[arg-type]
+        self.compiled = compiled.compile_loss(self.compute_loss, config.compile)  # None: compile off
+        if self.compiled is not None:
+            self.compute_loss = self.compiled
         self.device = device
         self.non_blocking = config.pin_memory or config.placement == "device"
         self.memory_format = torch.channels_last if config.channels_last else torch.contiguous_format
@@ -161,8 +167,17 @@ class Step:
             _one(batch), self.device, self.non_blocking, self.memory_format is torch.channels_last
         )
 
+    @property
+    def compile_s(self) -> float:
+        """One-time cost of compiling the step (its first steps, and any recompilation), reported with the trial."""
+        return 0.0 if self.compiled is None else self.compiled.compile_s
+
     def __call__(self, *batch: Any) -> torch.Tensor:
-        batch = _one(batch)
+        if self.compiled is not None:  # its compile time counted, its failures named
+            return self.compiled.timed(self._call, _one(batch))
+        return self._call(_one(batch))
+
+    def _call(self, batch: Any) -> torch.Tensor:
         if not self.use_graph:
             return self._eager(self.to_device(batch))
         signature = batches.signature(batch)

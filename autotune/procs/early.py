@@ -17,7 +17,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from autotune.procs import lifecycle
+from autotune.procs import compile_cache, lifecycle
 from autotune.procs.pool import TrialPool
 from autotune.procs.workers import GpusError, Worker, parallel_options, parse_gpus, start_workers
 from autotune.study.options import SearchOptions
@@ -79,6 +79,7 @@ def pool_started_early(workload_path: Path, options: SearchOptions, gpus_seen: i
         share,
         options.state_dir / "logs",
         options.trial_timeout_s,
+        env=compile_cache.environment(options.state_dir, workload_path),
     )
     pool.prestart_in_background(3 if cuda else 1)
     return pool

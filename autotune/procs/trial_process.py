@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from autotune.config import Config
+from autotune.config import COMPILE_ALLOWANCE_S, Config
 from autotune.procs import lifecycle, trial_main
 from autotune.trial.serve import NOTE
 from autotune.trial.timing import Windows
@@ -115,6 +115,7 @@ class TrialProcess:
         (workers filling a large first batch, cuDNN's autotuning) sends none that the pruner could judge.
         """
         self.used = self.holding = True
+        timeout_s += COMPILE_ALLOWANCE_S[config.compile]  # compiling is starting, not hanging
         rates: list[float] = []
         try:
             failed = self._start()
@@ -160,7 +161,7 @@ class TrialProcess:
         """One parity run (autotune.trial.parity_run.train) in this process; the run is the outcome's result."""
         request = {"cmd": "parity", "config": config.as_dict(), "lr": lr, "samples": samples,
                    "probe_batch": probe_batch}
-        return self._ask(request, "parity_run", "run", "parity run", timeout_s)
+        return self._ask(request, "parity_run", "run", "parity run", timeout_s + COMPILE_ALLOWANCE_S[config.compile])
 
     def inputs_check(self, timeout_s: float) -> Outcome:
         """The inputs check (autotune.trial.inputs.compare) in this process; its distances are the result."""
@@ -169,7 +170,8 @@ class TrialProcess:
     def numerics_check(self, baseline: Config, config: Config, lr: float, timeout_s: float) -> Outcome:
         """The numerics check (autotune.trial.gradients.compare) in this process; its numbers are the result."""
         request = {"cmd": "numerics", "baseline": baseline.as_dict(), "config": config.as_dict(), "lr": lr}
-        return self._ask(request, "numerics", "found", "numerics check", timeout_s)
+        return self._ask(request, "numerics", "found", "numerics check",
+                         timeout_s + COMPILE_ALLOWANCE_S[config.compile])
 
     def _ask(self, request: dict[str, Any], answer: str, key: str, what: str, timeout_s: float) -> Outcome:
         """Send `request` and wait for the `answer` event; its `key` is the outcome's result."""

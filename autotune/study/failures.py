@@ -21,7 +21,10 @@ prediction never ran its config, so its values are not cleared by it.
 
 One failure is enough for a CUDA graph that a host sync in the step broke
 (``autotune.trial.capture``): the sync is in the workload's code, so every
-config with cuda_graph on fails the same way, whatever else it sets.
+config with cuda_graph on fails the same way, whatever else it sets. So for
+compile (``autotune.loop.compiled``): a graph break is in the workload's code,
+whatever the mode; recompilations follow the batches' shapes, which only
+pad_multiple and bucketing change; a compiler error is its mode's.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from autotune.config import LOADER_KNOBS
+from autotune.config import COMPILE_CHOICES, LOADER_KNOBS
+from autotune.loop.compiled import COMPILER_ERROR, GRAPH_BREAK, RECOMPILED
 from autotune.trial.capture import HOST_SYNC
 
 MIN_FAILURES = 2  # one failure could be the rest of the config; two with the value always present is a pattern
@@ -70,7 +74,7 @@ def hopeless_values(trials: Iterable[Finished], min_failures: int = MIN_FAILURES
     trials = list(trials)
     ran_pairs = {(k, _key(v)) for t in trials if t.ran for k, v in t.config.items()}
     failed = [t for t in trials if not t.ran and (t.reason or "").startswith("error:")]
-    found: list[Hopeless] = graph_broken_by_a_sync(trials)
+    found: list[Hopeless] = graph_broken_by_a_sync(trials) + compile_failed(trials)
     uncovered = {t.number: t for t in failed}
     while uncovered:
         counts: dict[tuple[str, Any], list[Finished]] = {}
@@ -111,6 +115,29 @@ def graph_broken_by_a_sync(trials: Iterable[Finished]) -> list[Hopeless]:
     first = synced[0]
     rule = "cannot capture this workload's step"
     return [Hopeless((("cuda_graph", True),), (first.number,), first.reason or "", rule)]
+
+
+def compile_failed(trials: Iterable[Finished]) -> list[Hopeless]:
+    """The compile values a failed compile rules out, from the first failure of each kind; none before one.
+
+    A graph break rules out every mode; recompilations every mode at the failed trial's pad_multiple and bucketing;
+    a compiler error its own mode.
+    """
+    found: list[Hopeless] = []
+    modes = COMPILE_CHOICES[1:]
+    for kind, rule in ((GRAPH_BREAK, "cannot compile this workload's step as one graph"),
+                       (RECOMPILED, "recompiles past Dynamo's limit at these shapes"),
+                       (COMPILER_ERROR, "failed to compile")):
+        first = min((t for t in trials if not t.ran and (t.reason or "").startswith(kind)),
+                    key=lambda t: t.number, default=None)
+        if first is None:
+            continue
+        shapes: tuple[tuple[str, Any], ...] = ()
+        if kind == RECOMPILED:
+            shapes = tuple((k, first.config[k]) for k in ("pad_multiple", "bucketing") if k in first.config)
+        for mode in (first.config.get("compile"),) if kind == COMPILER_ERROR else modes:
+            found.append(Hopeless((("compile", mode), *shapes), (first.number,), first.reason or "", rule))
+    return found
 
 
 def _key(value: Any) -> Any:

@@ -160,8 +160,8 @@ def new_parity_check(
     def check_numerics(config: Config) -> NumericsVerdict:
         outcome = pool.numerics_check(setup.baseline, config, setup.lr(setup.baseline), timeout)
         if outcome.state != "complete" or outcome.result is None:
-            return parity_numerics.failed(outcome.reason or "no result", config.amp)
-        return parity_numerics.judge(outcome.result, config.amp)
+            return parity_numerics.failed(outcome.reason or "no result", parity_numerics.label(config))
+        return parity_numerics.judge(outcome.result, parity_numerics.label(config))
 
     stored = baseline_run.wait_for(setup, team.baseline_run_pending)
     # A baseline run made during the trials was sized for the space's largest batch; the check keeps that length.

@@ -32,6 +32,9 @@ from autotune.config import Config
 from autotune.study.parity import changes_math
 
 LIMIT = 0.25  # amp's error may add at most this share of the gradient's own sampling variance
+# What this check judges where no run can: amp, and compile (other kernels and fusion, so other rounding, the same
+# model); together, one check of both at once.
+GRADIENT_JUDGED = frozenset({"amp", "compile"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +72,11 @@ def judge(found: dict[str, Any], amp: str) -> NumericsVerdict:
     return NumericsVerdict(ratio <= LIMIT, **numbers)
 
 
+def label(config: Config) -> str:
+    """What a verdict names: the autocast dtype, and the compiler where it compiles ("bf16 with compile=default")."""
+    return config.amp if config.compile == "off" else f"{config.amp} with compile={config.compile}"
+
+
 def failed(reason: str, amp: str) -> NumericsVerdict:
     """The check could not run (a crash, an OOM, a timeout): amp is not shown to keep training as it is."""
     return NumericsVerdict(False, amp, math.nan, math.nan, math.nan, 0, 0, 0.0, reason=f"failed to run: {reason}")
@@ -85,14 +93,15 @@ class AmpNumerics:
     def __init__(self, baseline: Config, check: Callable[[Config], NumericsVerdict] | None,
                  echo: Callable[[str], None]) -> None:
         self.baseline, self.check, self.echo = baseline, check, echo
-        self.verdicts: dict[tuple[str, bool], NumericsVerdict] = {}
+        self.verdicts: dict[tuple[str, bool, str], NumericsVerdict] = {}
 
     def of(self, config: Config) -> NumericsVerdict | None:
         """The verdict on `config`'s amp; None when it keeps the baseline's, changes more math than amp, or there is
         no check to run (then amp cannot be judged without a run)."""
-        if self.check is None or set(changes_math(self.baseline, config)) - {"decode"} != {"amp"}:
+        changed = set(changes_math(self.baseline, config)) - {"decode"}
+        if self.check is None or not changed or not changed <= GRADIENT_JUDGED:
             return None
-        key = (config.amp, config.channels_last)
+        key = (config.amp, config.channels_last, config.compile)
         if key not in self.verdicts:
             verdict = self.check(config)
             self.verdicts[key] = verdict

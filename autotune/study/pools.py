@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from autotune.procs import lifecycle
+from autotune.procs import compile_cache, lifecycle
 from autotune.procs.pool import TrialPool
 from autotune.study.setup import Prepared
 
@@ -48,7 +48,8 @@ class SearchPools:
     def new_pool(self, device: str) -> TrialPool:
         p = self.prepared
         return TrialPool(
-            p.ref.workload_path, device, p.machine.cpu_share, p.options.state_dir / "logs", p.options.trial_timeout_s
+            p.ref.workload_path, device, p.machine.cpu_share, p.options.state_dir / "logs", p.options.trial_timeout_s,
+            env=compile_cache.environment(p.options.state_dir, p.ref.workload_path),
         )
 
     def prestart_rounds(self) -> list[TrialPool]:

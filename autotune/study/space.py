@@ -12,7 +12,7 @@ import math
 import os
 from typing import TYPE_CHECKING, Any
 
-from autotune.config import AMP_CHOICES, DECODE_CHOICES, PAD_MULTIPLES, PLACEMENT_CHOICES, Config
+from autotune.config import AMP_CHOICES, COMPILE_CHOICES, DECODE_CHOICES, PAD_MULTIPLES, PLACEMENT_CHOICES, Config
 
 if TYPE_CHECKING:
     import optuna
@@ -32,6 +32,7 @@ KNOBS = (
     "channels_last",
     "amp",
     "cuda_graph",
+    "compile",
 )
 BOOL_KNOBS = ("pin_memory", "persistent_workers", "device_normalize", "bucketing", "cudnn_benchmark", "channels_last",
               "cuda_graph")
@@ -60,6 +61,7 @@ class Machine:
     cpu_share: int  # CPU cores this worker may give DataLoader workers
     amp_dtypes: tuple[str, ...]  # autocast dtypes the device supports
     memory_bytes: int  # device memory (CUDA) or host memory (CPU)
+    compiler_missing: str = ""  # why torch.compile cannot run here (autotune.loop.compiler); "": it can
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,7 +114,9 @@ def detect_machine(device_index: int = 0, cpu_share: int | None = None) -> Machi
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(device_index)
         dtypes = ("bf16", "fp16") if torch.cuda.is_bf16_supported() else ("fp16",)
-        return Machine(props.name, True, cores, dtypes, props.total_memory)
+        from autotune.loop.compiler import compiler_missing
+
+        return Machine(props.name, True, cores, dtypes, props.total_memory, compiler_missing())
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     # CPU autocast runs bf16; fp16 autocast on a CPU is slower than fp32 nearly everywhere.
     return Machine("cpu", False, cores, ("bf16",), memory)
@@ -141,7 +145,7 @@ class Space:
             if values["num_workers"] > 0:
                 values["persistent_workers"] = self._pick(trial, "persistent_workers")
                 values["prefetch_factor"] = self._pick(trial, "prefetch_factor")
-        for knob in ("cudnn_benchmark", "channels_last", "amp", "cuda_graph"):
+        for knob in ("cudnn_benchmark", "channels_last", "amp", "cuda_graph", "compile"):
             values[knob] = self._pick(trial, knob)
         return Config(**values)
 
@@ -244,6 +248,13 @@ def build_space(
         domains[knob] = (False, True)
         if not machine.cuda:
             excluded[knob] = "needs CUDA"
+    domains["compile"] = COMPILE_CHOICES
+    if not machine.cuda:
+        # Inductor's C++ code for a CPU step: every trial of every config would pay a compile that no measurement
+        # here has shown to pay back.
+        excluded["compile"] = "needs CUDA"
+    elif machine.compiler_missing:
+        excluded["compile"] = machine.compiler_missing
     domains["channels_last"] = (False, True)
     if not facts.image_4d:
         excluded["channels_last"] = "input is not a 4-D image batch"
@@ -338,7 +349,8 @@ def _parse_value(knob: str, raw: str) -> Any:
             return int(raw)
         except ValueError:
             raise SpaceError(f"--fix {knob}: expected an integer, but got {raw!r}.") from None
-    choices = {"amp": AMP_CHOICES, "placement": PLACEMENT_CHOICES, "decode": DECODE_CHOICES}[knob]
+    choices = {"amp": AMP_CHOICES, "placement": PLACEMENT_CHOICES, "decode": DECODE_CHOICES,
+               "compile": COMPILE_CHOICES}[knob]
     if raw not in choices:
         raise SpaceError(f"--fix {knob}: expected one of {', '.join(choices)}, but got {raw!r}.")
     return raw

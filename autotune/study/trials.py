@@ -19,7 +19,7 @@ from collections.abc import Callable
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.config import Config
+from autotune.config import COMPILE_ALLOWANCE_S, Config
 from autotune.procs import lifecycle
 from autotune.procs.pool import TrialPool
 from autotune.procs.trial_process import GAVE_UP, Outcome
@@ -41,6 +41,7 @@ KEPT_RESULT = (
     "setup_s",
     "materialize_s",
     "capture_s",
+    "compile_s",
     "gpu_util",
     "peak_memory_bytes",
     "backlog_steps",
@@ -176,7 +177,9 @@ def _run_trial(
 
                 began = time.monotonic()
                 give_up = give_up_after(setup, trial)
-                outcome = pool.run(config, lr, setup.windows, on_window, give_up_s=give_up[0] if give_up else None)
+                # A step still compiling sends no window: it is given up only past the compile's allowance too.
+                give_up_s = give_up[0] + COMPILE_ALLOWANCE_S[config.compile] if give_up else None
+                outcome = pool.run(config, lr, setup.windows, on_window, give_up_s=give_up_s)
                 if give_up and outcome.state == "pruned" and (outcome.reason or "").startswith(GAVE_UP):
                     outcome = dataclasses.replace(outcome, reason=f"{outcome.reason}: {give_up[1]}")
                 # Wall time, as a finalist's round pays it: the build, warm-up and backlog, the windows and the

@@ -40,14 +40,16 @@ SEED = 0  # seeds each batch's forward alike in both (dropout, stochastic layers
 
 
 def numerics_of(baseline: Config, candidate: Config) -> Config:
-    """The baseline with `candidate`'s numerics: its autocast dtype and memory format.
+    """The baseline with `candidate`'s numerics: its autocast dtype, memory format and compiler (which changes
+    kernels and fusion, so rounding, not the model).
 
     A graph replays the eager step's kernels, and the loader knobs and placement change no arithmetic; decode is
     judged by its images (``autotune.trial.inputs``). cuDNN's choice of kernels stays the baseline's: it is one
     flag for the whole process, so both steps must run under one setting. The batch size stays the baseline's: a
     new one is judged by a training run.
     """
-    return dataclasses.replace(baseline, amp=candidate.amp, channels_last=candidate.channels_last)
+    return dataclasses.replace(baseline, amp=candidate.amp, channels_last=candidate.channels_last,
+                               compile=candidate.compile)
 
 
 def _flat(grads: list[torch.Tensor]) -> torch.Tensor:

@@ -17,6 +17,7 @@ import torch
 from autotune.config import Config
 from autotune.loop import Step, build_loader, materialize
 from autotune.loop.batch import leaves
+from autotune.loop.compiled import CompileError
 from autotune.study.space import DataFacts
 from autotune.trial import capture, oom
 from autotune.trial.facts import read_facts
@@ -31,8 +32,10 @@ KEEP_SHARE = 0.05  # an idle trial process keeps a device-resident data set smal
 
 
 def classify_failure(exc: BaseException) -> str:
-    """A one-line reason for a failed trial: oom (with its numbers), worker died, a host sync that a CUDA graph
-    capture refused (``autotune.trial.capture``), cuda error, or error."""
+    """A one-line reason for a failed trial: a compile failure (``autotune.loop.compiled``), oom (with its numbers),
+    worker died, a host sync that a CUDA graph capture refused (``autotune.trial.capture``), cuda error, or error."""
+    if isinstance(exc, CompileError):
+        return str(exc)
     text = str(exc).strip()
     lines = text.splitlines()
     first = lines[0] if text else type(exc).__name__
@@ -174,6 +177,7 @@ class Runner:
             build_s=build_s,
             materialize_s=materialize_s,
             capture_s=step.capture_s,
+            compile_s=step.compile_s,  # part of setup_s: the warm-up steps compiled it
             gpu_util=gpu.mean_util,
             peak_memory_bytes=torch.cuda.max_memory_allocated(self.device) if cuda else None,
             measure_s=time.perf_counter() - start,  # the trial's own time, its process's start-up not counted

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from autotune.config import AMP_CHOICES, DECODE_CHOICES, LR_RULES, PLACEMENT_CHOICES
+from autotune.config import AMP_CHOICES, COMPILE_CHOICES, DECODE_CHOICES, LR_RULES, PLACEMENT_CHOICES
 
 PARITY_FAMILIES = ("loader", "numerics", "batch_size")  # autotune.study.parity.TOLERANCES' keys
 SCHEMA_VERSION = 1
@@ -66,9 +66,10 @@ KNOB_TYPES: dict[str, tuple[type, ...]] = {
     "device_normalize": (bool,),  # absent: off (files written before the knob existed)
     "bucketing": (bool,),  # absent: off (files written before the knob existed)
     "pad_multiple": (int,),  # 0: off; absent: off (files written before the knob existed)
+    "compile": (str,),  # absent: off (files written before the knob existed)
 }
 # A profile may lack these.
-OPTIONAL_KNOBS = ("prefetch_factor", "decode", "device_normalize", "bucketing", "pad_multiple")
+OPTIONAL_KNOBS = ("prefetch_factor", "decode", "device_normalize", "bucketing", "pad_multiple", "compile")
 MAX_PAD_MULTIPLE = 4096  # token positions; a larger multiple pads every batch to one absurd length
 
 
@@ -195,6 +196,8 @@ def _validate_knobs(at: str, knobs: dict[str, Any]) -> list[str]:
             problems.append(f"{at}.amp must be one of {', '.join(AMP_CHOICES)}, but got {value!r}")
         if key == "placement" and value not in PLACEMENT_CHOICES:
             problems.append(f"{at}.placement must be one of {', '.join(PLACEMENT_CHOICES)}, but got {value!r}")
+        if key == "compile" and value not in COMPILE_CHOICES:
+            problems.append(f"{at}.compile must be one of {', '.join(COMPILE_CHOICES)}, but got {value!r}")
         if key == "decode" and value not in DECODE_CHOICES:
             problems.append(f"{at}.decode must be one of {', '.join(DECODE_CHOICES)}, but got {value!r}")
         if key == "pad_multiple" and not 0 <= value <= MAX_PAD_MULTIPLE:
@@ -243,10 +246,10 @@ RECORD_KEYS: dict[str, tuple[tuple[type, ...], bool]] = {
 # Knobs whose change makes other arithmetic than the baseline's (fp32, eager, contiguous), whatever its batch size:
 # a config with any of these on cannot pass an inconclusive check (autotune.study.parity.SAME_MATH_KNOBS), unless a
 # check that needs no training showed the change harmless (SHOWN_BY).
-OTHER_MATH = {"amp": "off", "decode": "cpu", "bucketing": False, "pad_multiple": 0}
+OTHER_MATH = {"amp": "off", "decode": "cpu", "bucketing": False, "pad_multiple": 0, "compile": "off"}
 # decode may be gpu when the inputs check showed its images match the host pipeline's, and amp on when the numerics
-# check showed its gradients within the batch's own noise.
-SHOWN_BY = {"decode": "inputs_passed", "amp": "numerics_passed"}
+# check showed its gradients within the batch's own noise; so may compile.
+SHOWN_BY = {"decode": "inputs_passed", "amp": "numerics_passed", "compile": "numerics_passed"}
 
 
 def _inconclusive_math(at: str, profile: dict[str, Any]) -> list[str]:

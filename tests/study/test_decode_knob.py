@@ -58,7 +58,7 @@ def test_decode_is_left_out_with_its_reason(machine: Machine, facts: DataFacts, 
 
 def test_decode_is_asked_for_only_when_the_data_streams() -> None:
     space = build_space(256, GPU, JPEGS)
-    flags = dict(cudnn_benchmark=False, channels_last=True, amp="bf16", cuda_graph=False)
+    flags = dict(cudnn_benchmark=False, channels_last=True, amp="bf16", cuda_graph=False, compile="off")
     trial = optuna.trial.FixedTrial(dict(placement="stream", batch_size=256, num_workers=0, pin_memory=False,
                                          decode="gpu", **flags))
     assert space.suggest(trial) == Config(batch_size=256, decode="gpu", channels_last=True, amp="bf16")

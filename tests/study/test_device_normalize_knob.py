@@ -25,7 +25,7 @@ JPEGS = DataFacts(
     device_normalize="the workers hand over uint8 pixels; the device runs ToTensor's /255 -> Normalize on each batch",
     device_normalize_refused="",
 )
-FLAGS = dict(cudnn_benchmark=True, channels_last=True, amp="bf16", cuda_graph=False)
+FLAGS = dict(cudnn_benchmark=True, channels_last=True, amp="bf16", cuda_graph=False, compile="off")
 
 
 def test_it_is_asked_for_only_where_the_workers_decode() -> None:

@@ -48,11 +48,11 @@ def test_each_is_left_out_with_the_reason_the_facts_give() -> None:
 
 def test_they_are_asked_for_only_for_a_streamed_data_set() -> None:
     space = build_space(32, GPU, dataclasses.replace(TEXT, unstackable=""))
-    flags = dict(cudnn_benchmark=False, amp="off", pin_memory=False, num_workers=0)
+    flags = dict(cudnn_benchmark=False, amp="off", pin_memory=False, num_workers=0, compile="off")
     trial = optuna.trial.FixedTrial(dict(placement="stream", batch_size=256, bucketing=True, pad_multiple=64, **flags))
     assert space.suggest(trial) == Config(batch_size=256, bucketing=True, pad_multiple=64)
     assert {"bucketing", "pad_multiple"} <= set(trial.params)
-    trial = optuna.trial.FixedTrial(dict(placement="device", batch_size=256, cudnn_benchmark=False, amp="off"))
+    trial = optuna.trial.FixedTrial(dict(placement="device", batch_size=256, cudnn_benchmark=False, amp="off", compile="off"))
     assert space.suggest(trial) == Config(batch_size=256, placement="device")
     assert not {"bucketing", "pad_multiple"} & set(trial.params)
     config = Config(batch_size=256, bucketing=True, pad_multiple=8)

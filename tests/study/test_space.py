@@ -37,13 +37,14 @@ def test_gpu_space_has_every_knob() -> None:
     assert space.domains["prefetch_factor"] == tuple(range(1, 9))
     assert space.domains["amp"] == ("off", "bf16", "fp16")
     assert space.domains["placement"] == ("stream", "device")
+    assert space.domains["compile"] == ("off", "default", "max-autotune-no-cudagraphs")
 
 
 def test_cpu_leaves_out_cuda_knobs_with_reasons() -> None:
     space = build_space(128, CPU, MNIST)
     assert space.excluded == {
         "pin_memory": "needs CUDA", "cudnn_benchmark": "needs CUDA", "cuda_graph": "needs CUDA", "decode": "needs CUDA",
-        "device_normalize": "needs CUDA",
+        "device_normalize": "needs CUDA", "compile": "needs CUDA",
         "bucketing": "the workload's sample_lengths was not read",
         "pad_multiple": "the workload's collate_fn was not read",
     }
@@ -96,7 +97,7 @@ def _suggested(space, params: dict) -> tuple[Config, set[str]]:
 
 def test_loader_knobs_are_asked_for_only_when_they_apply() -> None:
     space = build_space(128, GPU, MNIST)
-    flags = dict(cudnn_benchmark=False, channels_last=False, amp="off", cuda_graph=True)
+    flags = dict(cudnn_benchmark=False, channels_last=False, amp="off", cuda_graph=True, compile="off")
     config, asked = _suggested(space, dict(placement="device", batch_size=512, **flags))
     assert config == Config(batch_size=512, placement="device", cuda_graph=True)
     assert asked == {"placement", "batch_size", *flags}
@@ -148,6 +149,7 @@ def test_fixes_narrow_the_space() -> None:
             channels_last=False,
             amp="off",
             cuda_graph=False,
+            compile="off",
         ),
     )
     assert config.batch_size == 128 and "batch_size" not in asked
