@@ -52,7 +52,8 @@ def test_they_are_asked_for_only_for_a_streamed_data_set() -> None:
     trial = optuna.trial.FixedTrial(dict(placement="stream", batch_size=256, bucketing=True, pad_multiple=64, **flags))
     assert space.suggest(trial) == Config(batch_size=256, bucketing=True, pad_multiple=64)
     assert {"bucketing", "pad_multiple"} <= set(trial.params)
-    trial = optuna.trial.FixedTrial(dict(placement="device", batch_size=256, cudnn_benchmark=False, amp="off", compile="off"))
+    trial = optuna.trial.FixedTrial(
+        dict(placement="device", batch_size=256, cudnn_benchmark=False, amp="off", compile="off"))
     assert space.suggest(trial) == Config(batch_size=256, placement="device")
     assert not {"bucketing", "pad_multiple"} & set(trial.params)
     config = Config(batch_size=256, bucketing=True, pad_multiple=8)
