@@ -57,6 +57,20 @@ def test_a_fix_parses_and_a_config_round_trips_through_the_sampler() -> None:
     assert config.describe() == "bs=256 device-resident graph bf16 compile=default"
 
 
+def test_seeds_compile_only_where_the_space_may(project: Path) -> None:
+    from autotune.study.seeds import seed_configs
+    from autotune.workloads import load, resolve
+
+    workload = load(resolve("tiny"))
+    seeds = seed_configs(workload, GPU, build_space(16, GPU, dataclasses.replace(IMAGES, size=4096)))
+    assert [c.describe() for c in seeds if c.compile != "off"] == [
+        "bs=16 device-resident cudnn.benchmark graph bf16 compile=default",
+        "bs=16 workers=15 pinned persistent prefetch=4 cudnn.benchmark channels_last graph bf16 compile=default",
+    ]
+    without = seed_configs(workload, NO_TRITON, build_space(16, NO_TRITON, dataclasses.replace(IMAGES, size=4096)))
+    assert [c.compile for c in without] == ["off"] * (len(seeds) - 2)
+
+
 def finished(number: int, reason: str | None, **knobs: object) -> Finished:
     config = {**Config(batch_size=16).as_dict(), **knobs}
     return Finished(number, config, ran=reason is None, reason=reason)

@@ -67,7 +67,9 @@ def test_the_all_cores_seed_hands_over_uint8_where_the_space_has_the_knob_and_st
     workload = load(resolve("tiny"))
     with_knob = seed_configs(workload, GPU, build_space(16, GPU, dataclasses.replace(JPEGS, size=4096)))
     assert [c.describe() for c in with_knob if c.device_normalize] == [
-        "bs=16 workers=15 device-normalize pinned persistent prefetch=4 cudnn.benchmark channels_last bf16"]
+        "bs=16 workers=15 device-normalize pinned persistent prefetch=4 cudnn.benchmark channels_last bf16",
+        "bs=16 workers=15 device-normalize pinned persistent prefetch=4 cudnn.benchmark channels_last graph bf16 "
+        "compile=default"]
     facts = dataclasses.replace(JPEGS, size=4096, device_normalize="", device_normalize_refused="no ToTensor")
     without = seed_configs(workload, GPU, build_space(16, GPU, facts))
     assert not any(c.device_normalize for c in without)
