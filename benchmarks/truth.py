@@ -130,6 +130,8 @@ def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: to
     fmt = torch.channels_last if config.channels_last else torch.contiguous_format
     model = workload.build_model().to(device, memory_format=fmt).train()
     optimizer = workload.build_optimizer(model.parameters(), lr)
+    if config.compile != "off":  # as a user compiles: the model; its warm-up below compiles it
+        model = torch.compile(model, mode=config.compile)
     criterion = workload.build_loss()
     extra = {"persistent_workers": config.persistent_workers, "prefetch_factor": config.prefetch_factor or 2}
     dataset = workload.build_dataset(data_root())

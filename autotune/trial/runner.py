@@ -125,6 +125,12 @@ class Runner:
 
     def build(self, config: Config, lr: float) -> tuple[Any, Step, float]:
         """Loader and step for `config`, from the seed; returns them and the materialisation time."""
+        if config.compile != "off":
+            # A process serves many trials, and Dynamo's graphs outlive them: a later trial would reuse an earlier one's
+            # (it takes the parameters as inputs) and count no compile, and past recompile_limit graphs per function
+            # Dynamo runs it eagerly without a word. Each compiling trial starts as a fresh process would, and as the
+            # user's run does; Inductor's on-disk caches (autotune.procs.compile_cache) still serve it.
+            torch._dynamo.reset()
         torch.manual_seed(SEED)
         model = self.workload.build_model().to(self.device)
         optimizer = self.workload.build_optimizer(model.parameters(), lr)

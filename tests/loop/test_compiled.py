@@ -185,3 +185,19 @@ def test_an_unknown_mode_is_refused() -> None:
     with pytest.raises(ValueError, match=re.escape("`mode` must be one of ('default', 'max-autotune-no-cudagraphs'), "
                                                    "but got 'reduce-overhead'.")):
         compiled.CompiledLoss(lambda model, batch: batch, "reduce-overhead")
+
+
+def test_each_compiling_trial_compiles_its_own_step_as_a_fresh_process_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the runner's reset, the second trial reused the first one's graph (Dynamo takes the parameters as
+    inputs) and counted no compile: graphs [1, 0, 0, ...]."""
+    with_backend(monkeypatch, fake)
+    run = runner("compiles.py", tmp_path)
+    graphs = []
+    for _ in range(torch._dynamo.config.recompile_limit + 2):
+        loader, step, _ = run.build(Config(batch_size=16, compile="default"), 0.05)
+        step(next(iter(loader)))
+        assert step.compiled is not None
+        graphs.append(step.compiled.graphs)
+    assert graphs == [1] * len(graphs)
