@@ -164,3 +164,54 @@ def test_trial_processes_share_a_compile_cache_in_the_search_s_state_directory(t
     assert env == {"PATH": "/bin", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / ".autotune/compile_cache/mnist_cnn")}
     mine = {"TORCHINDUCTOR_CACHE_DIR": "/mine"}
     assert compile_cache.environment(tmp_path, Path("w.py"), base=mine) == mine  # the user's own wins
+
+
+def test_a_search_names_a_graph_break_once_skips_compile_after_it_and_reports_it(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The search around the trials, with compile in the space as on a GPU and every compiling trial breaking."""
+    from autotune.procs.trial_process import Outcome
+    from autotune.reporting.trials import failure_groups
+    from autotune.study import SearchOptions, pools, search, setup
+    from autotune.study.space import Space
+
+    def with_compile(*args: object, **kwargs: object) -> Space:
+        space = build_space(*args, **kwargs)  # type: ignore[arg-type]
+        excluded = {k: v for k, v in space.excluded.items() if k != "compile"}
+        return Space({**space.domains, "compile": COMPILE_CHOICES}, excluded)
+
+    class Breaks:
+        runs: list[Config] = []
+
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            pass
+
+        def run(self, config: Config, lr: float, *args: object, **kwargs: object) -> Outcome:
+            Breaks.runs.append(config)
+            if config.compile != "off":
+                return Outcome("failed", reason=BREAK)
+            rate = 1000.0 + config.batch_size
+            return Outcome("complete", windows=(rate,), result=dict(
+                samples_per_s=rate, steady_samples_per_s=rate, spread=0.01, step_s=config.batch_size / rate,
+                epoch_s=512 / rate, setup_s=0.5, materialize_s=0.0, stopped_early=False))
+
+        def prestart(self, n: int) -> None:
+            pass
+
+        ask_to_exit = stop = kill = lambda self: None
+
+    monkeypatch.setattr(setup, "build_space", with_compile)
+    monkeypatch.setattr(pools, "TrialPool", Breaks)
+    lines: list[str] = []
+    options = SearchOptions(trials=12, seed=1, parity_check=False, rounds=1, time_budget_s=None)
+    search("tiny", options, echo=lines.append)
+    assert sum(c.compile != "off" for c in Breaks.runs) == 1, [c.describe() for c in Breaks.runs]
+    trials = setup.open_study(setup.prepare("tiny", options, echo=lambda line: None)).study.get_trials()
+    broke = [t for t in trials if t.user_attrs.get("reason") == BREAK]
+    assert len(broke) == 1
+    assert (f"  not trying again: compile=default cannot compile this workload's step as one graph "
+            f"({broke[0].number}): {BREAK}") in lines
+    skipped = [t for t in trials if str(t.user_attrs.get("reason", "")).startswith("skipped: compile=")]
+    assert all(t.number > broke[0].number for t in skipped)
+    groups = [g for g in failure_groups(trials) if g.state == "failed"]
+    assert [(g.reason, g.trials) for g in groups if g.reason == BREAK] == [(BREAK, (broke[0].number,))]
