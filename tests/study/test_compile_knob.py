@@ -174,6 +174,7 @@ def test_a_search_names_a_graph_break_once_skips_compile_after_it_and_reports_it
     from autotune.reporting.trials import failure_groups
     from autotune.study import SearchOptions, pools, search, setup
     from autotune.study.space import Space
+    from autotune.study.trials import GIVE_UP_FACTOR, GIVE_UP_MARGIN_S
 
     def with_compile(*args: object, **kwargs: object) -> Space:
         space = build_space(*args, **kwargs)  # type: ignore[arg-type]
@@ -182,12 +183,15 @@ def test_a_search_names_a_graph_break_once_skips_compile_after_it_and_reports_it
 
     class Breaks:
         runs: list[Config] = []
+        give_up: list[float | None] = []
 
         def __init__(self, *args: object, **kwargs: object) -> None:
             pass
 
-        def run(self, config: Config, lr: float, *args: object, **kwargs: object) -> Outcome:
+        def run(self, config: Config, lr: float, *args: object, give_up_s: float | None = None,
+                **kwargs: object) -> Outcome:
             Breaks.runs.append(config)
+            Breaks.give_up.append(give_up_s)
             if config.compile != "off":
                 return Outcome("failed", reason=BREAK)
             rate = 1000.0 + config.batch_size
@@ -206,6 +210,12 @@ def test_a_search_names_a_graph_break_once_skips_compile_after_it_and_reports_it
     options = SearchOptions(trials=12, seed=1, parity_check=False, rounds=1, time_budget_s=None)
     search("tiny", options, echo=lines.append)
     assert sum(c.compile != "off" for c in Breaks.runs) == 1, [c.describe() for c in Breaks.runs]
+    # While it compiles a trial sends no window: it is given up only past the best run's time and the allowance.
+    compiling = next(i for i, c in enumerate(Breaks.runs) if c.compile != "off")
+    epochs = 2  # tests/fixtures/tiny.py's declared run: setup_s, then 2 epochs of 512 samples
+    best_run_s = 0.5 + epochs * 512 / (1000.0 + max(c.batch_size for c in Breaks.runs[:compiling]))
+    assert Breaks.give_up[compiling] == pytest.approx(
+        GIVE_UP_FACTOR * best_run_s + GIVE_UP_MARGIN_S + COMPILE_ALLOWANCE_S[Breaks.runs[compiling].compile])
     trials = setup.open_study(setup.prepare("tiny", options, echo=lambda line: None)).study.get_trials()
     broke = [t for t in trials if t.user_attrs.get("reason") == BREAK]
     assert len(broke) == 1
