@@ -201,3 +201,21 @@ def test_each_compiling_trial_compiles_its_own_step_as_a_fresh_process_would(
         assert step.compiled is not None
         graphs.append(step.compiled.graphs)
     assert graphs == [1] * len(graphs)
+
+
+def test_tuned_step_compiles_where_the_profile_says_so(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from autotune import tuned_step
+    from autotune.tuned import file as tuned_file
+
+    with_backend(monkeypatch, fake)
+    knobs = tuned_file.config_to_knobs(Config(batch_size=32, compile="default"))
+    tuned_file.write_profile(project / "recipes" / "tiny.tuned.toml", "tiny", "cpu", {
+        "samples_per_s": 1000.0, "baseline_samples_per_s": 100.0, "speedup": 10.0, "lr": 0.1, "knobs": knobs,
+        "versions": {"torch": torch.__version__}})
+    assert tuned_file.read(project / "recipes" / "tiny.tuned.toml")["profiles"]["cpu"]["knobs"]["compile"] == "default"
+    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 4))
+    step = tuned_step(model, nn.CrossEntropyLoss(), torch.optim.SGD(model.parameters(), lr=0.1), recipe="tiny",
+                      device="cpu")
+    loss = step(torch.rand(32, 1, 8, 8), torch.randint(0, 4, (32,)))
+    assert isinstance(step.compute_loss, compiled.CompiledLoss) and torch.isfinite(loss)
+    assert step.compiled is not None and step.compiled.graphs == 1
