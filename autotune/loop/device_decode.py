@@ -29,6 +29,7 @@ from torch.utils.data import DataLoader
 
 from autotune.config import Config
 from autotune.loop.crops import boxes
+from autotune.loop.hybrid_decode import SplitSamples, assemble, collate_split
 from autotune.loop.sourced import WrappedLoader, dataloader_args
 from autotune.workloads.decode import COLLATE_REFUSAL, DevicePipeline, NotTranslatable, collate_bytes, derive
 
@@ -93,9 +94,12 @@ class DecodingLoader(WrappedLoader):
         pipeline: DevicePipeline,
         device: torch.device,
         memory_format: torch.memory_format = torch.contiguous_format,
+        split: bool = False,
+        dataset: Any = None,
     ) -> None:
-        super().__init__(loader)
+        super().__init__(loader, dataset)
         self.pipeline, self.device, self.memory_format = pipeline, device, memory_format
+        self.split = split  # batches of (host images, JPEG bytes, targets): hybrid decode (loop.hybrid_decode)
 
     def made_from(self, batches: Iterator[Any]) -> Iterator[Batch]:
         # The iterator's base seed (the one its workers derive theirs from), drawn by DataLoader itself.
@@ -104,8 +108,8 @@ class DecodingLoader(WrappedLoader):
         generator.manual_seed(seed if seed is not None else int(torch.initial_seed()))
         lane = _lane(self.device)
         pending: Any = None
-        for data, targets in batches:
-            ready = lane.launch(self._decode, data, targets, generator)
+        for batch in batches:
+            ready = lane.launch(self._split if self.split else self._decode, *batch, generator)
             if pending is not None:
                 yield lane.take(pending)
             pending = ready
@@ -114,6 +118,12 @@ class DecodingLoader(WrappedLoader):
 
     def _decode(self, data: list[torch.Tensor], targets: torch.Tensor, generator: torch.Generator) -> Batch:
         images = decode_batch(self.pipeline, data, self.device, generator, self.memory_format)
+        return images, torch.as_tensor(targets).to(self.device, non_blocking=True)
+
+    def _split(self, host: torch.Tensor | None, data: list[torch.Tensor], targets: torch.Tensor,
+               generator: torch.Generator) -> Batch:
+        decoded = decode_batch(self.pipeline, data, self.device, generator, self.memory_format) if data else None
+        images = assemble(host, decoded, self.device, self.memory_format, non_blocking=True)
         return images, torch.as_tensor(targets).to(self.device, non_blocking=True)
 
 
@@ -177,13 +187,14 @@ def decoding_loader(
         raise NotTranslatable(COLLATE_REFUSAL)
     pipeline, files = derive(dataset)
     kwargs = dataloader_args(config, shuffle, drop_last, user_args)
+    split = config.decode_share < 1  # the workers decode the rest through the data set's own pipeline
     loader = DataLoader(
-        files,
+        SplitSamples(dataset, files, config.decode_share) if split else files,
         num_workers=config.num_workers,
         pin_memory=config.pin_memory and device.type == "cuda",
-        collate_fn=collate_bytes,
+        collate_fn=collate_split if split else collate_bytes,
         **kwargs,
     )
     memory_format = torch.channels_last if config.channels_last else torch.contiguous_format
-    return DecodingLoader(loader, pipeline, device, memory_format)
+    return DecodingLoader(loader, pipeline, device, memory_format, split, dataset if split else None)
 

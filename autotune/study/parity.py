@@ -40,7 +40,8 @@ from autotune.trial.parity_run import ParityRun
 # bucketing changes which samples share a batch (and so each step's gradient), pad_multiple the shapes the model's
 # kernels reduce over (masked positions are not free of rounding): both are judged as numerics.
 NUMERICS_KNOBS = (
-    "amp", "cuda_graph", "channels_last", "cudnn_benchmark", "placement", "decode", "bucketing", "pad_multiple",
+    "amp", "cuda_graph", "channels_last", "cudnn_benchmark", "placement", "decode", "decode_share", "bucketing",
+    "pad_multiple",
     "compile",
 )
 # Knobs that change speed but not the arithmetic of training: the same samples, in the same order, through the same

@@ -98,7 +98,7 @@ class AmpNumerics:
     def of(self, config: Config) -> NumericsVerdict | None:
         """The verdict on `config`'s amp; None when it keeps the baseline's, changes more math than amp, or there is
         no check to run (then amp cannot be judged without a run)."""
-        changed = set(changes_math(self.baseline, config)) - {"decode"}
+        changed = set(changes_math(self.baseline, config)) - {"decode", "decode_share"}
         if self.check is None or not changed or not changed <= GRADIENT_JUDGED:
             return None
         key = (config.amp, config.channels_last, config.compile)

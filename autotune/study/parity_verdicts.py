@@ -109,7 +109,7 @@ def without_run(
         verdict = ParityVerdict(False, name, TOLERANCES[name], samples, window, lr, lr,
                                 reason=f"amp: {numerics.summary()}", conclusive=numerics.batches > 0)
     elif changed := [k for k in changes_math(baseline, config)
-                     if not (k == "decode" and inputs is not None)
+                     if not (k in ("decode", "decode_share") and inputs is not None)
                      and not (k in ("amp", "compile") and numerics is not None)]:
         verdict = cannot_judge(baseline, config, changed, lr, baseline_lr, samples, window, why)
     else:

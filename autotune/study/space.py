@@ -12,7 +12,15 @@ import math
 import os
 from typing import TYPE_CHECKING, Any
 
-from autotune.config import AMP_CHOICES, COMPILE_CHOICES, DECODE_CHOICES, PAD_MULTIPLES, PLACEMENT_CHOICES, Config
+from autotune.config import (
+    AMP_CHOICES,
+    COMPILE_CHOICES,
+    DECODE_CHOICES,
+    DECODE_SHARES,
+    PAD_MULTIPLES,
+    PLACEMENT_CHOICES,
+    Config,
+)
 
 if TYPE_CHECKING:
     import optuna
@@ -25,6 +33,7 @@ KNOBS = (
     "persistent_workers",
     "prefetch_factor",
     "decode",
+    "decode_share",
     "device_normalize",
     "bucketing",
     "pad_multiple",
@@ -39,7 +48,8 @@ BOOL_KNOBS = ("pin_memory", "persistent_workers", "device_normalize", "bucketing
 INT_KNOBS = ("batch_size", "num_workers", "prefetch_factor", "pad_multiple")
 # Knobs of the DataLoader: a device-resident data set has none (it slices its own batches, in its own order, from
 # rows of one shape, so there is nothing to pad or group).
-STREAM_KNOBS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "decode", "device_normalize",
+STREAM_KNOBS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "decode", "decode_share",
+                "device_normalize",
                 "bucketing", "pad_multiple")
 PREFETCH_RANGE = (1, 8)  # batches each worker keeps in flight
 BATCH_EXPONENTS = range(-2, 7)  # batch sizes from 1/4x to 64x the workload's own
@@ -138,6 +148,8 @@ class Space:
             values["num_workers"] = self._pick(trial, "num_workers")
             values["pin_memory"] = self._pick(trial, "pin_memory")
             values["decode"] = self._pick(trial, "decode")
+            if values["decode"] == "gpu":
+                values["decode_share"] = self._pick(trial, "decode_share")
             if values["decode"] == "cpu":  # the device decode path makes its float images on the device already
                 values["device_normalize"] = self._pick(trial, "device_normalize")
             values["bucketing"] = self._pick(trial, "bucketing")
@@ -169,6 +181,8 @@ class Space:
                 continue
             if knob == "device_normalize" and config.decode != "cpu":
                 continue
+            if knob == "decode_share" and config.decode != "gpu":
+                continue
             if value not in self.domains[knob]:
                 return None
             if len(self.domains[knob]) > 1:
@@ -181,6 +195,7 @@ class Space:
         if config.placement == "device":
             changes.update(
                 num_workers=0, pin_memory=False, persistent_workers=False, prefetch_factor=None, decode="cpu",
+                decode_share=1.0,
                 device_normalize=False, bucketing=False, pad_multiple=0,
             )
         elif config.num_workers == 0:
@@ -191,6 +206,8 @@ class Space:
             changes[knob] = self.domains[knob][0]
         if changes.get("decode", config.decode) != "cpu":  # the device decode path makes its float images there
             changes.update(device_normalize=False)
+        else:  # no device decode: nothing to share
+            changes.update(decode_share=1.0)
         return dataclasses.replace(config, **changes)
 
     def clip(self, config: Config) -> Config:
@@ -278,6 +295,9 @@ def build_space(
         excluded["decode"] = "needs CUDA"
     elif not facts.gpu_decode:
         excluded["decode"] = facts.gpu_decode_refused or "the data set's transform was not read"
+    domains["decode_share"] = DECODE_SHARES
+    if "decode" in excluded:
+        excluded["decode_share"] = excluded["decode"]
     domains["device_normalize"] = (False, True)
     if not machine.cuda:
         excluded["device_normalize"] = "needs CUDA"  # on a CPU the same arithmetic would only move to the loop
@@ -344,6 +364,11 @@ def _parse_value(knob: str, raw: str) -> Any:
         return table[raw.lower()]
     if knob == "pad_multiple" and raw.lower() == "off":
         return 0
+    if knob == "decode_share":
+        try:
+            return float(raw.rstrip("%")) / (100 if raw.endswith("%") else 1)
+        except ValueError:
+            raise SpaceError(f"--fix decode_share: expected a share such as 0.5 or 50%, but got {raw!r}.") from None
     if knob in INT_KNOBS:
         try:
             return int(raw)

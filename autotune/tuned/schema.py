@@ -63,13 +63,15 @@ KNOB_TYPES: dict[str, tuple[type, ...]] = {
     "cuda_graph": (bool,),
     "placement": (str,),
     "decode": (str,),  # absent: cpu (files written before the knob existed)
+    "decode_share": _NUMBER,  # decode = gpu: the share of each batch decoded on the device; absent: all of it
     "device_normalize": (bool,),  # absent: off (files written before the knob existed)
     "bucketing": (bool,),  # absent: off (files written before the knob existed)
     "pad_multiple": (int,),  # 0: off; absent: off (files written before the knob existed)
     "compile": (str,),  # absent: off (files written before the knob existed)
 }
 # A profile may lack these.
-OPTIONAL_KNOBS = ("prefetch_factor", "decode", "device_normalize", "bucketing", "pad_multiple", "compile")
+OPTIONAL_KNOBS = ("prefetch_factor", "decode", "decode_share", "device_normalize", "bucketing", "pad_multiple",
+                  "compile")
 MAX_PAD_MULTIPLE = 4096  # token positions; a larger multiple pads every batch to one absurd length
 
 
@@ -198,6 +200,8 @@ def _validate_knobs(at: str, knobs: dict[str, Any]) -> list[str]:
             problems.append(f"{at}.placement must be one of {', '.join(PLACEMENT_CHOICES)}, but got {value!r}")
         if key == "compile" and value not in COMPILE_CHOICES:
             problems.append(f"{at}.compile must be one of {', '.join(COMPILE_CHOICES)}, but got {value!r}")
+        if key == "decode_share" and not 0 < value <= 1:
+            problems.append(f"{at}.decode_share must be in (0, 1], but got {value}")
         if key == "decode" and value not in DECODE_CHOICES:
             problems.append(f"{at}.decode must be one of {', '.join(DECODE_CHOICES)}, but got {value!r}")
         if key == "pad_multiple" and not 0 <= value <= MAX_PAD_MULTIPLE:
@@ -246,10 +250,12 @@ RECORD_KEYS: dict[str, tuple[tuple[type, ...], bool]] = {
 # Knobs whose change makes other arithmetic than the baseline's (fp32, eager, contiguous), whatever its batch size:
 # a config with any of these on cannot pass an inconclusive check (autotune.study.parity.SAME_MATH_KNOBS), unless a
 # check that needs no training showed the change harmless (SHOWN_BY).
-OTHER_MATH = {"amp": "off", "decode": "cpu", "bucketing": False, "pad_multiple": 0, "compile": "off"}
+OTHER_MATH = {"amp": "off", "decode": "cpu", "decode_share": 1.0, "bucketing": False, "pad_multiple": 0,
+              "compile": "off"}
 # decode may be gpu when the inputs check showed its images match the host pipeline's, and amp on when the numerics
 # check showed its gradients within the batch's own noise; so may compile.
-SHOWN_BY = {"decode": "inputs_passed", "amp": "numerics_passed", "compile": "numerics_passed"}
+SHOWN_BY = {"decode": "inputs_passed", "decode_share": "inputs_passed", "amp": "numerics_passed",
+            "compile": "numerics_passed"}
 
 
 def _inconclusive_math(at: str, profile: dict[str, Any]) -> list[str]:

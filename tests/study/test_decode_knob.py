@@ -60,7 +60,7 @@ def test_decode_is_asked_for_only_when_the_data_streams() -> None:
     space = build_space(256, GPU, JPEGS)
     flags = dict(cudnn_benchmark=False, channels_last=True, amp="bf16", cuda_graph=False, compile="off")
     trial = optuna.trial.FixedTrial(dict(placement="stream", batch_size=256, num_workers=0, pin_memory=False,
-                                         decode="gpu", **flags))
+                                         decode="gpu", decode_share=1.0, **flags))
     assert space.suggest(trial) == Config(batch_size=256, decode="gpu", channels_last=True, amp="bf16")
     assert "decode" in trial.params
     config = Config(batch_size=256, num_workers=4, pin_memory=True, prefetch_factor=2, decode="gpu")

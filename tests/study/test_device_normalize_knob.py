@@ -39,7 +39,7 @@ def test_it_is_asked_for_only_where_the_workers_decode() -> None:
     assert config.describe() == ("bs=256 workers=15 device-normalize pinned persistent prefetch=4 cudnn.benchmark "
                                  "channels_last bf16")
     assert space.suggest(optuna.trial.FixedTrial(space.params(config))) == config
-    trial = optuna.trial.FixedTrial(dict(stream, decode="gpu"))  # the device decodes: its images are made there
+    trial = optuna.trial.FixedTrial(dict(stream, decode="gpu", decode_share=1.0))  # the device makes its images
     assert not space.suggest(trial).device_normalize and "device_normalize" not in trial.params
     assert not space.normalise(Config(batch_size=256, decode="gpu", device_normalize=True)).device_normalize
     assert not space.normalise(Config(batch_size=256, placement="device", device_normalize=True)).device_normalize

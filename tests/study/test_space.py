@@ -44,7 +44,7 @@ def test_cpu_leaves_out_cuda_knobs_with_reasons() -> None:
     space = build_space(128, CPU, MNIST)
     assert space.excluded == {
         "pin_memory": "needs CUDA", "cudnn_benchmark": "needs CUDA", "cuda_graph": "needs CUDA", "decode": "needs CUDA",
-        "device_normalize": "needs CUDA", "compile": "needs CUDA",
+        "device_normalize": "needs CUDA", "compile": "needs CUDA", "decode_share": "needs CUDA",
         "bucketing": "the workload's sample_lengths was not read",
         "pad_multiple": "the workload's collate_fn was not read",
     }
