@@ -36,7 +36,10 @@ k trains. The one autotune function it calls is the per-batch decode itself
 (``autotune.loop.device_decode.decode_batch``): what is checked is the measurement
 of a loop, not the arithmetic of a crop, which the CPU tests compare with
 torchvision's. A ``device_normalize`` config's hand loop gives its workers the pipeline up to
-ToTensor, then PILToTensor, and divides by 255 and normalises on the device itself.
+ToTensor, then PILToTensor, and divides by 255 and normalises on the device itself. A
+hybrid decode config's (``decode_share`` below 1) gives its workers the same split by
+sample index as autotune's loader, each batch's host half made by the pipeline and its
+device half decoded on the side stream.
 A hand loop does not capture CUDA graphs; a config that asks for one is run eager,
 and its row says so.
 """
@@ -138,6 +141,8 @@ def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: to
     finish = None  # device_normalize's tail, run on the device
     if config.decode == "gpu":
         files, collate = JpegFiles([path for path, _ in dataset.samples], [t for _, t in dataset.samples]), by_list
+        if config.decode_share < 1:  # hybrid: the workers decode the rest through the data set's own pipeline
+            files, collate = HybridFiles(dataset, files, config.decode_share), by_halves
     elif config.device_normalize:
         files, collate, finish = uint8_pixels(dataset, device)
     else:
@@ -325,13 +330,39 @@ def by_list(batch: list[tuple[torch.Tensor, int]]) -> tuple[list[torch.Tensor], 
     return [data for data, _ in batch], torch.tensor([target for _, target in batch])
 
 
+class HybridFiles(torch.utils.data.Dataset):
+    """Hybrid decode's workers: a sample the device decodes is read as bytes, any other made by the pipeline. Which
+    is which follows the sample's index through Knuth's multiplicative hash, as the hybrid loader splits them."""
+
+    def __init__(self, dataset: Any, files: JpegFiles, share: float) -> None:
+        self.dataset, self.files, self.share = dataset, files, share
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int, bool]:
+        if (i * 2654435761) % 2**32 < self.share * 2**32:
+            return (*self.files[i], True)
+        return (*self.dataset[i], False)
+
+
+def by_halves(batch: list[tuple[torch.Tensor, int, bool]]) -> tuple[Any, list[torch.Tensor], torch.Tensor]:
+    host = [(x, t) for x, t, device in batch if not device]
+    device = [(x, t) for x, t, flag in batch if flag]
+    images = torch.stack([x for x, _ in host]) if host else None
+    return images, [x for x, _ in device], torch.tensor([t for _, t in host] + [t for _, t in device])
+
+
 def decoded_ahead(feed: Any, pipeline: Any, device: torch.device, fmt: torch.memory_format) -> Any:
     """Batches of bytes in, decoded batches out: batch k+1 decodes on a side stream while batch k trains."""
     side = torch.cuda.Stream(device) if device.type == "cuda" else None
     pending = None
-    for data, y in feed:
+    for batch in feed:
+        host, data, y = batch if len(batch) == 3 else (None, *batch)  # hybrid decode's batches come in halves
         with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
-            x = decode_batch(pipeline, data, device, None, fmt)
+            parts = [] if host is None else [host.to(device, non_blocking=True)]
+            parts += [decode_batch(pipeline, data, device, None, fmt)] if data else []
+            x = torch.cat(parts).contiguous(memory_format=fmt)
             y = y.to(device, non_blocking=True)
             done = torch.cuda.Event() if side is not None else None
             if done is not None:

@@ -76,6 +76,10 @@ def seed_configs(workload: Workload, machine: Machine, space: Space) -> list[Con
         # The same with JPEGs decoded on the device: it passes such a check too once the inputs check has shown
         # that the device path's images match the host pipeline's (autotune.study.parity_inputs).
         Config(batch_size=bs, **all_cores, cudnn_benchmark=True, channels_last=True, cuda_graph=True, decode="gpu"),
+        # Half of each batch decoded by the workers, half on the device: both the cores and the device make images,
+        # where either alone falls behind a fast step (autotune.loop.hybrid_decode).
+        Config(batch_size=bs, **all_cores, cudnn_benchmark=True, channels_last=True, amp=amp, decode="gpu",
+               decode_share=0.5),
         # The second seed's advice: bigger batches, 8 pinned persistent workers, cudnn.benchmark.
         Config(
             batch_size=bs * 8,
