@@ -17,7 +17,12 @@ from autotune.config import DECODE_SHARES, Config
 from autotune.loop.device_decode import decoding_loader
 from autotune.loop.hybrid_decode import on_device
 from autotune.study.parity import changes_math
+from autotune.study.parity_check import ParityCheck
+from autotune.study.parity_inputs import judge as judge_inputs
+from autotune.study.parity_numerics import NumericsVerdict, label
+from autotune.study.parity_numerics import judge as judge_numerics
 from autotune.study.space import DataFacts, Machine, SpaceError, build_space, parse_fix
+from autotune.trial.parity_run import ParityRun
 from autotune.tuned.schema import SCHEMA_VERSION, validate
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -28,8 +33,8 @@ JPEGS = DataFacts(size=51_200, sample_bytes=3 * 224 * 224 * 4 + 8, image_4d=True
 
 def jpeg_folder(root: Path, n: int = 12) -> Path:
     g = torch.Generator().manual_seed(0)
-    for label in range(2):
-        (root / f"class{label}").mkdir(parents=True, exist_ok=True)
+    for cls in range(2):
+        (root / f"class{cls}").mkdir(parents=True, exist_ok=True)
         for i in range(n // 2):
             image = (torch.rand(3, 48, 40, generator=g) * 255).to(torch.uint8)
             (root / f"class{label}" / f"{i}.JPEG").write_bytes(encode_jpeg(image, quality=90).numpy().tobytes())
@@ -92,3 +97,37 @@ def test_it_is_judged_by_the_inputs_check_as_decode_is_and_the_tuned_file_takes_
     assert validate(profile(decode_share=0.5)) == [] and validate(profile()) == []
     assert validate(profile(decode_share=1.5)) == ["profiles.'NVIDIA H200'.knobs.decode_share must be in (0, 1], "
                                                    "but got 1.5"]
+
+
+def inconclusive_run(config: Config, lr: float, samples: int) -> ParityRun:
+    """Random labels: every run, the baseline's included, learns 0.4% of its initial loss 2.0."""
+    return ParityRun(config.batch_size, lr, 2.0, 1.992, (samples,), (1.992,), True, 0.0)
+
+
+def test_a_hybrid_config_passes_an_inconclusive_check_once_its_images_match_with_compile_and_amp() -> None:
+    hybrid = Config(batch_size=16, decode="gpu", decode_share=0.5, amp="bf16", compile="default")
+    numerics: list[Config] = []
+
+    def check_numerics(config: Config) -> NumericsVerdict:
+        numerics.append(config)
+        return judge_numerics({"error": 0.1, "noise": 1.0, "signal": 0.5, "finite": True, "batches": 8,
+                               "batch_size": 16, "seconds": 2.0}, label(config))
+
+    gate = ParityCheck(
+        Config(batch_size=16), lambda c: 0.05, inconclusive_run, [hybrid], lambda line: None,
+        check_inputs=lambda c: judge_inputs({"host_to_host": 1.0, "host_to_device": 0.9, "images": 64, "draws": 32,
+                                             "seconds": 3.0}),
+        check_numerics=check_numerics,
+    )
+    assert gate.select([hybrid], want=1, max_runs=1) == [hybrid] and numerics == [hybrid]
+    verdict = gate.verdicts[hybrid]
+    assert (verdict.inputs_passed, verdict.numerics_passed, verdict.conclusive) == (True, True, False)
+
+
+def test_seeds_split_the_decoding_where_the_device_can_decode(project: Path) -> None:
+    from autotune.study.seeds import seed_configs
+    from autotune.workloads import load, resolve
+
+    seeds = seed_configs(load(resolve("tiny")), GPU, build_space(16, GPU, dataclasses.replace(JPEGS, size=4096)))
+    assert [c.describe() for c in seeds if c.decode_share < 1] == [
+        "bs=16 workers=15 gpu-decode 50% pinned persistent prefetch=4 cudnn.benchmark channels_last bf16"]
