@@ -37,7 +37,7 @@ def jpeg_folder(root: Path, n: int = 12) -> Path:
         (root / f"class{cls}").mkdir(parents=True, exist_ok=True)
         for i in range(n // 2):
             image = (torch.rand(3, 48, 40, generator=g) * 255).to(torch.uint8)
-            (root / f"class{label}" / f"{i}.JPEG").write_bytes(encode_jpeg(image, quality=90).numpy().tobytes())
+            (root / f"class{cls}" / f"{i}.JPEG").write_bytes(encode_jpeg(image, quality=90).numpy().tobytes())
     return root
 
 
