@@ -106,6 +106,14 @@ def _configs(cores: int, bs: int) -> dict[str, dict[str, Config]]:
                 bs, num_workers=cores - 1, prefetch_factor=2, persistent_workers=True, decode=where, **fast)
             for where in ("gpu", "cpu")
         },
+        # Hybrid decode: a share of each batch decoded on the device, the rest by the workers (loop.hybrid_decode),
+        # beside both paths alone; compiled, so the step is not what limits them.
+        "hybrid": {
+            f"{cores - 1} workers, {share:.0%} decoded on the device, bf16+CL, compiled": Config(
+                bs, num_workers=cores - 1, prefetch_factor=4, persistent_workers=True, compile="default",
+                decode="cpu" if share == 0 else "gpu", decode_share=share or 1.0, **fast)
+            for share in (0.0, 0.25, 0.5, 0.75, 1.0)
+        },
         # Workers that hand over uint8 images (ToTensor and Normalize on the device) against workers that make floats.
         "pixels": {
             f"{w} workers, prefetch 4, {'uint8, normalized on the device' if on else 'float32 from the workers'}, "
@@ -536,7 +544,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--recipe", default="imagenet_resnet50")
     parser.add_argument("--configs", default="default",
-                        help="default, sweep, decode, pixels, gpu_workers, or tuned (the tuned file's profile)")
+                        help="default, sweep, decode, hybrid, pixels, gpu_workers, or tuned (the tuned file's profile)")
     parser.add_argument("--seconds", type=float, default=30.0, help="how long the hand-written loop is timed")
     parser.add_argument("--only", type=int, help="the first N configs of the set only")
     parser.add_argument("--match", default="", help="only the configs whose name this regular expression finds")
