@@ -131,3 +131,20 @@ def test_seeds_split_the_decoding_where_the_device_can_decode(project: Path) -> 
     seeds = seed_configs(load(resolve("tiny")), GPU, build_space(16, GPU, dataclasses.replace(JPEGS, size=4096)))
     assert [c.describe() for c in seeds if c.decode_share < 1] == [
         "bs=16 workers=15 gpu-decode 50% pinned persistent prefetch=4 cudnn.benchmark channels_last bf16"]
+
+
+@pytest.mark.gpu
+def test_gpu_hybrid_batches_come_off_the_side_stream_whole(tmp_path: Path) -> None:
+    tf = T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip(), T.ToTensor(), T.Normalize(MEAN, STD)])
+    folder = datasets.ImageFolder(str(jpeg_folder(tmp_path, n=64)), transform=tf)
+    config = Config(batch_size=16, decode="gpu", decode_share=0.5, num_workers=2, pin_memory=True,
+                    channels_last=True)
+    torch.manual_seed(0)
+    order = [i.tolist() for i in DataLoader(range(len(folder)), batch_size=16, shuffle=True)]
+    torch.manual_seed(0)
+    batches = list(decoding_loader(folder, config, shuffle=True, drop_last=False, device=torch.device("cuda")))
+    for (x, y), indices in zip(batches, order):
+        host = [i for i in indices if not on_device(i, 0.5)]
+        device = [i for i in indices if on_device(i, 0.5)]
+        assert x.is_cuda and x.shape == (16, 3, 32, 32) and bool(torch.isfinite(x).all())
+        assert y.tolist() == [folder.targets[i] for i in host + device]
