@@ -49,13 +49,18 @@ def seed_configs(workload: Workload, machine: Machine, space: Space) -> list[Con
     ] if "device" in space.domains["placement"] else []
     # The compiled step, captured whole in the graph (autotune.loop.compiled), where the space may compile: on an
     # H200, ResNet-50 at batch 256 in bf16 trained 6,700/s compiled against 4,735/s in a graph on batches already on
-    # the device (issue 43), so a streamed loop that keeps up with it is the one to find. Queued after the uncompiled
-    # seeds: its first trial pays the whole compile, and their rates give the pruner something to judge it by.
+    # the device (issue 43), so a streamed loop that keeps up with it is the one to find: fed by uint8 images, and by
+    # both the cores and the device decoding where the device can. Queued after the first streamed seeds, whose rates
+    # give the pruner something to judge a compiling trial by, and before the larger batches: in an 8-minute search of
+    # ResNet-50, seeds at the end may never run.
     compiled = [
         Config(batch_size=bs, placement="device", cuda_graph=True, cudnn_benchmark=True, amp=amp, compile="default"),
         Config(batch_size=bs, **all_cores, cudnn_benchmark=True, channels_last=True, amp=amp, device_normalize=True,
                cuda_graph=True, compile="default"),
     ] if "default" in space.domains["compile"] else []
+    if compiled and "gpu" in space.domains["decode"]:
+        compiled.append(Config(batch_size=bs, **all_cores, cudnn_benchmark=True, channels_last=True, amp=amp,
+                               decode="gpu", decode_share=0.5, cuda_graph=True, compile="default"))
     candidates = [
         base,
         *few_shapes,
@@ -69,6 +74,7 @@ def seed_configs(workload: Workload, machine: Machine, space: Space) -> list[Con
         # search on an H200 when they came first.
         Config(batch_size=bs, **all_cores, cudnn_benchmark=True, channels_last=True, amp=amp, device_normalize=True),
         Config(batch_size=bs, **all_cores, cudnn_benchmark=True, channels_last=True, amp=amp, decode="gpu"),
+        *compiled,
         # The baseline's arithmetic with every knob that keeps it: the winner when the parity check cannot tell
         # (a heavy model learns too little in the check's share of the search to judge a batch size by, or amp
         # when its gradients do not pass the numerics check), and it needs no parity run.
@@ -91,7 +97,6 @@ def seed_configs(workload: Workload, machine: Machine, space: Space) -> list[Con
         ),
         # Every loader and loop knob on, for workloads whose data must stream.
         Config(batch_size=bs * 4, **all_cores, cudnn_benchmark=True, channels_last=True, amp=amp, cuda_graph=True),
-        *compiled,
     ]
     seeds: list[Config] = []
     for config in candidates:

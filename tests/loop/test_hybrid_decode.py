@@ -130,6 +130,8 @@ def test_seeds_split_the_decoding_where_the_device_can_decode(project: Path) -> 
 
     seeds = seed_configs(load(resolve("tiny")), GPU, build_space(16, GPU, dataclasses.replace(JPEGS, size=4096)))
     assert [c.describe() for c in seeds if c.decode_share < 1] == [
+        "bs=16 workers=15 gpu-decode 50% pinned persistent prefetch=4 cudnn.benchmark channels_last graph bf16 "
+        "compile=default",
         "bs=16 workers=15 gpu-decode 50% pinned persistent prefetch=4 cudnn.benchmark channels_last bf16"]
 
 
