@@ -87,7 +87,8 @@ class CompiledLoss:
         self.fn = torch.compile(compute_loss, fullgraph=True, **COMPILE_OPTIONS[mode])
         self.compile_s = 0.0  # one-time cost: host seconds of the steps that compiled
         self.graphs_at_start = _graphs()
-        self.last: tuple[nn.Module, Any] | None = None  # the last call's arguments: what a break is explained on
+        # The arguments of a call not yet known to trace: what a graph break is explained on
+        self.last: tuple[nn.Module, Any] | None = None
 
     @property
     def graphs(self) -> int:
@@ -109,6 +110,7 @@ class CompiledLoss:
             if reason is None:
                 raise
             raise CompileError(reason) from exc
+        self.last = None  # it traced: the batch need not be kept
         if _graphs() != before:
             self.compile_s += time.perf_counter() - start
             limit = _recompile_limit()
