@@ -219,3 +219,14 @@ def test_tuned_step_compiles_where_the_profile_says_so(project: Path, monkeypatc
     loss = step(torch.rand(32, 1, 8, 8), torch.randint(0, 4, (32,)))
     assert isinstance(step.compute_loss, compiled.CompiledLoss) and torch.isfinite(loss)
     assert step.compiled is not None and step.compiled.graphs == 1
+
+
+@pytest.mark.slow
+def test_inductor_on_the_cpu_passes_the_gradient_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real compiler, once: about 20 s on two busy cores, most of it Inductor's C++ compile."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    run = runner("compiles.py", tmp_path)
+    candidate = Config(batch_size=16, compile="default")
+    found = gradients.compare(run.build, BASE, candidate, 0.05)
+    verdict = parity_numerics.judge(found, parity_numerics.label(candidate))
+    assert verdict.passed and verdict.ratio < 1e-6, verdict.summary()
