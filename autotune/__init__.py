@@ -34,7 +34,7 @@ __all__, __getattr__, __dir__ = lazy_exports(
         "StudyReport": "reporting.study",
         "report": "reporting.study",
         "search_parallel": "study.parallel",
-        "SearchOptions": "study.options",
+        "SearchOptions": "options",
         "search": "study.run",
     },
 )

@@ -22,10 +22,11 @@ import tempfile
 import threading
 from pathlib import Path
 
-from autotune.config import Config, baseline_config
+from autotune.config import Config
 from autotune.procs.pool import TrialPool
 from autotune.trial.timing import Windows
 from autotune.workloads import load, resolve
+from autotune.workloads.settings import baseline_config
 
 WINDOWS = Windows(window_s=0.2)
 LOAD_WINDOWS = Windows(window_s=0.2, min_windows=10, max_windows=10)

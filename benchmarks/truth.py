@@ -60,10 +60,10 @@ import torch
 from torch.utils.data import DataLoader
 
 from autotune.config import Config, scaled_lr
-from autotune.diagnosis.cputime import cpu_times
 from autotune.loop.device_decode import decode_batch
+from autotune.options import SearchOptions
 from autotune.procs.pool import TrialPool
-from autotune.study.options import SearchOptions
+from autotune.trial.cputime import cpu_times
 from autotune.trial.timing import Windows
 from autotune.tuned import file as tuned_file
 from autotune.workloads import load, resolve

@@ -29,7 +29,7 @@ def diagnose(recipe: str, profile: bool, device_index: int) -> None:
     from autotune.diagnosis.run import DiagnoseError
     from autotune.diagnosis.run import diagnose as run_diagnose
     from autotune.diagnosis.tables import render
-    from autotune.study.space import SpaceError
+    from autotune.knobs import SpaceError
     from autotune.tuned.file import TunedFileError
     from autotune.workloads import WorkloadError
 

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from autotune.config import LR_RULES
-from autotune.study.options import DEFAULT_TIME_BUDGET_S, SearchOptions
+from autotune.options import DEFAULT_TIME_BUDGET_S, SearchOptions
 from autotune.text import printable
 
 EPILOG = """\b
@@ -138,7 +138,8 @@ def _say(line: str) -> None:
 
 def _parse_fixes(fixes: tuple[str, ...]) -> dict[str, Any]:
     """The --fix options by knob; a knob given twice with other values is bad input, not the last one winning."""
-    from autotune.study.space import SpaceError, parse_fix
+    from autotune.knobs import SpaceError
+    from autotune.study.space import parse_fix
 
     parsed: dict[str, Any] = {}
     try:
@@ -168,10 +169,10 @@ def _run(recipe: str, options: SearchOptions, gpus: str | None) -> None:
 
     Whatever was started is stopped on the way out, however the search ends.
     """
+    from autotune.knobs import SpaceError
     from autotune.procs.early import StartedEarly, start_early
-    from autotune.procs.workers import GpusError, parse_gpus
+    from autotune.procs.searchers import GpusError, parse_gpus
     from autotune.study.sharing import SharingError
-    from autotune.study.space import SpaceError
     from autotune.tuned.file import TunedFileError
     from autotune.workloads import WorkloadError
 

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from autotune import batch as batches
 from autotune.config import Config
-from autotune.loop import batch as batches
 from autotune.loop.buckets import LengthBuckets, padded
 from autotune.loop.sourced import WrappedLoader, dataloader_args
 
@@ -27,7 +27,7 @@ Collate = Callable[[list[Any]], Any]
 def materialize(dataset: Dataset, device: torch.device, workers: int, collate_fn: Collate | None = None) -> Any:
     """Run the data set's transform over every sample once and keep the batches' rows on `device`.
 
-    Returns one structure like a batch (``autotune.loop.batch``) whose every tensor
+    Returns one structure like a batch (``autotune.batch``) whose every tensor
     holds the whole data set, one row per sample. Raises ``BatchError`` for batches
     that cannot be kept that way (a list of per-sample targets, rows of varying shape).
     """

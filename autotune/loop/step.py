@@ -2,7 +2,7 @@
 
 Moves the batch to the device, applies channels_last and autocast, and steps
 the optimizer (through a GradScaler under fp16). A batch is any nested
-structure (``autotune.loop.batch``); its loss is the workload's
+structure (``autotune.batch``); its loss is the workload's
 ``compute_loss(model, batch)``, or ``loss_fn(model(x), y)`` for an ``(x, y)``
 batch. The same object serves the trials and the user's training code
 (``autotune.tuned.api.tuned_step``).
@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from autotune import batch as batches
 from autotune.config import Config
-from autotune.loop import batch as batches
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 GRAPH_WARMUP_STEPS = 3  # eager steps on a side stream before capture, as torch.cuda.graphs asks
@@ -111,7 +111,7 @@ class Step:
     def gradient(self, batch: Any) -> list[torch.Tensor]:
         """Each parameter's gradient of the loss of one batch already on the device, at the current weights, under
         this step's numerics (autocast, memory format, fp16's loss scale); no update. What the numerics check
-        compares (``autotune.trial.gradients``).
+        compares (``autotune.parity.gradients``).
 
         Under fp16 the loss is scaled as the step scales it and the gradient unscaled after; while the scaled
         gradient overflows, the scale is halved and the batch run again, as GradScaler backs off over steps, from

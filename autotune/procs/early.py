@@ -17,10 +17,10 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from autotune.options import SearchOptions
 from autotune.procs import lifecycle
 from autotune.procs.pool import TrialPool
-from autotune.procs.workers import GpusError, Worker, parallel_options, parse_gpus, start_workers
-from autotune.study.options import SearchOptions
+from autotune.procs.searchers import GpusError, Worker, parallel_options, parse_gpus, start_workers
 from autotune.workloads.locate import WorkloadError, resolve
 
 

@@ -15,8 +15,8 @@ Processes. ``autotune search`` (the *search*) starts:
   and may start DataLoader workers of its own. It starts a new session, so its
   process group holds it and its DataLoader workers, and one signal to the
   group reaches them all;
-- under ``--gpus``, one *worker* (``python -m autotune.procs.worker_main``) per
-  GPU but the first (``autotune.procs.workers``); a worker starts trial
+- under ``--gpus``, one *worker* (``python -m autotune.study.searcher_main``) per
+  GPU but the first (``autotune.procs.searchers``); a worker starts trial
   processes of its own, exactly as the search does;
 - some of both *early*, before the search imports torch (``autotune.procs.early``):
   the first trial processes and the workers. The search adopts them if its
@@ -81,7 +81,7 @@ PARENT_POLL_S = 0.5  # how often a child looks for its parent
 # optimizer a process builds imports it (torch.optim.Optimizer.__init__ is wrapped by torch._disable_dynamo), a
 # second or more of one core in every trial process otherwise.
 FORK_SERVER_PRELOAD = ["torch", "torch._dynamo", "numpy", "autotune.trial.serve", "autotune.trial.runner",
-                       "autotune.trial.parity_run", "autotune.procs.trial_main"]
+                       "autotune.parity.run", "autotune.procs.trial_main"]
 _FORK = multiprocessing.get_context("forkserver")
 
 

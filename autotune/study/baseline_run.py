@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from autotune.parity.verdict import run_length
 from autotune.procs.pool import TrialPool
 from autotune.procs.trial_process import STARTUP_TIMEOUT_S
 from autotune.study import sharing
-from autotune.study.parity import run_length
 from autotune.study.setup import Prepared, Setup
 
 PARITY_TIMEOUT_FACTOR = 4  # a parity run trains about an epoch; a trial times a few seconds of it

@@ -1,6 +1,6 @@
 """``autotune search --gpus 0,1``: one worker process per GPU on this host, all sharing one study.
 
-The search starts a worker process (``python -m autotune.procs.worker_main``) for each GPU
+The search starts a worker process (``python -m autotune.study.searcher_main``) for each GPU
 but the first at once: importing torch and building the data set take a worker
 as long as they take the search, so both do it side by side. The search then
 sets the study up once (hardware, CPU share, seeds, tickets) and tells each
@@ -24,11 +24,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from autotune.options import SearchOptions
 from autotune.procs import lifecycle
 from autotune.procs.pool import TrialPool
-from autotune.procs.workers import GpusError, Worker, device_labels, parallel_options, start_workers, wait_for_end
+from autotune.procs.searchers import GpusError, Worker, device_labels, parallel_options, start_workers, wait_for_end
 from autotune.study import sharing
-from autotune.study.options import SearchOptions
 from autotune.study.pools import SearchPools, Team
 from autotune.study.profile import SearchResult
 from autotune.study.run import quiet_optuna, run_steps

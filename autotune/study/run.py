@@ -21,12 +21,12 @@ from collections.abc import Callable, Iterator
 import optuna
 
 from autotune.config import Config
+from autotune.options import SearchOptions
+from autotune.parity.check import ParityCheck
 from autotune.procs.pool import TrialPool
 from autotune.study import finalists, memory, profile, sharing
 from autotune.study.claim import wait_for_writer
 from autotune.study.finalists import Results
-from autotune.study.options import SearchOptions
-from autotune.study.parity_check import ParityCheck
 from autotune.study.pools import SOLO, SearchPools, Team
 from autotune.study.profile import SearchResult
 from autotune.study.setup import Setup, announce, open_study, prepare

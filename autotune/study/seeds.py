@@ -7,9 +7,11 @@ first of all, since every speed-up is stated against it.
 
 from __future__ import annotations
 
-from autotune.config import Config, baseline_config
-from autotune.study.space import Machine, Space
+from autotune.config import Config
+from autotune.knobs import Machine
+from autotune.study.space import Space
 from autotune.workloads import Workload
+from autotune.workloads.settings import baseline_config
 
 
 def seed_configs(workload: Workload, machine: Machine, space: Space) -> list[Config]:
@@ -65,7 +67,7 @@ def seed_configs(workload: Workload, machine: Machine, space: Space) -> list[Con
         # when its gradients do not pass the numerics check), and it needs no parity run.
         Config(batch_size=bs, **all_cores, cudnn_benchmark=True, channels_last=True, cuda_graph=True),
         # The same with JPEGs decoded on the device: it passes such a check too once the inputs check has shown
-        # that the device path's images match the host pipeline's (autotune.study.parity_inputs).
+        # that the device path's images match the host pipeline's (autotune.parity.inputs).
         Config(batch_size=bs, **all_cores, cudnn_benchmark=True, channels_last=True, cuda_graph=True, decode="gpu"),
         # The second seed's advice: bigger batches, 8 pinned persistent workers, cudnn.benchmark.
         Config(

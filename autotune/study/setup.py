@@ -21,23 +21,26 @@ from typing import Any
 
 import optuna
 
-from autotune.config import Config, LrRule, baseline_config, scaled_lr, workload_lr_rule
+from autotune.config import Config, LrRule, scaled_lr
+from autotune.errors import AutotuneError
+from autotune.knobs import DataFacts, Machine, SpaceError, detect_machine
+from autotune.options import SearchOptions
 from autotune.study import content, sharing
-from autotune.study.options import SearchOptions
 from autotune.study.pruner import ClearlyWorsePruner
 from autotune.study.seeds import seed_configs
-from autotune.study.space import DataFacts, Machine, Space, SpaceError, build_space, detect_machine
+from autotune.study.space import Space, build_space
 from autotune.study.storage import open_storage, redact
 from autotune.trial.timing import Windows
 from autotune.tuned import file as tuned_file
 from autotune.workloads import RecipeRef, Workload, WorkloadError, load, resolve
 from autotune.workloads.decode import verdict as decode_verdict
 from autotune.workloads.pixels import verdict as pixels_verdict
+from autotune.workloads.settings import baseline_config, workload_lr_rule
 
 DEFAULT_WINDOW_S = 0.2  # seconds of work a timing window aims for
 
 
-class SearchError(RuntimeError):
+class SearchError(AutotuneError, RuntimeError):
     """A search that cannot start or finish; the message says why and what to do."""
 
 

@@ -29,12 +29,14 @@ from optuna.exceptions import DuplicatedStudyError, UpdateFinishedTrialError
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.errors import AutotuneError
+
 INTERRUPTED = "interrupted"  # the reason every trial whose worker stopped mid-trial starts with
 LOCK_STALE_S = 60.0  # a setup lock held this long belongs to a dead worker: setup takes milliseconds
 LOCK_WAIT_S = 180.0
 
 
-class SharingError(RuntimeError):
+class SharingError(AutotuneError, RuntimeError):
     """The study's shared state cannot be used; the message says why and what to do."""
 
 

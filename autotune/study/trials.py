@@ -20,13 +20,13 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import Config
+from autotune.parity.verdict import run_length
 from autotune.procs import lifecycle
 from autotune.procs.pool import TrialPool
 from autotune.procs.trial_process import GAVE_UP, Outcome
 from autotune.study import memory, sharing
 from autotune.study.failures import Finished, Hopeless, blocks, hopeless_values
 from autotune.study.finalists import baseline_rate, check_budget, trial_run_s
-from autotune.study.parity import run_length
 from autotune.study.predict import PREDICTED, LoaderModel
 from autotune.study.setup import SearchError, Setup
 from autotune.text import elapsed, rate

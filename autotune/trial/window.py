@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from autotune.diagnosis.cputime import CpuTimes, processes_cpu_s
 from autotune.trial import backlog
+from autotune.trial.cputime import CpuTimes, processes_cpu_s
 from autotune.trial.feed import Clock, Feed
 
 

@@ -20,7 +20,7 @@ from typing import Any, Callable
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from autotune.config import Config, baseline_config
+from autotune.config import Config
 from autotune.loop import DeviceLoader, Step, build_loader
 from autotune.loop.loader import USER_LOADER_ARGS
 from autotune.loop.sourced import WrappedLoader
@@ -28,6 +28,7 @@ from autotune.tuned import file as tuned_file
 from autotune.workloads import Workload, load, resolve
 from autotune.workloads.decode import NotTranslatable
 from autotune.workloads.locate import data_root
+from autotune.workloads.settings import baseline_config
 
 _told: set[tuple[str, str]] = set()
 

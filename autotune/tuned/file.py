@@ -22,10 +22,11 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 from autotune.config import Config
+from autotune.errors import AutotuneError
 from autotune.tuned.schema import SCHEMA_VERSION, validate
 
 
-class TunedFileError(ValueError):
+class TunedFileError(AutotuneError, ValueError):
     """A tuned file that cannot be used; the message lists every problem."""
 
 

@@ -41,9 +41,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: tru
 import truth  # noqa: E402
 
 from autotune.config import Config  # noqa: E402
-from autotune.diagnosis.cputime import _process_cpu_s  # noqa: E402
 from autotune.procs import lifecycle  # noqa: E402
 from autotune.procs.pool import TrialPool  # noqa: E402
+from autotune.trial.cputime import _process_cpu_s  # noqa: E402
 from autotune.workloads import load, resolve  # noqa: E402
 
 

@@ -1,7 +1,7 @@
 """Probe: how far amp's gradients are from fp32's, by parameter, and by two measures, for one workload.
 
 For each batch size and numerics given, the gradients of BATCHES batches from the same
-initial weights (``autotune.trial.gradients``'s procedure), then per parameter tensor
+initial weights (``autotune.parity.gradients``'s procedure), then per parameter tensor
 the error |g_amp - g_fp32|^2 and the batch-to-batch noise, the ten tensors with the most
 error, and the error and noise projected on the mean gradient (the direction a step
 descends). Prints one JSON line per (batch size, numerics).
@@ -19,8 +19,8 @@ import time
 import torch
 
 from autotune.config import Config
-from autotune.trial.gradients import numerics_of, train_steps
-from autotune.trial.parity_run import ORDER_SEED, own_order
+from autotune.parity.gradients import numerics_of, train_steps
+from autotune.parity.run import ORDER_SEED, own_order
 from autotune.trial.runner import Runner
 from autotune.workloads import load, resolve
 

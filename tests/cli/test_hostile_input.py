@@ -323,7 +323,8 @@ def test_a_rerun_soon_after_the_writer_was_killed_takes_over_and_writes(
 
     It is killed once the rerun has said it waits, so the grace period need not outlast the rerun's start.
     """
-    from autotune.study import SearchOptions, search
+    from autotune.options import SearchOptions
+    from autotune.study import search
 
     monkeypatch.setenv("AUTOTUNE_HEARTBEAT_S", "1")
     monkeypatch.setenv("AUTOTUNE_GRACE_S", "3")
@@ -368,7 +369,8 @@ def test_a_rerun_soon_after_the_writer_was_killed_takes_over_and_writes(
 def test_ctrl_c_during_the_parity_check_states_no_summary_of_a_check_it_cut_short(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from autotune.study import SearchOptions, search
+    from autotune.options import SearchOptions
+    from autotune.study import search
 
     def stopped(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt  # as SIGINT lands while the baseline's parity run trains
@@ -431,8 +433,9 @@ def test_report_states_the_tuned_files_speedup_from_the_rounds_not_from_the_base
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from autotune.config import Config
+    from autotune.options import SearchOptions
     from autotune.reporting.study import render, report
-    from autotune.study import SearchOptions, search
+    from autotune.study import search
 
     original = FakePool.run
     seen: list[Config] = []

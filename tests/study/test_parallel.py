@@ -17,10 +17,11 @@ import pytest
 from _procs import child_env
 
 from autotune.config import Config
-from autotune.procs.workers import GpusError, cpu_share, parse_gpus
-from autotune.study import SearchError, SearchOptions, baseline_run, search_parallel, sharing
+from autotune.knobs import SpaceError
+from autotune.options import SearchOptions
+from autotune.procs.searchers import GpusError, cpu_share, parse_gpus
+from autotune.study import SearchError, baseline_run, search_parallel, sharing
 from autotune.study.setup import open_study, prepare, slug
-from autotune.study.space import SpaceError
 from autotune.study.storage import open_storage
 from autotune.tuned import file as tuned_file
 

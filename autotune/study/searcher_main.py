@@ -1,8 +1,8 @@
-"""One worker under ``autotune search --gpus``: ``python -m autotune.procs.worker_main RECIPE OPTIONS_JSON``.
+"""One worker under ``autotune search --gpus``: ``python -m autotune.study.searcher_main RECIPE OPTIONS_JSON``.
 
-Started by ``autotune.procs.workers.Worker``. Before importing torch it starts
+Started by ``autotune.procs.searchers.Worker``. Before importing torch it starts
 its own trial processes (on a GPU with a spare); then it prepares
-(``autotune.study.worker``) while the search that started it sets the study up,
+(``autotune.study.searcher``) while the search that started it sets the study up,
 and waits for one line on stdin saying where the study is. If stdin closes with
 no line, that search could not set the study up and says why itself: the worker
 stops its trial processes, leaves no file behind, and ends without a word; a
@@ -31,9 +31,9 @@ def main() -> int:
     if not lifecycle.watch_parent(lambda: os.kill(os.getpid(), signal.SIGTERM)):
         return 1  # the parent died before we could watch it
 
+    from autotune.options import options_from_json
     from autotune.procs.early import pool_started_early
     from autotune.procs.pool import TrialPool
-    from autotune.study.options import options_from_json
     from autotune.workloads import WorkloadError, resolve
 
     recipe, options = sys.argv[1], options_from_json(sys.argv[2])
@@ -67,7 +67,7 @@ def main() -> int:
         signal.signal(sig, lambda signum, frame: dismissed(128 + signum))
     threading.Thread(target=wait_for_the_study, name="wait-for-the-study", daemon=True).start()
 
-    from autotune.study.worker import PROBLEMS, get_ready, work
+    from autotune.study.searcher import PROBLEMS, get_ready, work
 
     ready = get_ready(recipe, options, pool, echo=lambda line: print(line, flush=True))
     where = json.loads(lines.get())

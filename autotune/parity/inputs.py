@@ -1,6 +1,6 @@
 """The inputs check's verdict: does the device decode path make images from the host pipeline's distribution?
 
-``autotune.trial.inputs`` draws the same images many times through each
+``autotune.parity.images`` draws the same images many times through each
 pipeline and reduces each output to block means. For each image and block,
 two pipelines from one distribution agree, up to sampling noise, on the mean
 over the draws and on their spread. ``distance`` is the average of the squared
@@ -77,7 +77,7 @@ class InputsVerdict:
 
 
 def judge(found: dict[str, Any]) -> InputsVerdict:
-    """The verdict on ``autotune.trial.inputs.compare``'s distances."""
+    """The verdict on ``autotune.parity.images.compare``'s distances."""
     allowed = LIMIT * max(1.0, found["host_to_host"])
     return InputsVerdict(
         found["host_to_device"] <= allowed,

@@ -16,11 +16,13 @@ import torch
 from torch.utils.data import default_collate
 
 from autotune.config import Config
-from autotune.study import SearchOptions, parity, search
-from autotune.study.parity_check import ParityCheck
-from autotune.study.parity_inputs import InputsVerdict, judge
-from autotune.study.parity_verdicts import inconclusive_reason
-from autotune.trial.parity_run import ParityRun, ProbeSet, probe
+from autotune.options import SearchOptions
+from autotune.parity import verdict as parity
+from autotune.parity.check import ParityCheck
+from autotune.parity.inputs import InputsVerdict, judge
+from autotune.parity.reasons import inconclusive_reason
+from autotune.parity.run import ParityRun, ProbeSet, probe
+from autotune.study import search
 from autotune.tuned import file as tuned_file
 from autotune.tuned.schema import validate, validate_parity
 from autotune.tuned.show import render

@@ -1,6 +1,6 @@
 """The numerics check's verdict: is amp's gradient error small against the noise SGD already trains through?
 
-``autotune.trial.gradients`` computes, at the weights the baseline reached in a
+``autotune.parity.gradients`` computes, at the weights the baseline reached in a
 few steps, each of a few batches' gradient in fp32 and under the candidate's
 numerics. ``ratio`` is the candidate's mean squared error against the variance
 of one batch's fp32 gradient about their mean: the sampling noise of SGD at the
@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from autotune.config import Config
-from autotune.study.parity import changes_math
+from autotune.parity.verdict import changes_math
 
 LIMIT = 0.25  # amp's error may add at most this share of the gradient's own sampling variance
 
@@ -59,7 +59,7 @@ class NumericsVerdict:
 
 
 def judge(found: dict[str, Any], amp: str) -> NumericsVerdict:
-    """The verdict on ``autotune.trial.gradients.compare``'s numbers."""
+    """The verdict on ``autotune.parity.gradients.compare``'s numbers."""
     error, noise = found["error"], found["noise"]
     ratio = error / noise if noise > 0 else (0.0 if error == 0 else math.inf)
     numbers = dict(amp=amp, ratio=ratio, error=error, noise=noise, batches=found["batches"],

@@ -5,7 +5,7 @@ included (and one adopted from elsewhere adds its own time), so ``seconds`` is
 the check's whole cost. A candidate's run is expected to take as long as the
 latest baseline run: none starts once the budget cannot pay for that, and an
 inconclusive baseline is run once longer only if the budget pays for it and a
-candidate's run after it. ``ParityCheck`` (``autotune.study.parity_check``)
+candidate's run after it. ``ParityCheck`` (``autotune.parity.check``)
 decides what to run; this only keeps the time.
 """
 
@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from autotune.study.parity import CHECK_SHARE, EXTEND_FACTOR
-from autotune.trial.parity_run import ParityRun
+from autotune.parity.run import ParityRun
+from autotune.parity.verdict import CHECK_SHARE, EXTEND_FACTOR
 
 MIN_EXTENSION = 1.25  # an extension shorter than this many times the run is not worth a run: the check stays as is
 

@@ -1,7 +1,7 @@
 """The parity check over a search's fastest configs: one baseline run, a verdict per config.
 
 ``ParityCheck.select`` walks the configs fastest first and returns the first
-few that pass (``autotune.study.parity`` judges each). A config whose numerics
+few that pass (``autotune.parity.verdict`` judges each). A config whose numerics
 equal a checked one's reuses its verdict (loader knobs change speed, not
 training), and a batch size rejected by a wide margin at a learning rate rules
 out its slower variants at that rate unrun. A batch size that fails at its
@@ -10,13 +10,13 @@ rejected. A baseline that learns too little to judge by is run once more, longer
 if it still has, the check is inconclusive: configs with the baseline's math pass
 unrun (a run's deviations would be noise), and no other may. A config that decodes
 on the device passes only once the inputs check, made once per search, has shown
-that its images match the host pipeline's (``autotune.study.parity_inputs``); where
+that its images match the host pipeline's (``autotune.parity.inputs``); where
 the check is inconclusive, amp passes only once its gradients are shown to differ
-from fp32's by less than the batch's own noise (``autotune.study.parity_numerics``).
+from fp32's by less than the batch's own noise (``autotune.parity.numerics``).
 Every parity run is made by a caller-given function (in a search, in a trial process); the check
 keeps what each cost and stops running once its budget is spent
-(``autotune.study.parity_budget``). The verdicts it states without a run, and the
-reasons a verdict gives, are in ``autotune.study.parity_verdicts``.
+(``autotune.parity.budget``). The verdicts it states without a run, and the
+reasons a verdict gives, are in ``autotune.parity.reasons``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,20 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from autotune.config import Config, LrRule
-from autotune.study.parity import (
+from autotune.parity.budget import ParityBudget
+from autotune.parity.inputs import DecodeInputs, InputsVerdict
+from autotune.parity.numerics import AmpNumerics, NumericsVerdict
+from autotune.parity.reasons import (
+    explained,
+    inconclusive_reason,
+    same_as_baseline,
+    same_math_unjudged,
+    too_low,
+    with_checks,
+    without_run,
+)
+from autotune.parity.run import ParityRun
+from autotune.parity.verdict import (
     INITIAL_RTOL,
     MIN_PROGRESS,
     TOLERANCES,
@@ -45,19 +58,6 @@ from autotune.study.parity import (
     run_length,
     run_seconds,
 )
-from autotune.study.parity_budget import ParityBudget
-from autotune.study.parity_inputs import DecodeInputs, InputsVerdict
-from autotune.study.parity_numerics import AmpNumerics, NumericsVerdict
-from autotune.study.parity_verdicts import (
-    explained,
-    inconclusive_reason,
-    same_as_baseline,
-    same_math_unjudged,
-    too_low,
-    with_checks,
-    without_run,
-)
-from autotune.trial.parity_run import ParityRun
 
 
 class ParityCheck:
@@ -356,7 +356,7 @@ def larger_than_rejected(
     samples/s) was never checked. A batch rejected beside amp, or for learning more than the baseline, says
     nothing of a larger one."""
     def batch_alone(twin: Config, verdict: ParityVerdict) -> bool:
-        # The baseline's math (autotune.study.parity.SAME_MATH_KNOBS): mnist_cnn's rejected batches were
+        # The baseline's math (autotune.parity.verdict.SAME_MATH_KNOBS): mnist_cnn's rejected batches were
         # device-resident in a CUDA graph, which an equality of every knob but the loader's never let through.
         same_math = changes_math(baseline, twin) == ["batch_size"]
         return same_math and (verdict.deviation or 0.0) > 0 and (verdict.probe_deviation or 0.0) >= 0

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from autotune.config import Config
-from autotune.study.parity_check import ParityCheck
-from autotune.study.parity_inputs import judge as judge_inputs
-from autotune.study.parity_numerics import NumericsVerdict, failed, judge
-from autotune.trial.parity_run import ParityRun
+from autotune.parity.check import ParityCheck
+from autotune.parity.inputs import judge as judge_inputs
+from autotune.parity.numerics import NumericsVerdict, failed, judge
+from autotune.parity.run import ParityRun
 from autotune.tuned.schema import validate, validate_parity
 from autotune.tuned.show import render
 

@@ -14,7 +14,7 @@ and flip. Every output is reduced to a coarse GRID x GRID picture per channel
 (block means: robust to the few pixel levels by which two JPEG decoders and two
 resampling kernels differ, sensitive to which part of the image was taken and
 which way it faces). ``compare`` runs the host pipeline twice and the device
-path once; ``autotune.study.parity_inputs`` judges the distances.
+path once; ``autotune.parity.inputs`` judges the distances.
 """
 
 from __future__ import annotations
@@ -73,12 +73,12 @@ def device_draws(
 
 def compare(dataset: Any, device: torch.device, workers: int, pipeline: Any = None, files: Any = None,
             images: int = IMAGES, draws: int = DRAWS) -> dict[str, Any]:
-    """The distances ``autotune.study.parity_inputs.judge`` reads: two host draws apart, and host from device.
+    """The distances ``autotune.parity.inputs.judge`` reads: two host draws apart, and host from device.
 
     `pipeline` and `files`, given together, replace what ``derive`` makes of the data set (a test gives a wrong
     pipeline).
     """
-    from autotune.study.parity_inputs import distance
+    from autotune.parity.inputs import distance
     from autotune.workloads.decode import derive
 
     if pipeline is None or files is None:

@@ -22,10 +22,12 @@ from typing import Any
 
 import torch
 
+from autotune.errors import AutotuneError
+
 Signature = tuple[Any, ...]
 
 
-class BatchError(ValueError):
+class BatchError(AutotuneError, ValueError):
     """A batch that cannot be used the way it was asked for (counted, stacked, captured)."""
 
 

@@ -1,6 +1,6 @@
 """A parity run, inside a trial process: train a config briefly and record every step's loss.
 
-The parity check (``autotune.study.parity``) compares two such runs, the
+The parity check (``autotune.parity.verdict``) compares two such runs, the
 baseline's and a candidate's, made from the same initial weights over the same
 data order. This module makes one: it seeds the build, fixes each epoch's order
 with a generator of its own, evaluates a fixed probe set before and after
@@ -19,9 +19,9 @@ from typing import Any
 import torch
 from torch.utils.data import RandomSampler, default_collate
 
+from autotune.batch import samples_in
 from autotune.config import Config
 from autotune.loop import Step
-from autotune.loop.batch import samples_in
 
 ORDER_SEED = 0  # seeds the generator that orders the data of every parity run
 PROBE_SAMPLES = 4096  # the fixed samples both runs are evaluated on, before and after training

@@ -26,7 +26,7 @@ class SearchOptions:
     trial_timeout_s: float = 90.0
     lr_rule: str | None = None  # --lr-scaling; None: the rule of the workload's optimizer (config.lr_rule_for)
     finalists: int = 3  # best configs measured again against the baseline
-    parity_check: bool = True  # the winner must train like the baseline (autotune.study.parity)
+    parity_check: bool = True  # the winner must train like the baseline (autotune.parity.verdict)
     rounds: int = 2  # fresh processes each finalist is measured in
     device_index: int = 0
     cpu_share: int | None = None

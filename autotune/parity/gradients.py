@@ -10,7 +10,7 @@ baseline's size, the baseline's step and the candidate's numerics (its autocast
 dtype and loss scale, its memory format) each compute each batch's gradient.
 ``compare`` returns how far apart the two are, against how far the baseline's
 gradients of two different batches are apart: the noise SGD trains through at
-that batch size. ``autotune.study.parity_numerics`` judges the two numbers.
+that batch size. ``autotune.parity.numerics`` judges the two numbers.
 
 Why not at the initial weights: an untrained BatchNorm ResNet's gradient is
 chaotic. ResNet-50 on an H200, batch 256: at initialisation 90% of the
@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from autotune.config import Config
-from autotune.trial.parity_run import ORDER_SEED, Builder, own_order
+from autotune.parity.run import ORDER_SEED, Builder, own_order
 
 BATCHES = 8  # batches of the baseline's size, each one's gradient computed by both numerics
 WARM_STEPS = 50  # the baseline's steps before the gradients are compared: off the chaotic initial weights
@@ -43,7 +43,7 @@ def numerics_of(baseline: Config, candidate: Config) -> Config:
     """The baseline with `candidate`'s numerics: its autocast dtype and memory format.
 
     A graph replays the eager step's kernels, and the loader knobs and placement change no arithmetic; decode is
-    judged by its images (``autotune.trial.inputs``). cuDNN's choice of kernels stays the baseline's: it is one
+    judged by its images (``autotune.parity.images``). cuDNN's choice of kernels stays the baseline's: it is one
     flag for the whole process, so both steps must run under one setting. The batch size stays the baseline's: a
     new one is judged by a training run.
     """

@@ -1,7 +1,7 @@
 """The parity check's verdicts that need no run, and the reasons a verdict gives.
 
-``ParityCheck`` (``autotune.study.parity_check``) runs the candidates, and
-``autotune.study.parity`` judges each run. Here is what the check states
+``ParityCheck`` (``autotune.parity.check``) runs the candidates, and
+``autotune.parity.verdict`` judges each run. Here is what the check states
 without a run (a config that differs in loader knobs alone; one that changes
 the math against a baseline that learned too little to judge by) and the words
 it adds to a verdict: the learning rule a rate came from and why, and why a
@@ -14,10 +14,10 @@ import dataclasses
 from typing import Any
 
 from autotune.config import Config, LrRule
-from autotune.study.parity import MIN_PROGRESS, TOLERANCES, ParityVerdict, changes_math, family, progress
-from autotune.study.parity_inputs import InputsVerdict
-from autotune.study.parity_numerics import NumericsVerdict
-from autotune.trial.parity_run import ParityRun
+from autotune.parity.inputs import InputsVerdict
+from autotune.parity.numerics import NumericsVerdict
+from autotune.parity.run import ParityRun
+from autotune.parity.verdict import MIN_PROGRESS, TOLERANCES, ParityVerdict, changes_math, family, progress
 
 
 def same_as_baseline(

@@ -1,6 +1,6 @@
 """The worker processes of ``autotune search --gpus``, one per GPU but the first, seen from the search.
 
-A worker (``python -m autotune.procs.worker_main``) starts before the study
+A worker (``python -m autotune.study.searcher_main``) starts before the study
 exists: it imports torch and builds the data set while the search does the
 same, then waits for one line on its stdin saying where the study is. If stdin
 closes first (the search could not set the study up), it ends without a word.
@@ -20,13 +20,14 @@ import uuid
 from collections.abc import Callable
 from typing import IO
 
+from autotune.errors import AutotuneError
+from autotune.options import SearchOptions, options_to_json
 from autotune.procs import lifecycle
-from autotune.study.options import SearchOptions, options_to_json
 
 STOP_WAIT_S = 60.0  # a stopped worker gets this long to give its trial back before it is killed
 
 
-class GpusError(ValueError):
+class GpusError(AutotuneError, ValueError):
     """A `--gpus` value that cannot be used; the message names the value and the rule."""
 
 
@@ -88,7 +89,7 @@ class Worker:
         self.label, self.echo = label, echo
         self.joined = False
         self.proc = lifecycle.spawn(
-            "autotune.procs.worker_main",
+            "autotune.study.searcher_main",
             [recipe, options_to_json(options)],
             env=dict(os.environ),
             stdout=subprocess.PIPE,

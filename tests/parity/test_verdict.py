@@ -8,10 +8,10 @@ from collections.abc import Callable
 import pytest
 
 from autotune.config import Config
-from autotune.study import parity
-from autotune.study.parity import ParityRunFailed
-from autotune.study.parity_check import ParityCheck
-from autotune.trial.parity_run import ParityRun
+from autotune.parity import verdict as parity
+from autotune.parity.check import ParityCheck
+from autotune.parity.run import ParityRun
+from autotune.parity.verdict import ParityRunFailed
 from autotune.tuned.schema import validate_parity
 
 

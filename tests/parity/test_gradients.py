@@ -18,8 +18,8 @@ from torch import nn
 
 from autotune.config import Config
 from autotune.loop import Step
-from autotune.study import parity_numerics
-from autotune.trial import gradients
+from autotune.parity import gradients
+from autotune.parity import numerics as parity_numerics
 from autotune.trial.runner import Runner
 from autotune.workloads import load, resolve
 

@@ -4,7 +4,7 @@ AMP, CUDA graphs, channels_last, cudnn.benchmark, device placement, batches
 grouped by length, padding to a multiple and a new batch size each make
 training faster, and each can silently change what is trained. Before a
 config may win, it and the baseline (the workload's own batch size and loader,
-fp32, eager) each make a parity run (``autotune.trial.parity_run``) from the
+fp32, eager) each make a parity run (``autotune.parity.run``) from the
 same initial weights over the same data order, and ``compare`` judges
 them at equal samples seen, by two numbers, each within the tolerance of the
 knob family that differs:
@@ -21,10 +21,10 @@ targets are spread, not what its inputs say: ResNet-50 after 18,000 ImageNet
 samples), gives no unit to judge by: the check is inconclusive
 (``conclusive()``), and a config that changes the math (batch size, amp)
 cannot pass it. Device decode is judged by its images instead
-(``autotune.study.parity_inputs``), and amp alone by its gradients
-(``autotune.study.parity_numerics``): once they pass, it keeps the math.
+(``autotune.parity.inputs``), and amp alone by its gradients
+(``autotune.parity.numerics``): once they pass, it keeps the math.
 docs/parity.md gives the measurements the tolerances were chosen from.
-``ParityCheck`` (``autotune.study.parity_check``) runs the check over a
+``ParityCheck`` (``autotune.parity.check``) runs the check over a
 search's fastest configs.
 """
 
@@ -35,7 +35,8 @@ import math
 from typing import Any
 
 from autotune.config import LOADER_KNOBS, Config
-from autotune.trial.parity_run import ParityRun
+from autotune.errors import AutotuneError
+from autotune.parity.run import ParityRun
 
 # bucketing changes which samples share a batch (and so each step's gradient), pad_multiple the shapes the model's
 # kernels reduce over (masked positions are not free of rounding): both are judged as numerics.
@@ -64,11 +65,11 @@ PROGRESS_FLOOR = 0.01  # a baseline that learned less than 1% of its initial los
 INITIAL_RTOL = 1e-3  # two runs from the same weights and data agree on the initial loss this closely
 
 
-class ParityError(RuntimeError):
+class ParityError(AutotuneError, RuntimeError):
     """The check cannot judge anything: the baseline itself failed or diverged."""
 
 
-class ParityRunFailed(RuntimeError):
+class ParityRunFailed(AutotuneError, RuntimeError):
     """A parity run that crashed, ran out of memory or timed out; the message is the reason."""
 
 
@@ -136,12 +137,12 @@ class ParityVerdict:
     conclusive: bool = True
     lr_rule: str | None = None  # the rule `lr` came from (config.LR_RULES), when the search named one
     lr_reason: str | None = None  # why that rule: the optimizer's, --lr-scaling, or a bolder rate that failed
-    # decode = gpu: whether its images matched the host pipeline's (autotune.study.parity_inputs), and how far apart
+    # decode = gpu: whether its images matched the host pipeline's (autotune.parity.inputs), and how far apart
     inputs_passed: bool | None = None
     inputs_distance: float | None = None
     inputs_host_distance: float | None = None  # the host pipeline drawn twice: the noise level
     # amp, where no run could judge it: whether its gradients' error was within the batch's own noise
-    # (autotune.study.parity_numerics), and that error as a share of the noise
+    # (autotune.parity.numerics), and that error as a share of the noise
     numerics_passed: bool | None = None
     numerics_ratio: float | None = None
 
@@ -254,7 +255,7 @@ def check(runner: Any, baseline: Config, baseline_lr: float, candidate: Config, 
     For example, ``check(runner, Config(batch_size=128), 0.01, Config(batch_size=8192), 0.01).passed``
     is False for mnist_cnn: the unscaled learning rate learns too little.
     """
-    from autotune.trial.parity_run import probe, train
+    from autotune.parity.run import probe, train
 
     samples, window = run_length(baseline.batch_size, candidate.batch_size)
     workload = runner.workload

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from autotune.loop import batch as batches
+from autotune import batch as batches
 from autotune.loop.loader import DeviceLoader, materialize
 
 Pair = collections.namedtuple("Pair", "image label")

@@ -18,8 +18,8 @@ from _steps import NoScalerStep, with_step
 
 from autotune.config import Config
 from autotune.loop import Step
-from autotune.study import parity
-from autotune.trial import parity_run
+from autotune.parity import run as parity_run
+from autotune.parity import verdict as parity
 from autotune.trial.runner import Runner
 from autotune.workloads import load, resolve
 from autotune.workloads.datasets import write_synthetic_mnist

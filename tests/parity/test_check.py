@@ -12,7 +12,8 @@ import tomli_w
 from click.testing import CliRunner
 
 from autotune import cli
-from autotune.study import SearchError, SearchOptions, pools, search
+from autotune.options import SearchOptions
+from autotune.study import SearchError, pools, search
 from autotune.tuned import api
 from autotune.tuned import file as tuned_file
 from autotune.tuned.show import render
@@ -186,8 +187,8 @@ def test_a_parity_run_in_a_trial_process_matches_one_in_this_process(
     import torch
 
     from autotune.config import Config
+    from autotune.parity import run as parity_run
     from autotune.procs.pool import TrialPool
-    from autotune.trial import parity_run
     from autotune.trial.runner import Runner
     from autotune.workloads import load, resolve
 
@@ -240,8 +241,8 @@ class FakePool:
         return Outcome("complete", result=result, windows=(rate,))
 
     def parity_run(self, config: Any, lr: float, samples: int, probe_batch: int, timeout_s: float) -> Any:
+        from autotune.parity.run import ParityRun
         from autotune.procs.trial_process import Outcome
-        from autotune.trial.parity_run import ParityRun
 
         FakePool.runs.append(config)
         FakePool.lrs.append((config, lr))
