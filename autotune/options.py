@@ -1,4 +1,4 @@
-"""What a search is asked to do: plain data, cheap to import, passed to worker processes as JSON.
+"""What a search is asked to do: plain data, cheap to import, passed to searcher processes as JSON.
 
 The command line builds it before torch is imported, so the processes a search
 needs can start while the rest loads.
@@ -31,14 +31,14 @@ class SearchOptions:
     device_index: int = 0
     cpu_share: int | None = None
     cpus: int | None = None  # --cpus: the search runs on this many of the host's cores (autotune.procs.cpus)
-    seed: int = 0  # the sampler's; with a --storage, mixed with the process id so workers of one study differ
+    seed: int = 0  # the sampler's; with a --storage, mixed with the process id so searchers of one study differ
     run_id: str = (
         ""  # under --gpus, one id for the search's processes: the writer takes only its own run's baseline parity run
     )
     baseline_parity_first: bool = (
-        False  # this worker makes the baseline's parity run before its trials (one per --gpus search)
+        False  # this searcher makes the baseline's parity run first (one per --gpus search)
     )
-    write_tuned_file: bool = True  # False: a worker under `--gpus` only runs trials; the search that started it writes
+    write_tuned_file: bool = True  # False: a `--gpus` searcher only runs trials; the search that started it writes
     command: str = "autotune search"
     state_dir: Path = Path(".autotune")  # the default SQLite study and trial-process logs
 

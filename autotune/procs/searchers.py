@@ -1,6 +1,6 @@
-"""The worker processes of ``autotune search --gpus``, one per GPU but the first, seen from the search.
+"""The searcher processes of ``autotune search --gpus``, one per GPU but the first, seen from the search.
 
-A worker (``python -m autotune.study.searcher_main``) starts before the study
+A searcher (``python -m autotune.study.searcher_main``) starts before the study
 exists: it imports torch and builds the data set while the search does the
 same, then waits for one line on its stdin saying where the study is. If stdin
 closes first (the search could not set the study up), it ends without a word.
@@ -24,7 +24,7 @@ from autotune.errors import AutotuneError
 from autotune.options import SearchOptions, options_to_json
 from autotune.procs import lifecycle
 
-STOP_WAIT_S = 60.0  # a stopped worker gets this long to give its trial back before it is killed
+STOP_WAIT_S = 60.0  # a stopped searcher gets this long to give its trial back before it is killed
 
 
 class GpusError(AutotuneError, ValueError):
@@ -61,17 +61,17 @@ def parse_gpus(text: str, available: int) -> list[int]:
     return indices
 
 
-def cpu_share(cores: int, workers: int) -> int:
-    """CPU cores each of `workers` processes on one host may give its DataLoader workers.
+def cpu_share(cores: int, searchers: int) -> int:
+    """CPU cores each of `searchers` processes on one host may give its DataLoader workers.
 
     >>> cpu_share(16, 2)
     8
     """
-    return max(1, cores // workers)
+    return max(1, cores // searchers)
 
 
 def parallel_options(options: SearchOptions, devices: list[int]) -> SearchOptions:
-    """The search's options under --gpus: its device the first, each worker's share of the cores, one run id."""
+    """The search's options under --gpus: its device the first, each searcher's share of the cores, one run id."""
     share = options.cpu_share or cpu_share(len(os.sched_getaffinity(0)), len(devices))
     return dataclasses.replace(
         options, device_index=devices[0], cpu_share=share, run_id=options.run_id or uuid.uuid4().hex
@@ -82,8 +82,8 @@ def device_labels(devices: list[int], cuda: bool) -> list[str]:
     return [f"gpu{d}" if cuda else f"cpu{i}" for i, d in enumerate(devices)]
 
 
-class Worker:
-    """One worker process; its output lines reach the user with a prefix."""
+class Searcher:
+    """One searcher process; its output lines reach the user with a prefix."""
 
     def __init__(self, recipe: str, options: SearchOptions, label: str, echo: Callable[[str], None]) -> None:
         self.label, self.echo = label, echo
@@ -103,7 +103,7 @@ class Worker:
             self.echo(f"{self.label} | {raw.decode(errors='replace').rstrip()}")
 
     def join_study(self, storage: str, study: str) -> None:
-        """Tell the worker the study is set up, and where; it joins it."""
+        """Tell the searcher the study is set up, and where; it joins it."""
         self.joined = True
         self._close_stdin(json.dumps({"storage": storage, "study": study}) + "\n")
 
@@ -113,14 +113,14 @@ class Worker:
             if line:
                 self.proc.stdin.write(line.encode())
             self.proc.stdin.close()
-        except OSError:  # the worker already ended: its lines and exit status say why
+        except OSError:  # the searcher already ended: its lines and exit status say why
             pass
 
     def ask_to_exit(self) -> None:
-        """A worker still waiting for the study ends when its stdin closes; one that joined gives its trial
+        """A searcher still waiting for the study ends when its stdin closes; one that joined gives its trial
         back on SIGTERM."""
         self._close_stdin()
-        # SIGTERM, not SIGINT: a worker started from a background job inherits SIGINT ignored.
+        # SIGTERM, not SIGINT: a searcher started from a background job inherits SIGINT ignored.
         if self.joined and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
 
@@ -133,17 +133,17 @@ class Worker:
         lifecycle.kill(self.proc, group=False)
 
 
-def start_workers(
+def start_searchers(
     recipe: str, options: SearchOptions, devices: list[int], cuda: bool, echo: Callable[[str], None] = print
-) -> list[Worker]:
-    """A worker process for each device but the first, started now; each waits for the study before it joins it.
+) -> list[Searcher]:
+    """A searcher process for each device but the first, started now; each waits for the study before it joins it.
 
-    `options` are the search's (its device the first, its CPU share set); one worker,
+    `options` are the search's (its device the first, its CPU share set); one searcher,
     the first, makes the parity check's baseline run before its trials.
     """
     labels = device_labels(devices, cuda)
     return [
-        Worker(
+        Searcher(
             recipe,
             dataclasses.replace(
                 options, device_index=d, write_tuned_file=False, baseline_parity_first=(i == 0 and options.parity_check)
@@ -155,10 +155,10 @@ def start_workers(
     ]
 
 
-def wait_for_end(workers: list[Worker], timeout_s: float = STOP_WAIT_S) -> None:
-    """Wait for workers that end by themselves (no trial is left for them); kill what is left at the deadline."""
-    if not lifecycle.wait_all([w.proc for w in workers], timeout_s):
-        for w in workers:
+def wait_for_end(searchers: list[Searcher], timeout_s: float = STOP_WAIT_S) -> None:
+    """Wait for searchers that end by themselves (no trial is left for them); kill what is left at the deadline."""
+    if not lifecycle.wait_all([w.proc for w in searchers], timeout_s):
+        for w in searchers:
             w.kill()
-    for w in workers:
+    for w in searchers:
         w.reader.join(timeout=5)

@@ -141,7 +141,7 @@ def learning_rate(setup: Setup, best: Config, parity_record: dict[str, Any] | No
 def new_parity_check(
     setup: Setup, pool: TrialPool, candidates: list[Config], team: Team, max_batch: int | None = None
 ) -> ParityCheck:
-    """The check, made once per search; it adopts the baseline run a `--gpus` worker made, if there is one.
+    """The check, made once per search; it adopts the baseline run a `--gpus` searcher made, if there is one.
 
     `max_batch`: size the runs for it, not for the largest batch among `candidates` (more may come).
     """
@@ -188,13 +188,13 @@ def new_parity_check(
     )
     if stored is not None and stored.get("samples") == check.samples:
         check.adopt_baseline(
-            ParityRun.from_dict(stored["parity_run"]), f"run by worker {stored['worker']} before its trials"
+            ParityRun.from_dict(stored["parity_run"]), f"run by searcher {stored['searcher']} before its trials"
         )
     return check
 
 
 def check_early(setup: Setup, pools: SearchPools, team: Team) -> ParityCheck | None:
-    """Check the contenders so far while another worker's last trial runs: time this worker would spend idle.
+    """Check the contenders so far while another searcher's last trial runs: time this searcher would spend idle.
 
     The check after the trials reuses each verdict and runs only what the last trials
     add; a failure here is said by that check, with its reason.

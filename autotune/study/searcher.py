@@ -1,6 +1,6 @@
-"""One `--gpus` worker's search: prepare while the study is set up elsewhere, then take tickets in it.
+"""One `--gpus` searcher's search: prepare while the study is set up elsewhere, then take tickets in it.
 
-Run in the worker process (``autotune.study.searcher_main`` does its plumbing).
+Run in the searcher process (``autotune.study.searcher_main`` does its plumbing).
 It prepares (workload, machine, space) and, if asked, makes the parity check's
 baseline run while the search that started it sets the study up; then it joins
 the study, takes tickets until none is left, and ends. The search that started
@@ -28,11 +28,11 @@ PROBLEMS = (WorkloadError, SpaceError, SearchError, TunedFileError)  # said in o
 
 @dataclasses.dataclass(frozen=True)
 class Ready:
-    """A worker prepared before it joins the study: what it knows, or why it cannot work."""
+    """A searcher prepared before it joins the study: what it knows, or why it cannot work."""
 
     prepared: Prepared | None
     problem: str | None
-    baseline: dict[str, Any] | None  # the baseline's parity run, made if this worker was asked to
+    baseline: dict[str, Any] | None  # the baseline's parity run, made if this searcher was asked to
 
 
 def get_ready(recipe: str, options: SearchOptions, pool: TrialPool | None, echo: Callable[[str], None]) -> Ready:

@@ -1,10 +1,10 @@
-"""One worker under ``autotune search --gpus``: ``python -m autotune.study.searcher_main RECIPE OPTIONS_JSON``.
+"""One searcher under ``autotune search --gpus``: ``python -m autotune.study.searcher_main RECIPE OPTIONS_JSON``.
 
-Started by ``autotune.procs.searchers.Worker``. Before importing torch it starts
+Started by ``autotune.procs.searchers.Searcher``. Before importing torch it starts
 its own trial processes (on a GPU with a spare); then it prepares
 (``autotune.study.searcher``) while the search that started it sets the study up,
 and waits for one line on stdin saying where the study is. If stdin closes with
-no line, that search could not set the study up and says why itself: the worker
+no line, that search could not set the study up and says why itself: the searcher
 stops its trial processes, leaves no file behind, and ends without a word; a
 stop signal before the line does the same. After it, a stop signal (or its
 parent's death) stops it as Ctrl-C does, giving its running trial back to the
@@ -54,7 +54,7 @@ def main() -> int:
         os.dup2(devnull, 2)
         if pool is not None:
             pool.stop(discard=True)
-        lifecycle.end_fork_server()  # it holds the pipe the search reads this worker's lines from
+        lifecycle.end_fork_server()  # it holds the pipe the search reads this searcher's lines from
         os._exit(code)
 
     def wait_for_the_study() -> None:

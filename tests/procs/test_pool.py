@@ -185,7 +185,7 @@ def test_stopping_children_that_never_ran_leaves_the_disk_as_it_was(project: Pat
 
 
 def test_discarding_a_pool_removes_the_logs_of_children_that_ran_but_wrote_nothing(project: Path) -> None:
-    """A --gpus worker dismissed after it made the parity baseline run: nothing of the abandoned search stays."""
+    """A --gpus searcher dismissed after it made the parity baseline run: nothing of the abandoned search stays."""
     before = sorted(p.relative_to(project) for p in project.rglob("*"))
     pool = _pool(project)
     assert pool.run(Config(batch_size=16), 0.05, QUICK).state == "complete"

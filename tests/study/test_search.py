@@ -259,7 +259,7 @@ def test_the_writer_waits_for_a_workers_baseline_run_only_while_it_may_come(proj
 
     # The worker ends after three looks, having stored nothing.
     assert baseline_run.wait_for(writer, lambda: pending(3)) is None and len(looks) == 4
-    writer.study.set_user_attr(baseline_run.ATTRIBUTE, {"run": "run-1", "failed": "oom", "worker": "w"})
+    writer.study.set_user_attr(baseline_run.ATTRIBUTE, {"run": "run-1", "failed": "oom", "searcher": "w"})
     looks.clear()
     # Alive, but it stored why its run failed: no wait.
     assert baseline_run.wait_for(writer, lambda: pending(50)) is None and looks == []
