@@ -20,7 +20,7 @@ three times the row's `--seconds` (so it crosses epoch boundaries as often as a 
 run does in as many batches; ``more_batches``, ``slice_limit``). Why
 slices in fresh processes, interleaved: on H200 hosts one config's rate moved by a
 third between processes started a minute apart (a loader's CPU per sample from 3.3 to
-4.4 ms, ``benchmarks/probes/heritage.py``), so a single process on either side is one
+4.4 ms, ``lab/probes/heritage.py``), so a single process on either side is one
 draw of the host's state, not the config's rate. Slices that disagree by more than the
 tolerance show a host that moved, and such a row says so instead of passing for a
 measurement error; ``--no-bracket`` times the hand loop in one piece, after.

@@ -7,8 +7,8 @@ affinity, cudnn.benchmark, environment). Each call appends one JSON line to KPRO
 called by `sitecustomize.py` (inside a search's trial processes) and by `kstand.py` (fresh
 processes).
 
-Its output: benchmarks/results/h200/scaleout_c/kernel_probe/one.jsonl, two.jsonl and stand.jsonl;
-benchmarks/results/h200/scaleout_c/README.md tabulates them. Written against the code before commit
+Its output: lab/results/h200/scaleout_c/kernel_probe/one.jsonl, two.jsonl and stand.jsonl;
+lab/results/h200/scaleout_c/README.md tabulates them. Written against the code before commit
 8e0457a (a `Runner` with `build(config, lr)` and `step.graph`); it does not run on the current layout
 as is.
 """

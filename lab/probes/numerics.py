@@ -6,7 +6,7 @@ the error |g_amp - g_fp32|^2 and the batch-to-batch noise, the ten tensors with 
 error, and the error and noise projected on the mean gradient (the direction a step
 descends). Prints one JSON line per (batch size, numerics).
 
-    python3 benchmarks/probes/numerics.py --recipe imagenet_resnet50 --batch-sizes 256 64 --amp bf16:cl fp16:cl
+    python3 lab/probes/numerics.py --recipe imagenet_resnet50 --batch-sizes 256 64 --amp bf16:cl fp16:cl
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Probe: does a plain loop run its first epoch at the speed of its later ones?
 
-    python benchmarks/probes/epoch_rates.py --workers 15 --prefetch 2 --bf16 --epochs 4
+    python lab/probes/epoch_rates.py --workers 15 --prefetch 2 --bf16 --epochs 4
 
 A hand-written loop (truth.py's, by hand, no autotune code in the loop) runs `--epochs`
 whole epochs of `--recipe` and states, per epoch, its rate within the epoch (from the

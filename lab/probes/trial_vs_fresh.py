@@ -1,6 +1,6 @@
 """Probe: does a trial process measure a config slower than a fresh process does?
 
-    python benchmarks/probes/trial_vs_fresh.py --workers 15 --prefetch 2 --bf16 --windows 15
+    python lab/probes/trial_vs_fresh.py --workers 15 --prefetch 2 --bf16 --windows 15
 
 The same measurement (``Runner.run``, the search's windows, `--windows` of them so
 that they span two epochs) is made twice, alternately: in a trial process, as a

@@ -6,7 +6,7 @@ against 230/s, 288/s against 263/s), though its windows also wait for the device
 time there; this says whether that time depends on torch's intra-op threads (ToTensor and Normalize run
 per sample, each op spread over every core) or on the process.
 
-    python3 benchmarks/probes/main_load.py --batches 6 --rounds 2
+    python3 lab/probes/main_load.py --batches 6 --rounds 2
 """
 
 from __future__ import annotations

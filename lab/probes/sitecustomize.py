@@ -6,11 +6,11 @@ Put first on PYTHONPATH with KPROBE_OUT set, this file (Python imports `sitecust
 wraps `autotune.runner.Runner.run` so that, after a device-resident CUDA-graph config is measured,
 `kmeasure.probe` times it once more in the same process and appends one JSON line to KPROBE_OUT:
 
-    PYTHONPATH=benchmarks/probes KPROBE_OUT=/tmp/one.jsonl \
+    PYTHONPATH=lab/probes KPROBE_OUT=/tmp/one.jsonl \
         python3 -m autotune search --recipe mnist_cnn --trials 40 --study one
 
-Its output: benchmarks/results/h200/scaleout_c/kernel_probe/one.jsonl (a one-GPU search) and
-two.jsonl (a `--gpus 0,1` search); benchmarks/results/h200/scaleout_c/README.md reads them. It
+Its output: lab/results/h200/scaleout_c/kernel_probe/one.jsonl (a one-GPU search) and
+two.jsonl (a `--gpus 0,1` search); lab/results/h200/scaleout_c/README.md reads them. It
 hooks the module layout of the code before commit 8e0457a (`autotune.runner`); that module has
 moved since, so on the current layout the hook finds nothing to patch. Without KPROBE_OUT it does
 nothing.

@@ -1,6 +1,6 @@
 """Probe: would a stricter stop rule have kept a trial's early stop near the rest of its round?
 
-    python benchmarks/probes/stop_replay.py [benchmarks/results/h200_one_gpu/runs.log]
+    python lab/probes/stop_replay.py [lab/results/h200_one_gpu/runs.log]
 
 Replays the rounds a truth benchmark printed ("autotune's windows: ...") that ran to eight windows or
 more. For each start offset in a round, it stops at the first window where a rule passes, and compares
@@ -66,7 +66,7 @@ def replay(found: list[list[float]], rule: Callable[[list[float]], bool], least:
 
 
 def main() -> None:
-    log = Path(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results/h200_one_gpu/runs.log")
+    log = Path(sys.argv[1] if len(sys.argv) > 1 else "lab/results/h200_one_gpu/runs.log")
     found = rounds(log)
     print(f"{len(found)} rounds of eight windows or more in {log}")
     for name, rule in (("as built", as_built), ("Student's t", student)):

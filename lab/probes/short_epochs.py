@@ -1,7 +1,7 @@
 """autotune's measurement in short epochs, where it times windows in later epochs, against the truth.
 
-    python benchmarks/probes/short_epochs.py fake [--json OUT]   # 1,680 configs on a fake clock, in seconds
-    python benchmarks/probes/short_epochs.py real --runs 2       # real DataLoaders whose workers sleep
+    python lab/probes/short_epochs.py fake [--json OUT]   # 1,680 configs on a fake clock, in seconds
+    python lab/probes/short_epochs.py real --runs 2       # real DataLoaders whose workers sleep
 
 `fake` measures a fake-clock DataLoader that hands out its tasks as torch's does (the test suite's `_InTurn`:
 workers given `prefetch` tasks each, in turn, 1 s a batch of 32, an epoch's workers starting in 2 s) over

@@ -1,6 +1,6 @@
 """A loader-bound measurement on one GPU while another worker measures on the other, on one host.
 
-    python benchmarks/beside.py --recipe mnist_cnn
+    python lab/probes/beside.py --recipe mnist_cnn
 
 Under `--gpus 0,1` two workers measure side by side, each with half the host's
 cores as its share. The workload's own settings (the baseline: one process

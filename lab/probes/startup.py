@@ -7,7 +7,7 @@ process makes, one process alone and N started at once, with the CPU time they
 used and the page faults that read from disk (a cold or slow disk shows there);
 then lists the modules whose own import took longest (`python -X importtime`).
 
-    python benchmarks/startup.py --concurrency 1,4,8,12
+    python lab/probes/startup.py --concurrency 1,4,8,12
 """
 
 from __future__ import annotations

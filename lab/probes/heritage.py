@@ -1,6 +1,6 @@
 """Probe: does a process forked from autotune's fork server load slower than one started afresh?
 
-    python3 benchmarks/probes/heritage.py --workers 4 --prefetch 2 --rounds 3 --seconds 15
+    python3 lab/probes/heritage.py --workers 4 --prefetch 2 --rounds 3 --seconds 15
 
 Why: the truth benchmark's row for the workload's own ImageNet settings (4 workers,
 pinned, fp32) read 0.84-0.95 of its hand loop in 9 of 11 runs on H200 hosts, within
@@ -37,7 +37,7 @@ from typing import Any
 import loader_args
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: truth.py
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # benchmarks/truth.py
 import truth  # noqa: E402
 
 from autotune.config import Config  # noqa: E402

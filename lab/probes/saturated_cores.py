@@ -1,6 +1,6 @@
 """The truth benchmark's rows where the DataLoader's workers and the loop fill every core of a CPU host.
 
-    AUTOTUNE_SYNTHETIC_IMAGENET_IMAGES=4096 python benchmarks/probes/saturated_cores.py --seconds 30
+    AUTOTUNE_SYNTHETIC_IMAGENET_IMAGES=4096 python lab/probes/saturated_cores.py --seconds 30
 
 On an H200 host, truth.py's 15-worker row (16 cores, non-persistent workers, prefetch 2) reads a few
 percent below its hand loop more often than above (docs/measuring.md). Here the same regime on a CPU
@@ -60,7 +60,7 @@ def main() -> None:
     parser.add_argument("--match", default="", help="only the rows whose name holds this")
     parser.add_argument("--out", type=Path, default=Path("saturated_cores"))
     args = parser.parse_args()
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     import truth  # benchmarks/truth.py
 
     cores = len(os.sched_getaffinity(0))

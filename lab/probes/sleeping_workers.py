@@ -1,6 +1,6 @@
 """autotune's measurement against a hand loop on workers that sleep instead of decoding, alternately, in one process.
 
-    python benchmarks/probes/sleeping_workers.py --sample-ms 4 --workers 4 --rounds 3
+    python lab/probes/sleeping_workers.py --sample-ms 4 --workers 4 --rounds 3
 
 Each sample costs its worker `--sample-ms` of sleep, not of CPU, so the host's drift (the cores' clocks, other
 load) cannot move the rate: what differs between the two numbers is how each is timed. The hand loop is

@@ -1,6 +1,6 @@
 """Probe: each timed window of one measurement, with the backlog readings it was corrected by.
 
-    python benchmarks/probes/window_trace.py --workers 8 --prefetch 8 --persistent --bf16
+    python lab/probes/window_trace.py --workers 8 --prefetch 8 --persistent --bf16
 
 One ``Runner.run`` in this process, with autotune's timing functions wrapped to print,
 per window: its steps, seconds, the batches ready at its start and end, whether the
@@ -9,7 +9,7 @@ and after it. Why: on an H200 host, the 8-worker, prefetch-8 row's windows read
 2,200-2,800/s in a trial's first epoch and 1,600-1,900/s in its second, while a plain
 loop's epochs ran 1,816-1,938/s within (``epoch_rates.py``); a sleep-based data set on
 a CPU shows no such difference. Its output, on the code before the skip went on through
-the drain: benchmarks/results/h200_one_gpu/runs.log, call 44.
+the drain: lab/results/h200_one_gpu/runs.log, call 44.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ each worker's CPU per sample over time (a core that speeds up), its idle time be
 waiting on the loop, the pin thread or its queue), and how long a made batch took to reach the loop. The host's
 busy cores are sampled each second from /proc/stat.
 
-    python3 benchmarks/probes/loader_probe.py --seconds 45 --workers 4 [--no-pin] --out probe.json
+    python3 lab/probes/loader_probe.py --seconds 45 --workers 4 [--no-pin] --out probe.json
 """
 
 from __future__ import annotations
