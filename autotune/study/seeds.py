@@ -34,7 +34,7 @@ def seed_configs(workload: Workload, machine: Machine, space: Space) -> list[Con
         ]
     # A worker on every core but one: the loop's own process (its Python loop, the pinning thread, taking in the
     # workers' batches) needs a core too. By hand on H200 hosts with 16 cores, ResNet-50 on JPEGs in bf16 ran
-    # 3,609/s and 3,006/s with 15 workers where 16 ran 3,578/s and 2,729/s (benchmarks/results/h200_one_gpu).
+    # 3,609/s and 3,006/s with 15 workers where 16 ran 3,578/s and 2,729/s (lab/results/h200_one_gpu).
     all_cores = dict(num_workers=max(1, machine.cpu_share - 1), pin_memory=True, persistent_workers=True,
                      prefetch_factor=4)
     # Data on the device and the whole step in one graph: the known-fast loop wherever the data set fits there,

@@ -1,6 +1,6 @@
 """Where a trial process's start-up goes: imports, alone and with others starting beside it.
 
-A search waits for new processes: the command's own, a `--gpus` worker, and the
+A search waits for new processes: the command's own, a `--gpus` searcher, and the
 trial processes each of them starts (on a GPU one per cudnn.benchmark value and
 a spare). Each imports torch. This times, in fresh processes, the imports a trial
 process makes, one process alone and N started at once, with the CPU time they
