@@ -293,7 +293,7 @@ def test_the_finalists_are_the_fastest_configs_that_pass_checked_before_they_are
     assert any(line.startswith("  parity pass    the baseline's own numerics") for line in lines), lines
 
 
-def test_under_gpus_the_writer_checks_while_another_worker_ends_its_last_trial(
+def test_under_gpus_the_writer_checks_while_another_searcher_ends_its_last_trial(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import threading
@@ -329,7 +329,7 @@ def test_under_gpus_the_writer_checks_while_another_worker_ends_its_last_trial(
 
     monkeypatch.setattr(FakePool, "parity_run", run_and_say)
 
-    def finish() -> None:  # the other worker's trial ends once the check has run, or after 30 s if it never does
+    def finish() -> None:  # the other searcher's trial ends once the check has run, or after 30 s if it never does
         checked.wait(30)
         setup.study.tell(others[0], state=optuna.trial.TrialState.FAIL)
 
@@ -339,7 +339,7 @@ def test_under_gpus_the_writer_checks_while_another_worker_ends_its_last_trial(
     finisher.join()
     assert checked.is_set() and began is not None
     waiting = next(
-        i for i, line in enumerate(lines) if line.startswith("waiting for 1 trial(s) still running on other workers")
+        i for i, line in enumerate(lines) if line.startswith("waiting for 1 trial(s) still running on other searchers")
     )
     assert lines[waiting + 1].startswith("parity: checking the fastest against the baseline")
     early = list(FakePool.runs)
