@@ -204,6 +204,16 @@ def tuned_step(
     recipe: str,
     device: torch.device | str | None = None,
     compute_loss: Callable[[torch.nn.Module, Any], torch.Tensor] | None = None,
+    *,
+    clip_grad_norm: float | None = None,
+    accumulate: int = 1,
+    after_update: Callable[[], None] | None = None,
+    capture_after_update: bool = False,
+    tensor_lr: bool | None = None,
+    cuda_graph: bool | None = None,
+    set_cudnn_benchmark: bool = True,
+    move_model: bool = True,
+    set_capturable: bool = True,
 ) -> Step:
     """A step that applies the profile's loop knobs to your model, loss and optimizer.
 
@@ -215,9 +225,23 @@ def tuned_step(
     learning rate the recipe states (``load_tuned(recipe).lr``) when the tuned batch
     size differs from yours.
 
+    Hooks (docs/step.md): ``clip_grad_norm`` clips before each update; ``accumulate=N``
+    makes each call one micro-batch and updates every Nth call; ``after_update()`` runs
+    after each update (an EMA, logging). An LR scheduler works as in eager code, under a
+    graph too. ``cuda_graph=False`` turns the profile's graph off.
+
+    Side effects, each documented in docs/step.md; the keyword arguments turn off those
+    that can be: ``torch.backends.cudnn.benchmark`` is set for the whole process
+    (``set_cudnn_benchmark=False``); the model is moved to the device and memory format
+    (``move_model=False``: it must be there already) and put in train mode; under a graph,
+    Adam-style optimizers get ``capturable=True`` (``set_capturable=False`` runs eagerly)
+    and Adam/AdamW's ``param_groups[i]["lr"]`` become device tensors (``tensor_lr=False``:
+    floats, and the graph is captured again when the rate changes).
+
     For example::
 
         step = tuned_step(model, criterion, optimizer, recipe="mnist_cnn")
+        step = tuned_step(model, criterion, optimizer, recipe="mnist_cnn", clip_grad_norm=1.0, accumulate=4)
     """
     device = torch.device(device) if device is not None else _default_device()
     tuned = load_tuned(recipe, device)
@@ -227,4 +251,20 @@ def tuned_step(
             raise ValueError(
                 f"tuned_step: give loss_fn or compute_loss; {recipe}'s workload declares no compute_loss(model, batch)"
             )
-    return Step(model, loss_fn, optimizer, tuned.config, device, compute_loss=compute_loss)
+    config = tuned.config if cuda_graph is None else dataclasses.replace(tuned.config, cuda_graph=cuda_graph)
+    return Step(
+        model,
+        loss_fn,
+        optimizer,
+        config,
+        device,
+        compute_loss=compute_loss,
+        clip_grad_norm=clip_grad_norm,
+        accumulate=accumulate,
+        after_update=after_update,
+        capture_after_update=capture_after_update,
+        tensor_lr=tensor_lr,
+        set_cudnn_benchmark=set_cudnn_benchmark,
+        move_model=move_model,
+        set_capturable=set_capturable,
+    )
