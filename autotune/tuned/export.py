@@ -113,8 +113,8 @@ def export_profile(recipe: str, hardware: str, profile: dict[str, Any], target: 
             "dataloader_drop_last": drop_last,
             "bf16": config.amp == "bf16",
             "fp16": config.amp == "fp16",
-            "group_by_length": config.bucketing,
         }
+        kwargs |= _hf_order(shuffle, config.bucketing)
         if config.prefetch_factor is not None and config.num_workers > 0:
             kwargs["dataloader_prefetch_factor"] = config.prefetch_factor
         loader = {}
@@ -127,6 +127,23 @@ def export_profile(recipe: str, hardware: str, profile: dict[str, Any], target: 
     lost = [Lost(k, values[k], _LOST_WHY[k]) for k in _LOST[target] if _is_on(k, values[k])]
     return Export(recipe, hardware, target, config, lr, kwargs, loader, code, lost,
                   _cost(profile, config, lost, study_trials), _notes(recipe, profile, config, target))
+
+
+def _hf_order(shuffle: bool, bucketing: bool) -> dict[str, Any]:
+    """The Trainer's order: `train_sampling_strategy` from transformers 5 on (it replaced `group_by_length`).
+
+    The installed transformers decides which name; without one, the current name. The Trainer shuffles by default.
+    """
+    try:
+        import transformers
+
+        names = {f.name for f in dataclasses.fields(transformers.TrainingArguments)}
+    except ImportError:
+        names = {"train_sampling_strategy"}
+    if "train_sampling_strategy" in names:
+        strategy = "group_by_length" if bucketing else ("random" if shuffle else "sequential")
+        return {} if strategy == "random" else {"train_sampling_strategy": strategy}
+    return {"group_by_length": True} if bucketing else {}
 
 
 def _rate(value: float) -> str:

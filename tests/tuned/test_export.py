@@ -39,7 +39,6 @@ def test_hf_gets_training_arguments_and_the_lost_knobs_with_the_files_rates() ->
         "dataloader_drop_last": False,
         "bf16": True,
         "fp16": False,
-        "group_by_length": False,
         "dataloader_prefetch_factor": 4,
     }
     assert item.loader_kwargs == {}
