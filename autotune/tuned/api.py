@@ -101,7 +101,8 @@ def load_tuned(recipe: str, device: torch.device | str | None = None, world_size
     config = tuned_file.knobs_to_config(profile["knobs"])
     rule = profile.get("lr_rule", "linear")
     lr = distributed.lr_for_world(float(profile.get("lr", workload.defaults["lr"])), rule, world)
-    distributed.check_cpu_share(profile, ref.name, hardware, distributed.ranks_on_host(max(ranks, world)),
+    # The processes sharing this host: torchrun's, not `world_size` (a job's ranks may span hosts).
+    distributed.check_cpu_share(profile, ref.name, hardware, distributed.ranks_on_host(ranks),
                                 len(os.sched_getaffinity(0)))
     if config.batch_size != workload.defaults["batch_size"] and (ref.name, hardware) not in _told:
         _told.add((ref.name, hardware))

@@ -71,8 +71,8 @@ def check_cpu_share(profile: dict[str, Any], name: str, hardware: str, ranks: in
     workers = profile.get("knobs", {}).get("num_workers", 0)
     warnings.warn(
         f"{name}'s profile for {hardware} was tuned with {share} CPU cores, but this host's {cores} cores are shared "
-        f"by {ranks} processes ({each} each); its num_workers={workers} per process may wait on the cores. Tune one "
-        f"process's share with `autotune search --recipe {name} --cpus {each}`.",
+        f"by {ranks} processes ({each} each): its settings (num_workers={workers}) were measured with cores these "
+        f"processes do not have. Tune one process's share with `autotune search --recipe {name} --cpus {each}`.",
         CpuShareWarning,
         stacklevel=4,
     )
