@@ -11,9 +11,10 @@ from autotune.text import printable
     "export",
     epilog="\b\nExamples:\n  autotune export --recipe mnist_cnn --to hf\n"
     "  autotune export --recipe mnist_cnn --to lightning --hardware 'NVIDIA H200'\n"
-    "  autotune export --recipe mnist_cnn --to torch --storage sqlite:///.autotune/mnist_cnn.db",
+    "  autotune export --recipe mnist_cnn --to torch --storage sqlite:///.autotune/mnist_cnn.db\n"
+    "  autotune export --recipe results/mnist_cnn.tuned.toml --to hf",
 )
-@click.option("--recipe", required=True, help="A recipe name or path; its tuned file is read.")
+@click.option("--recipe", required=True, help="A recipe name or path (its tuned file is read), or a .tuned.toml file.")
 @click.option("--to", "target", required=True, type=click.Choice(["hf", "lightning", "torch"]),
               help="hf: TrainingArguments; lightning: Trainer and DataLoader arguments; torch: DataLoader and loop.")
 @click.option("--hardware", help="One profile (a GPU's name, or cpu); default: every profile in the file.")

@@ -166,15 +166,23 @@ def _cost(profile: dict[str, Any], config: Config, lost: list[Lost],
         lines.append(f"the best trial without {names} is in the study, which is not at hand (pass --storage).")
         return lines
     defaults = Config(batch_size=config.batch_size).as_dict()
-    without = [t for t in trials if all(t["config"].get(item.knob, defaults[item.knob]) == defaults[item.knob]
-                                        for item in lost)]
-    if not without:
-        lines.append(f"the study measured no trial without {names}.")
-        return lines
-    best = max(without, key=lambda t: t["samples_per_s"])
-    described = Config.from_dict(best["config"]).describe()
-    lines.append(f"the study's best trial without {names} ({described}): {_rate(best['samples_per_s'])} "
-                 f"({best['samples_per_s'] / tuned:.1%} of it; one trial's measurement, not re-measured).")
+    # Only trials of the same math (batch size, amp) as the tuned config: a faster trial at another batch size
+    # may not have passed the parity check, and says nothing about what these knobs are worth.
+    same = [t for t in trials if t["config"].get("batch_size") == config.batch_size
+            and t["config"].get("amp", "off") == config.amp]
+    groups = [lost] + ([[item] for item in lost] if len(lost) > 1 else [])
+    for group in groups:  # all of them left out, then each alone
+        names = ", ".join(f"{item.knob}={item.value}" for item in group)
+        without = [t for t in same
+                   if all(t["config"].get(item.knob, defaults[item.knob]) == defaults[item.knob] for item in group)]
+        if not without:
+            lines.append(f"the study measured no trial at batch size {config.batch_size}, amp={config.amp} "
+                         f"without {names}.")
+            continue
+        best = max(without, key=lambda t: t["samples_per_s"])
+        described = Config.from_dict(best["config"]).describe()
+        lines.append(f"the study's best trial without {names} ({described}): {_rate(best['samples_per_s'])} "
+                     f"({best['samples_per_s'] / tuned:.1%} of it; one trial's measurement, not re-measured).")
     return lines
 
 
@@ -288,6 +296,7 @@ def _find_study_trials(study: str | None, storage: str | None) -> list[dict[str,
 def export(recipe: str, target: str, hardware: str | None = None, storage: str | None = None) -> list[Export]:
     """Every profile of `recipe`'s tuned file (or the one for `hardware`) in `target`'s terms.
 
+    `recipe`: a recipe name or path, or a ``.tuned.toml`` file (its workload is the recipe the file names).
     `storage`: the study's Optuna storage URL; default, the search's own SQLite file (.autotune/NAME.db) when it
     is here. Raises TunedFileError for a tuned file that is missing or invalid, ValueError for a hardware it lacks.
     """
@@ -295,13 +304,19 @@ def export(recipe: str, target: str, hardware: str | None = None, storage: str |
 
     if target not in TARGETS:
         raise ValueError(f"target must be one of {', '.join(TARGETS)}, but got {target!r}")
-    ref = resolve(recipe)
-    if not ref.tuned_path.exists():
-        raise tuned_file.TunedFileError(f"no tuned file at {ref.tuned_path}: run `autotune search --recipe {recipe}`")
-    data = tuned_file.read(ref.tuned_path)
+    if recipe.endswith(".toml"):  # a tuned file itself (a result kept elsewhere); its workload by the name it holds
+        path = Path(recipe)
+        data = tuned_file.read(path)
+        ref = resolve(data.get("recipe") or path.name.removesuffix(".tuned.toml"))
+    else:
+        ref = resolve(recipe)
+        path = ref.tuned_path
+        if not path.exists():
+            raise tuned_file.TunedFileError(f"no tuned file at {path}: run `autotune search --recipe {recipe}`")
+        data = tuned_file.read(path)
     profiles = data.get("profiles", {})
     if hardware is not None and hardware not in profiles:
-        raise ValueError(f"{ref.tuned_path} has no profile for {hardware!r}; it has {', '.join(map(repr, profiles))}")
+        raise ValueError(f"{path} has no profile for {hardware!r}; it has {', '.join(map(repr, profiles))}")
     workload = load(ref)
     local = Path(".autotune") / f"{ref.name}.db"
     storage = storage or (f"sqlite:///{local.resolve()}" if local.exists() else None)

@@ -54,17 +54,25 @@ def test_hf_gets_training_arguments_and_the_lost_knobs_with_the_files_rates() ->
 
 def test_the_cost_of_lost_knobs_is_the_studys_best_trial_without_them() -> None:
     trials = [
-        {"config": Config(batch_size=512, cuda_graph=True).as_dict(), "samples_per_s": 39000.0},
-        {"config": Config(batch_size=512, num_workers=4).as_dict(), "samples_per_s": 30000.0},
-        {"config": Config(batch_size=256, num_workers=2).as_dict(), "samples_per_s": 20000.0},
+        {"config": Config(batch_size=512, amp="bf16", cuda_graph=True).as_dict(), "samples_per_s": 39000.0},
+        {"config": Config(batch_size=512, amp="bf16", num_workers=4).as_dict(), "samples_per_s": 30000.0},
+        {"config": Config(batch_size=512, amp="bf16", device_normalize=True).as_dict(), "samples_per_s": 35000.0},
+        {"config": Config(batch_size=512, num_workers=8).as_dict(), "samples_per_s": 31000.0},  # fp32: not counted
+        {"config": Config(batch_size=4096, amp="bf16").as_dict(), "samples_per_s": 90000.0},  # another batch size
     ]
     item = export_profile("tiny", "NVIDIA H200", PROFILE, "lightning", study_trials=trials)
-    assert item.cost[-1] == (
-        "the study's best trial without device_normalize=True, cuda_graph=True (bs=512 workers=4): 30,000 samples/s "
-        "(75.0% of it; one trial's measurement, not re-measured)."
+    assert item.cost[2:] == [
+        "the study's best trial without device_normalize=True, cuda_graph=True (bs=512 workers=4 bf16): 30,000 "
+        "samples/s (75.0% of it; one trial's measurement, not re-measured).",
+        "the study's best trial without device_normalize=True (bs=512 workers=0 graph bf16): 39,000 samples/s "
+        "(97.5% of it; one trial's measurement, not re-measured).",
+        "the study's best trial without cuda_graph=True (bs=512 workers=0 device-normalize bf16): 35,000 samples/s "
+        "(87.5% of it; one trial's measurement, not re-measured).",
+    ]
+    none = export_profile("tiny", "NVIDIA H200", PROFILE, "lightning", study_trials=trials[3:])
+    assert none.cost[2] == (
+        "the study measured no trial at batch size 512, amp=bf16 without device_normalize=True, cuda_graph=True."
     )
-    none = export_profile("tiny", "NVIDIA H200", PROFILE, "lightning", study_trials=trials[:1])
-    assert none.cost[-1] == "the study measured no trial without device_normalize=True, cuda_graph=True."
 
 
 def test_lightning_gets_trainer_and_dataloader_arguments() -> None:
@@ -117,3 +125,16 @@ def test_the_command_names_the_profiles_a_file_has(project: Path) -> None:
     result = CliRunner().invoke(main, ["export", "--recipe", "tiny", "--to", "torch", "--hardware", "tpu"])
     assert result.exit_code == 2
     assert "tiny.tuned.toml has no profile for 'tpu'; it has 'cpu'" in result.output
+
+
+def test_a_kept_tuned_file_and_its_study_give_measured_costs() -> None:
+    """benchmarks/results/h200: a real H200 search of mnist_cnn, its tuned file and its study."""
+    result = CliRunner().invoke(main, [
+        "export", "--recipe", "benchmarks/results/h200/scaleout_one_gpu.tuned.toml", "--to", "torch",
+        "--storage", "sqlite:///benchmarks/results/h200/scaleout_one_gpu.db",
+    ])
+    assert result.exit_code == 0, result.output
+    assert (
+        "#   the study's best trial without placement=device, cuda_graph=True (bs=1024 workers=8 pinned persistent "
+        "prefetch=2 cudnn.benchmark): 75,484 samples/s (4.4% of it; one trial's measurement, not re-measured).\n"
+    ) in result.output
