@@ -11,7 +11,6 @@ batch. The same object serves the trials and the user's training code
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 import warnings
 from collections.abc import Callable
@@ -22,7 +21,8 @@ from torch import nn
 
 from autotune.config import Config
 from autotune.loop import batch as batches
-from autotune.loop.lr import TENSOR_LR_UNDER_GRAPH, DeviceLr, group_lrs, reads_tensor_lr_under_graph
+from autotune.loop.hooks import check_hooks, check_placed, device_lrs, graph_off_reason
+from autotune.loop.lr import TENSOR_LR_UNDER_GRAPH, group_lrs
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 GRAPH_WARMUP_STEPS = 3  # eager steps on a side stream before capture, as torch.cuda.graphs asks
@@ -130,7 +130,7 @@ class Step:
         if move_model:
             model.to(device=device, memory_format=self.memory_format)
         else:
-            _check_placed(model, device)
+            check_placed(model, device)
         model.train()
         self.graph_reason = graph_off_reason(config, device, optimizer, set_capturable)
         self.use_graph = self.graph_reason is None and config.cuda_graph
@@ -140,7 +140,7 @@ class Step:
             for group in optimizer.param_groups:
                 if "capturable" in group:  # Adam-style optimizers keep their step count on the device
                     group["capturable"] = True
-        self.lrs = _device_lrs(optimizer, device, tensor_lr, self.use_graph)
+        self.lrs = device_lrs(optimizer, device, tensor_lr, self.use_graph)
         self.captured_lrs: list[float] | None = None  # the rates a graph that reads numbers was captured with
         self.graph: torch.cuda.CUDAGraph | None = None
         self.update_graph: torch.cuda.CUDAGraph | None = None  # with accumulate > 1: the update, apart
@@ -388,64 +388,6 @@ class Step:
         self.captured_lrs = None if self.lrs is not None or self.scaler is not None else group_lrs(self.optimizer)
         if self.captures == 1:
             self.capture_s = time.perf_counter() - start
-
-
-def check_hooks(
-    clip_grad_norm: float | None, accumulate: int, after_update: Callable[[], None] | None, capture_after_update: bool
-) -> None:
-    """One error naming the value and the rule for a hook the step cannot take."""
-    if clip_grad_norm is not None and (
-        isinstance(clip_grad_norm, bool) or not isinstance(clip_grad_norm, (int, float))
-        or not math.isfinite(clip_grad_norm) or clip_grad_norm <= 0
-    ):
-        raise ValueError(f"`clip_grad_norm > 0` (a finite number, or None for no clipping) must hold, but got "
-                         f"{clip_grad_norm=}.")
-    if isinstance(accumulate, bool) or not isinstance(accumulate, int) or accumulate < 1:
-        raise ValueError(f"`accumulate >= 1` (micro-batches per update, an int) must hold, but got {accumulate=}.")
-    if after_update is not None and not callable(after_update):
-        raise TypeError(f"after_update must be a callable taking no arguments, but got {after_update!r}")
-    if capture_after_update and after_update is None:
-        raise ValueError("capture_after_update=True captures after_update into the graph, but no after_update "
-                         "is given")
-
-
-def graph_off_reason(
-    config: Config, device: torch.device, optimizer: torch.optim.Optimizer, set_capturable: bool
-) -> str | None:
-    """Why this step cannot capture a CUDA graph, or None when it can (or the config does not ask for one)."""
-    if not config.cuda_graph:
-        return None
-    if device.type != "cuda":
-        return f"cuda_graph needs a CUDA device, but the step runs on {device}"
-    keeps_on_host = [i for i, g in enumerate(optimizer.param_groups) if g.get("capturable") is False]
-    if not set_capturable and keeps_on_host:
-        return (f"{type(optimizer).__name__} counts its steps on the host unless capturable=True, and "
-                f"set_capturable=False keeps param_groups {keeps_on_host} as they are")
-    return None
-
-
-def _device_lrs(
-    optimizer: torch.optim.Optimizer, device: torch.device, tensor_lr: bool | None, graphed: bool
-) -> DeviceLr | None:
-    """The device learning rates a step reads: on for Adam/AdamW under a graph unless `tensor_lr` says otherwise."""
-    if tensor_lr is None:
-        tensor_lr = graphed and reads_tensor_lr_under_graph(optimizer)
-    if not tensor_lr:
-        return None
-    if graphed and not reads_tensor_lr_under_graph(optimizer):
-        raise ValueError(
-            f"tensor_lr=True under a CUDA graph needs an optimizer that reads a tensor learning rate on the device "
-            f"({', '.join(TENSOR_LR_UNDER_GRAPH)}), but got {type(optimizer).__name__}; leave tensor_lr unset, and "
-            "the graph is captured again when the rate changes"
-        )
-    return DeviceLr(optimizer, device)
-
-
-def _check_placed(model: nn.Module, device: torch.device) -> None:
-    elsewhere = sorted({str(p.device) for p in model.parameters() if p.device.type != device.type})
-    if elsewhere:
-        raise ValueError(f"move_model=False keeps the model where it is, but its parameters are on {elsewhere}, "
-                         f"not the step's device {device}; move it, or leave move_model=True")
 
 
 def _one(args: tuple[Any, ...]) -> Any:

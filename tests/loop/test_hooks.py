@@ -14,8 +14,9 @@ import torch
 from torch import nn
 
 from autotune.config import Config
+from autotune.loop.hooks import device_lrs, graph_off_reason
 from autotune.loop.lr import DeviceLr, reads_tensor_lr_under_graph
-from autotune.loop.step import GraphOffWarning, RecaptureWarning, Step, _device_lrs, graph_off_reason
+from autotune.loop.step import GraphOffWarning, RecaptureWarning, Step
 
 STEPS = 30
 ZERO_AFTER = 20  # the LambdaLR below sets the rate to 0 from this step on
@@ -178,7 +179,7 @@ def test_which_optimizers_read_a_tensor_rate_under_a_graph() -> None:
     assert reads_tensor_lr_under_graph(torch.optim.AdamW(params))
     assert not reads_tensor_lr_under_graph(torch.optim.SGD(params, lr=0.1))
     with pytest.raises(ValueError, match=r"tensor_lr=True under a CUDA graph needs .*\(Adam, AdamW\), but got SGD"):
-        _device_lrs(torch.optim.SGD(params, lr=0.1), torch.device("cpu"), True, graphed=True)
+        device_lrs(torch.optim.SGD(params, lr=0.1), torch.device("cpu"), True, graphed=True)
 
 
 def test_graph_off_reasons_name_the_cause() -> None:
