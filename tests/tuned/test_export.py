@@ -138,3 +138,13 @@ def test_a_kept_tuned_file_and_its_study_give_measured_costs() -> None:
         "#   the study's best trial without placement=device, cuda_graph=True (bs=1024 workers=8 pinned persistent "
         "prefetch=2 cudnn.benchmark): 75,484 samples/s (4.4% of it; one trial's measurement, not re-measured).\n"
     ) in result.output
+
+
+def test_show_says_the_batch_is_per_process() -> None:
+    from autotune.tuned.show import render
+
+    path = Path("recipes/mnist_cnn.tuned.toml")
+    assert render(tuned_file.read(path), path).splitlines()[-1] == (
+        "batch_size is per process: N processes (torchrun) train on N x batch_size per step, at the rate "
+        "load_tuned(recipe, world_size=N).lr gives by the lr rule (docs/integrations.md)."
+    )
