@@ -41,10 +41,11 @@ def test_a_trainer_trains_on_the_exported_settings(project: Path) -> None:
     before = [p.detach().clone() for p in model.parameters()]
     args = transformers.TrainingArguments(output_dir=str(project / "out"), max_steps=3, use_cpu=True, report_to=[],
                                           save_strategy="no", **item.kwargs)
-    trainer = transformers.Trainer(model=model, args=args, train_dataset=Sentences())
-    loader = trainer.get_train_dataloader()
-    assert (loader.num_workers, loader.persistent_workers, loader.prefetch_factor) == (1, True, 3)
-    assert next(iter(loader))["input_ids"].shape == (8, 12)  # the tuned batch (accelerate wraps the sampler)
-    trainer.train()
+    with torch.random.fork_rng():  # the Trainer seeds the global generators; later tests keep theirs
+        trainer = transformers.Trainer(model=model, args=args, train_dataset=Sentences())
+        loader = trainer.get_train_dataloader()
+        assert (loader.num_workers, loader.persistent_workers, loader.prefetch_factor) == (1, True, 3)
+        assert next(iter(loader))["input_ids"].shape == (8, 12)  # the tuned batch (accelerate wraps the sampler)
+        trainer.train()
     assert trainer.state.global_step == 3 and args.learning_rate == 3e-4
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
