@@ -280,6 +280,8 @@ def _find_study_trials(study: str | None, storage: str | None) -> list[dict[str,
     """Complete trials' config and samples/s, or None when the study is not at hand."""
     if study is None or storage is None:
         return None
+    if storage.startswith("sqlite:///") and not Path(storage.removeprefix("sqlite:///")).exists():
+        return None  # opening it would create an empty database file
     import optuna
 
     try:
