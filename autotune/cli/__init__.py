@@ -7,6 +7,7 @@ import sys
 import click
 
 from autotune.cli.diagnose import diagnose
+from autotune.cli.export import export
 from autotune.cli.report import report
 from autotune.cli.search import search
 from autotune.cli.show import show
@@ -37,7 +38,7 @@ def main() -> None:
     """autotune: the fastest settings that still train correctly, for your training loop on this machine."""
 
 
-for command in (search, show, diagnose, report):
+for command in (search, show, diagnose, report, export):
     main.add_command(command)
 
 

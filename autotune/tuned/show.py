@@ -164,4 +164,6 @@ def render(data: dict[str, Any], path: Path) -> str:
             lines.append(f"{name}: lr {_cell('lr', p['lr'])} ({p.get('lr_rule', '?')}): {p['lr_reason']}")
         if p.get("command"):
             lines.append(f"{name}: made by `{p['command']}` on {p.get('created', '?')}")
+    lines.append("batch_size is per process: N processes (torchrun) train on N x batch_size per step, at the rate "
+                 "load_tuned(recipe, world_size=N).lr gives by the lr rule (docs/integrations.md).")
     return "\n".join(line.rstrip() for line in lines)
