@@ -22,13 +22,14 @@ from autotune.text import printable
               "default: the search's own SQLite file in ./.autotune, when it is there.")
 def export(recipe: str, target: str, hardware: str | None, storage: str | None) -> None:
     """Print the tuned settings in a framework's own terms, and what it cannot express."""
+    from autotune.errors import AutotuneError
     from autotune.tuned.export import export as export_recipe
     from autotune.tuned.export import render
-    from autotune.tuned.file import TunedFileError
-    from autotune.workloads import WorkloadError
 
     try:
         items = export_recipe(recipe, target, hardware, storage)
-    except (WorkloadError, TunedFileError, ValueError) as exc:
+    except AutotuneError:
+        raise  # an outcome (a tuned file that cannot be read): one line, from the command group
+    except ValueError as exc:  # an option's value the file cannot serve (a --hardware it has no profile for)
         raise click.UsageError(printable(str(exc))) from None
     click.echo(printable("\n\n".join(render(item) for item in items)))

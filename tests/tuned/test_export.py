@@ -128,10 +128,10 @@ def test_the_command_names_the_profiles_a_file_has(project: Path) -> None:
 
 
 def test_a_kept_tuned_file_and_its_study_give_measured_costs() -> None:
-    """benchmarks/results/h200: a real H200 search of mnist_cnn, its tuned file and its study."""
+    """lab/results/h200: a real H200 search of mnist_cnn, its tuned file and its study."""
     result = CliRunner().invoke(main, [
-        "export", "--recipe", "benchmarks/results/h200/scaleout_one_gpu.tuned.toml", "--to", "torch",
-        "--storage", "sqlite:///benchmarks/results/h200/scaleout_one_gpu.db",
+        "export", "--recipe", "lab/results/h200/scaleout_one_gpu.tuned.toml", "--to", "torch",
+        "--storage", "sqlite:///lab/results/h200/scaleout_one_gpu.db",
     ])
     assert result.exit_code == 0, result.output
     assert (
