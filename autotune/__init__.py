@@ -8,10 +8,14 @@
     loader = tuned_loader(train_dataset, recipe="mnist_cnn")
     step = tuned_step(model, criterion, optimizer, recipe="mnist_cnn")
 
-The packages, by concept: ``workloads`` (the user's file), ``loop`` (loader and
-step), ``trial`` (what runs in a trial process), ``procs`` (every process
-autotune starts), ``study`` (the search), ``tuned`` (the tuned file and its
-API), ``diagnosis`` and ``reporting``. The names below load on first use:
+The packages, by concept, from the top: ``cli``; ``reporting`` and
+``diagnosis``; ``study`` (the search); ``procs`` (every process autotune
+starts); ``trial`` (what runs in a trial process); ``parity`` (is a faster
+config still the same training?); ``tuned`` (the tuned file and its API);
+``loop`` (loader and step); ``workloads`` (the user's file). Under them all, the
+bottom layer every package may import: ``config``, ``knobs``, ``options``,
+``errors``, ``batch``, ``text``, ``exports``. Imports run one way, down
+(tests/test_layers.py). The names below load on first use:
 ``import autotune`` costs nothing, so the command line and the trial processes
 it starts begin their work before torch is imported (seconds on a large host).
 """
@@ -21,6 +25,7 @@ from autotune.exports import lazy_exports
 __all__, __getattr__, __dir__ = lazy_exports(
     __name__,
     {
+        "AutotuneError": "errors",
         "NoProfileWarning": "tuned.api",
         "Tuned": "tuned.api",
         "load_tuned": "tuned.api",
@@ -34,7 +39,7 @@ __all__, __getattr__, __dir__ = lazy_exports(
         "StudyReport": "reporting.study",
         "report": "reporting.study",
         "search_parallel": "study.parallel",
-        "SearchOptions": "study.options",
+        "SearchOptions": "options",
         "search": "study.run",
     },
 )

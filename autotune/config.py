@@ -6,8 +6,6 @@ import dataclasses
 import math
 from typing import Any
 
-from autotune.workloads import Workload
-
 AMP_CHOICES = ("off", "bf16", "fp16")
 PLACEMENT_CHOICES = ("stream", "device")
 # torch.compile's modes, as a knob (autotune.loop.compiled says why these and how they combine with cuda_graph).
@@ -107,18 +105,6 @@ class Config:
         return " ".join(parts)
 
 
-def baseline_config(workload: Workload, cuda: bool) -> Config:
-    """The workload's own, untuned settings, expressed as knobs."""
-    workers = workload.default("num_workers")
-    return Config(
-        batch_size=workload.defaults["batch_size"],
-        num_workers=workers,
-        pin_memory=bool(workload.default("pin_memory")) and cuda,
-        persistent_workers=bool(workload.default("persistent_workers")) and workers > 0,
-        prefetch_factor=workload.defaults.get("prefetch_factor") if workers > 0 else None,
-    )
-
-
 @dataclasses.dataclass(frozen=True)
 class LrRule:
     """The rule a search scales the learning rate by, and why it is that one."""
@@ -184,21 +170,3 @@ def scaled_lr(base_lr: float, base_batch: int, batch_size: int, rule: str, lr_ma
     if lr_max is not None and lr > lr_max and lr > base_lr:
         lr = max(base_lr, lr_max)
     return round(lr, 12)
-
-
-def workload_lr_rule(workload: Workload, override: str | None = None) -> LrRule:
-    """The rule for the optimizer `workload` builds, unless `override` (``--lr-scaling``) names one.
-
-    The optimizer is built over one stand-in parameter, which is cheap; one that needs
-    the model's own parameters (named groups, a shape rule) is built over the model's.
-    """
-    if override is not None:
-        return lr_rule_for(None, override)
-    import torch
-
-    lr = float(workload.defaults["lr"])
-    try:
-        optimizer = workload.build_optimizer([torch.nn.Parameter(torch.zeros(2, 2))], lr)
-    except Exception:  # the workload's own code: any error means it wants its model's parameters
-        optimizer = workload.build_optimizer(workload.build_model().parameters(), lr)
-    return lr_rule_for(optimizer)

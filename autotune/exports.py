@@ -1,7 +1,7 @@
 """Lazy re-exports for a package's ``__init__``: its public names load on first use.
 
 A trial process and the command line start their work before torch is imported
-(seconds on a large host), and importing ``autotune.study.options`` runs
+(seconds on a large host), and importing ``autotune.options`` runs
 ``autotune/study/__init__.py`` first. So no package ``__init__`` imports its
 modules eagerly; each lists its names and where they live::
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every GPU measurement quoted in README.md, docs/ and benchmarks/results/, in one go.
+# Every GPU measurement quoted in README.md, docs/ and lab/results/, in one go.
 #
 #     bash benchmarks/gpu_runs.sh RESULTS_DIR [PART...]
 #
@@ -14,9 +14,9 @@
 # study on one GPU, then with --gpus 0,1, then the two-GPU test. With one GPU, phase 1's two parts
 # run one after the other, then the plan cache; the scale-out part is skipped.
 # Each step's output goes to its own log in RESULTS_DIR; progress.log says what ended when.
-# Of a run, benchmarks/results/ keeps a README (commit, command, date, hardware), the summary logs and
+# Of a run, lab/results/ keeps a README (commit, command, date, hardware), the summary logs and
 # the tuned files; study files, trial-process logs, progress.log and nvidia-smi.csv stay out of the
-# repository (benchmarks/results/h200/README.md).
+# repository (lab/results/h200/README.md).
 set -u
 R=$(realpath -m "$1")
 mkdir -p "$R"

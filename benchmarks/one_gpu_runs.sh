@@ -41,7 +41,7 @@
 #                                                  # on a fresh host): 43-54 s on H200 hosts, before the stop rule
 #                                                  # that weighs noise; past 100 s on 2c63ab4 (call 74)
 #     bash benchmarks/one_gpu_runs.sh OUT probe    # the workload's own ImageNet settings batch by batch
-#                                                  # (benchmarks/probes/loader_probe.py), pinned and not, around the
+#                                                  # (lab/probes/loader_probe.py), pinned and not, around the
 #                                                  # truth benchmark's own row with a 60 s hand loop
 #
 # The synthetic ImageNet folder (51,200 JPEGs) is written once per host, under /tmp, while the GPU tests run;
@@ -181,12 +181,12 @@ speed)
 probe)
     step host bash -c "lscpu; cat /sys/fs/cgroup/cpu.max 2>/dev/null; grep MHz /proc/cpuinfo | sort | uniq -c"
     [ -d "$AUTOTUNE_DATA/imagenet-synthetic" ] || step data bash -c "$DATA"
-    step probe_pinned python3 "$REPO/benchmarks/probes/loader_probe.py" --seconds 50 --out "$OUT/probe_pinned.json"
-    step probe_unpinned python3 "$REPO/benchmarks/probes/loader_probe.py" --no-pin --seconds 40 \
+    step probe_pinned python3 "$REPO/lab/probes/loader_probe.py" --seconds 50 --out "$OUT/probe_pinned.json"
+    step probe_unpinned python3 "$REPO/lab/probes/loader_probe.py" --no-pin --seconds 40 \
         --out "$OUT/probe_unpinned.json"
     step own_60s python3 "$REPO/benchmarks/truth.py" --configs default --match own --seconds 60 --out .
     cp /tmp/runs/own_60s/truth.json "$OUT/own_60s.json" 2>/dev/null
-    step probe_again python3 "$REPO/benchmarks/probes/loader_probe.py" --seconds 40 --out "$OUT/probe_again.json"
+    step probe_again python3 "$REPO/lab/probes/loader_probe.py" --seconds 40 --out "$OUT/probe_again.json"
     ;;
 truth)
     [ -d "$AUTOTUNE_DATA/imagenet-synthetic" ] || step data bash -c "$DATA"

@@ -19,9 +19,9 @@ import sys
 import torch
 
 from autotune import load_tuned
-from autotune.config import baseline_config
-from autotune.study import parity
+from autotune.parity import verdict as parity
 from autotune.trial.runner import Runner
+from autotune.workloads.settings import baseline_config
 
 
 def main() -> int:

@@ -20,7 +20,7 @@ three times the row's `--seconds` (so it crosses epoch boundaries as often as a 
 run does in as many batches; ``more_batches``, ``slice_limit``). Why
 slices in fresh processes, interleaved: on H200 hosts one config's rate moved by a
 third between processes started a minute apart (a loader's CPU per sample from 3.3 to
-4.4 ms, ``benchmarks/probes/heritage.py``), so a single process on either side is one
+4.4 ms, ``lab/probes/heritage.py``), so a single process on either side is one
 draw of the host's state, not the config's rate. Slices that disagree by more than the
 tolerance show a host that moved, and such a row says so instead of passing for a
 measurement error; ``--no-bracket`` times the hand loop in one piece, after.
@@ -63,10 +63,10 @@ import torch
 from torch.utils.data import DataLoader
 
 from autotune.config import Config, scaled_lr
-from autotune.diagnosis.cputime import cpu_times
 from autotune.loop.device_decode import decode_batch
+from autotune.options import SearchOptions
 from autotune.procs.pool import TrialPool
-from autotune.study.options import SearchOptions
+from autotune.trial.cputime import cpu_times
 from autotune.trial.timing import Windows
 from autotune.tuned import file as tuned_file
 from autotune.workloads import load, resolve

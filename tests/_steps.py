@@ -6,7 +6,7 @@ from typing import Any
 
 from autotune.config import Config
 from autotune.loop import Step
-from autotune.trial import parity_run
+from autotune.parity import run as parity_run
 from autotune.trial.runner import Runner
 
 

@@ -7,17 +7,38 @@ import sys
 import click
 
 from autotune.cli.diagnose import diagnose
+from autotune.cli.export import export
 from autotune.cli.report import report
 from autotune.cli.search import search
 from autotune.cli.show import show
+from autotune.text import printable
 
 
-@click.group()
+class _Group(click.Group):
+    """The command group; an ``AutotuneError`` from any command ends it as an outcome, not a usage mistake.
+
+    A usage mistake (an option's value breaks its rule) gets click's usage banner. An error
+    autotune states (a study file that cannot be read, a workload that fails to import, a
+    search where even the baseline could not run) is one line saying what happened and what
+    to do, exit status 2: the banner and "Try --help" would point at a typo that was not made.
+    """
+
+    def invoke(self, ctx: click.Context) -> object:
+        from autotune.errors import AutotuneError
+
+        try:
+            return super().invoke(ctx)
+        except AutotuneError as exc:
+            click.echo(f"Error: {printable(str(exc))}", err=True)
+            ctx.exit(2)
+
+
+@click.group(cls=_Group)
 def main() -> None:
     """autotune: the fastest settings that still train correctly, for your training loop on this machine."""
 
 
-for command in (search, show, diagnose, report):
+for command in (search, show, diagnose, report, export):
     main.add_command(command)
 
 

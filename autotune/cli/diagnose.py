@@ -26,17 +26,10 @@ Examples:
 )
 def diagnose(recipe: str, profile: bool, device_index: int) -> None:
     """Health check and bottleneck attribution of a workload's loop: why the GPU waits, in under a minute."""
-    from autotune.diagnosis.run import DiagnoseError
     from autotune.diagnosis.run import diagnose as run_diagnose
     from autotune.diagnosis.tables import render
-    from autotune.study.space import SpaceError
-    from autotune.tuned.file import TunedFileError
-    from autotune.workloads import WorkloadError
 
-    try:
-        result = run_diagnose(
-            recipe, profile=profile, device_index=device_index, echo=lambda line: click.echo(printable(line), err=True)
-        )
-    except (WorkloadError, DiagnoseError, TunedFileError, SpaceError) as exc:
-        raise click.UsageError(printable(str(exc))) from None
+    result = run_diagnose(
+        recipe, profile=profile, device_index=device_index, echo=lambda line: click.echo(printable(line), err=True)
+    )
     click.echo(printable(render(result)))

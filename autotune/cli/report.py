@@ -32,20 +32,16 @@ Examples:
 )
 def report(recipe: str, storage: str | None, study_name: str | None, out: Path | None, top: int) -> None:
     """Sensitivity map, history, importances and failures of a study, as tables, PNGs and one report file."""
-    from autotune.reporting.study import ReportError, render
+    from autotune.reporting.study import render
     from autotune.reporting.study import report as run_report
-    from autotune.workloads import WorkloadError
 
-    try:
-        result = run_report(
-            recipe,
-            storage=storage,
-            study=study_name,
-            out=out,
-            top=top,
-            command=shlex.join(["autotune", *sys.argv[1:]]),
-            echo=lambda line: click.echo(printable(line), err=True),
-        )
-    except (WorkloadError, ReportError) as exc:
-        raise click.UsageError(printable(str(exc))) from None
+    result = run_report(
+        recipe,
+        storage=storage,
+        study=study_name,
+        out=out,
+        top=top,
+        command=shlex.join(["autotune", *sys.argv[1:]]),
+        echo=lambda line: click.echo(printable(line), err=True),
+    )
     click.echo(printable(render(result)))

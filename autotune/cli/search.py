@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from autotune.config import LR_RULES
-from autotune.study.options import DEFAULT_TIME_BUDGET_S, SearchOptions
+from autotune.options import DEFAULT_TIME_BUDGET_S, SearchOptions
 from autotune.text import printable
 
 EPILOG = """\b
@@ -72,8 +72,8 @@ Examples:
 )
 @click.option(
     "--gpus",
-    help="One worker per GPU on this host, one study: `all` or indices such as 0,1. Each worker gets "
-    "cores/workers CPU cores. Workers on several hosts: run the same command on each with a PostgreSQL --storage.",
+    help="One searcher per GPU on this host, one study: `all` or indices such as 0,1. Each searcher gets "
+    "cores/searchers CPU cores. Searchers on several hosts: run the same command on each with a PostgreSQL --storage.",
 )
 @click.option(
     "--finalists",
@@ -138,7 +138,8 @@ def _say(line: str) -> None:
 
 def _parse_fixes(fixes: tuple[str, ...]) -> dict[str, Any]:
     """The --fix options by knob; a knob given twice with other values is bad input, not the last one winning."""
-    from autotune.study.space import SpaceError, parse_fix
+    from autotune.knobs import SpaceError
+    from autotune.study.space import parse_fix
 
     parsed: dict[str, Any] = {}
     try:
@@ -164,16 +165,12 @@ def _restrict_cpus(cpus: int) -> None:
 
 
 def _run(recipe: str, options: SearchOptions, gpus: str | None) -> None:
-    """Start the trial processes (and the --gpus workers) early, then search on one GPU or on several.
+    """Start the trial processes (and the --gpus searchers) early, then search on one GPU or on several.
 
     Whatever was started is stopped on the way out, however the search ends.
     """
     from autotune.procs.early import StartedEarly, start_early
-    from autotune.procs.workers import GpusError, parse_gpus
-    from autotune.study.sharing import SharingError
-    from autotune.study.space import SpaceError
-    from autotune.tuned.file import TunedFileError
-    from autotune.workloads import WorkloadError
+    from autotune.procs.searchers import parse_gpus
 
     early = start_early(recipe, options, gpus, echo=_say)  # before torch is imported: see autotune.procs.early
     try:
@@ -181,7 +178,6 @@ def _run(recipe: str, options: SearchOptions, gpus: str | None) -> None:
 
         from autotune.study.parallel import search_parallel
         from autotune.study.run import search as run_search
-        from autotune.study.setup import SearchError
 
         if gpus is not None:
             devices = parse_gpus(gpus, torch.cuda.device_count())
@@ -189,12 +185,10 @@ def _run(recipe: str, options: SearchOptions, gpus: str | None) -> None:
                 early.stop()
                 early = StartedEarly(early.options)
             search_parallel(
-                recipe, early.options, devices, echo=_say, early=early.pool, workers=early.workers or None
+                recipe, early.options, devices, echo=_say, early=early.pool, searchers=early.searchers or None
             )
         else:
             run_search(recipe, options, echo=_say, early=early.pool)
-    except (WorkloadError, SpaceError, SearchError, SharingError, GpusError, TunedFileError) as exc:
-        raise click.UsageError(printable(str(exc))) from None
     except KeyboardInterrupt:
         click.echo(
             "interrupted: finished trials are kept in the study; run the same command to resume. No tuned file was "

@@ -17,12 +17,9 @@ def show(recipe: str) -> None:
     """Print a tuned file's profiles as a table."""
     from autotune.tuned.file import TunedFileError, read
     from autotune.tuned.show import render
-    from autotune.workloads import WorkloadError, resolve
+    from autotune.workloads import resolve
 
-    try:
-        path = Path(recipe) if recipe.endswith(".toml") else resolve(recipe).tuned_path
-        if not path.exists():
-            raise click.UsageError(f"no tuned file at {path}: run `autotune search --recipe {recipe}` first.")
-        click.echo(printable(render(read(path), path)))
-    except (WorkloadError, TunedFileError) as exc:
-        raise click.UsageError(printable(str(exc))) from None
+    path = Path(recipe) if recipe.endswith(".toml") else resolve(recipe).tuned_path
+    if not path.exists():
+        raise TunedFileError(f"no tuned file at {path}: run `autotune search --recipe {recipe}` first.")
+    click.echo(printable(render(read(path), path)))

@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from autotune.diagnosis.cputime import cpu_times
-from autotune.loop.batch import leaves, map_tensors, samples_in
+from autotune.batch import leaves, map_tensors, samples_in
+from autotune.trial.cputime import cpu_times
 from autotune.trial.gpu import GpuSampler, nvml_index
 from autotune.trial.timing import Windows, measure
 

@@ -22,21 +22,24 @@ from typing import Any
 
 import torch
 
-from autotune.config import Config, baseline_config
+from autotune.batch import to_device
+from autotune.config import Config
 from autotune.diagnosis.bottleneck import Bottleneck, Measured, decide
 from autotune.diagnosis.feeds import Probe, Repeat, probe, synthetic
-from autotune.loop.batch import to_device
-from autotune.study.space import build_space, detect_machine
+from autotune.errors import AutotuneError
+from autotune.knobs import detect_machine
+from autotune.study.space import build_space
 from autotune.trial.runner import Runner, classify_failure
 from autotune.trial.timing import Windows
 from autotune.tuned import file as tuned_file
 from autotune.workloads import load, resolve
+from autotune.workloads.settings import baseline_config
 
 # Short windows: five feeds of one loop must fit in well under a minute on a GPU.
 WINDOWS = Windows(warmup_steps=5, window_s=0.2, min_windows=3, max_windows=8, rel_tol=0.05, boundaries=1)
 
 
-class DiagnoseError(RuntimeError):
+class DiagnoseError(AutotuneError, RuntimeError):
     """A diagnosis that cannot run; the message says why and what to do."""
 
 

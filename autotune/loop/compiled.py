@@ -42,6 +42,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from autotune.errors import AutotuneError
+
 ComputeLoss = Callable[[nn.Module, Any], torch.Tensor]
 
 # torch.compile's arguments for each value of the `compile` knob but "off" (autotune.config.COMPILE_CHOICES). Tests
@@ -65,7 +67,7 @@ VALUE_ADVICE = (
 )
 
 
-class CompileError(RuntimeError):
+class CompileError(AutotuneError, RuntimeError):
     """A compiled step that cannot run as compiled; the message is the trial's reason."""
 
 

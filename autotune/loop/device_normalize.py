@@ -20,8 +20,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from autotune.batch import BatchError
 from autotune.config import Config
-from autotune.loop.batch import BatchError
 from autotune.loop.sourced import WrappedLoader, dataloader_args
 from autotune.workloads.decode import NotTranslatable
 from autotune.workloads.pixels import COLLATE_REFUSAL, PixelSplit, split, transform_of, with_transform

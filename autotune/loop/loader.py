@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from autotune import batch as batches
 from autotune.config import Config
-from autotune.loop import batch as batches
 from autotune.loop.buckets import LengthBuckets, padded
 from autotune.loop.sourced import WrappedLoader, dataloader_args
 
@@ -27,7 +27,7 @@ Collate = Callable[[list[Any]], Any]
 def materialize(dataset: Dataset, device: torch.device, workers: int, collate_fn: Collate | None = None) -> Any:
     """Run the data set's transform over every sample once and keep the batches' rows on `device`.
 
-    Returns one structure like a batch (``autotune.loop.batch``) whose every tensor
+    Returns one structure like a batch (``autotune.batch``) whose every tensor
     holds the whole data set, one row per sample. Raises ``BatchError`` for batches
     that cannot be kept that way (a list of per-sample targets, rows of varying shape).
     """
@@ -70,6 +70,8 @@ class DeviceLoader:
     it, so under the same seed both loaders visit the samples in the same order, epoch
     after epoch; with a ``generator`` it is drawn from that, as RandomSampler(generator=...)
     does. ``augment(x)`` transforms the input of each ``(x, y)`` batch on the device.
+    A ``sampler`` (a ``DistributedSampler`` under torchrun) chooses the rows instead, as it
+    would for a DataLoader: each rank slices its own share, ``set_epoch`` reshuffles.
 
     For example::
 
@@ -88,6 +90,7 @@ class DeviceLoader:
         resident: Any = None,
         generator: torch.Generator | None = None,
         collate_fn: Collate | None = None,
+        sampler: Any = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"`batch_size >= 1` must hold, but got {batch_size=}.")
@@ -104,15 +107,26 @@ class DeviceLoader:
         self.materialize_s = time.perf_counter() - start  # one-time cost, reported with the trial
         self.rows = batches.samples_in(self.resident)
         self.dataset = dataset
+        self.sampler = sampler
+        if sampler is not None and shuffle:
+            raise ValueError("`shuffle` and `sampler` both choose the order; pass shuffle=False with a sampler")
+
+    def set_epoch(self, epoch: int) -> None:
+        """The sampler's epoch (``DistributedSampler.set_epoch``): its shuffle differs from epoch to epoch."""
+        if self.sampler is not None and hasattr(self.sampler, "set_epoch"):
+            self.sampler.set_epoch(epoch)
 
     def __len__(self) -> int:
-        n = self.rows
+        n = len(self.sampler) if self.sampler is not None else self.rows
         return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
 
     def __iter__(self) -> Iterator[Any]:
         n = self.rows
         order = None
-        if self.shuffle:
+        if self.sampler is not None:
+            order = torch.as_tensor(list(iter(self.sampler)), dtype=torch.int64).to(self.device, non_blocking=True)
+            n = len(order)
+        elif self.shuffle:
             generator = self.generator
             if generator is None:
                 # Exactly a DataLoader's draws: each new iterator takes a seed for its workers,
@@ -173,6 +187,7 @@ def build_loader(
             materialize_workers,
             resident,
             collate_fn=collate_fn,
+            sampler=user_args.get("sampler"),
         )
     if config.pad_multiple:
         collate_fn = padded(collate_fn, config.pad_multiple)  # a collate_fn that cannot is a ValueError naming why

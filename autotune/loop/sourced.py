@@ -41,7 +41,7 @@ class WrappedLoader:
 
     @property
     def sampler(self) -> Any:
-        """The DataLoader's: a parity run seeds its order through it (autotune.trial.parity_run.own_order)."""
+        """The DataLoader's: a parity run seeds its order through it (autotune.parity.run.own_order)."""
         return self.loader.sampler
 
     @property

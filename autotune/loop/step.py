@@ -2,7 +2,7 @@
 
 Moves the batch to the device, applies channels_last and autocast, and steps
 the optimizer (through a GradScaler under fp16). A batch is any nested
-structure (``autotune.loop.batch``); its loss is the workload's
+structure (``autotune.batch``); its loss is the workload's
 ``compute_loss(model, batch)``, or ``loss_fn(model(x), y)`` for an ``(x, y)``
 batch. The same object serves the trials and the user's training code
 (``autotune.tuned.api.tuned_step``).
@@ -12,18 +12,24 @@ from __future__ import annotations
 
 import contextlib
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 
+from autotune import batch as batches
 from autotune.config import Config
-from autotune.loop import batch as batches
 from autotune.loop import compiled
+from autotune.loop.hooks import check_hooks, check_placed, device_lrs, graph_off_reason
+from autotune.loop.lr import TENSOR_LR_UNDER_GRAPH, group_lrs
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 GRAPH_WARMUP_STEPS = 3  # eager steps on a side stream before capture, as torch.cuda.graphs asks
+# Captures again after the learning rate of an optimizer that reads it as a number changed: a per-epoch schedule
+# stays under the graph, a per-step one (a capture per step costs more than eager steps) runs eagerly after these.
+RECAPTURE_LIMIT = 16
 
 ComputeLoss = Callable[[nn.Module, Any], torch.Tensor]
 
@@ -44,6 +50,14 @@ def pair_loss(loss_fn: Callable) -> ComputeLoss:
     return compute_loss
 
 
+class GraphOffWarning(UserWarning):
+    """The profile asks for a CUDA graph, but this step runs eagerly; the message says why."""
+
+
+class RecaptureWarning(UserWarning):
+    """The learning rate changed under a graph that reads it as a number: the step captures the graph again."""
+
+
 class Step:
     """``loss = step(batch)``: one training step under a config's loop knobs.
 
@@ -56,6 +70,22 @@ class Step:
     next replay) without synchronising the host. ``step(x, y)`` is ``step((x, y))``. With
     ``compile`` the loss is computed by ``torch.compile`` (``autotune.loop.compiled``), inside the
     graph too where both are on.
+
+    Hooks, between backward and the update and after it (docs/api.md, under tuned_step):
+
+    - ``clip_grad_norm``: ``torch.nn.utils.clip_grad_norm_`` over the model's parameters
+      before each update (after unscaling under fp16); the norm before clipping is
+      ``step.grad_norm``, a device tensor. Captured in the graph.
+    - ``accumulate``: each call is one micro-batch; its loss is divided by ``accumulate``
+      and the update runs on every ``accumulate``-th call. Under a graph, one graph covers a
+      micro-batch's forward and backward (gradients add up in place), another the update.
+    - ``after_update()``: called after each update (an EMA of the weights, logging). It runs
+      eagerly after the graph's replay, unless ``capture_after_update=True`` captures it into
+      the graph (then its Python runs once, at capture: only device work is repeated).
+
+    The learning rate: under a graph, Adam and AdamW read it from a device tensor that
+    schedulers reach (``autotune.loop.lr``); another optimizer's graph is captured again
+    whenever its rate changes (a ``RecaptureWarning`` says so once).
 
     For example::
 
@@ -76,33 +106,58 @@ class Step:
         config: Config,
         device: torch.device,
         compute_loss: ComputeLoss | None = None,
+        *,
+        clip_grad_norm: float | None = None,
+        accumulate: int = 1,
+        after_update: Callable[[], None] | None = None,
+        capture_after_update: bool = False,
+        tensor_lr: bool | None = None,
+        set_cudnn_benchmark: bool = True,
+        move_model: bool = True,
+        set_capturable: bool = True,
     ) -> None:
         if compute_loss is None and loss_fn is None:
             raise ValueError("a step needs loss_fn (for (x, y) batches) or compute_loss(model, batch)")
+        check_hooks(clip_grad_norm, accumulate, after_update, capture_after_update)
         self.model, self.loss_fn, self.optimizer, self.config = model, loss_fn, optimizer, config
         self.compute_loss: ComputeLoss = compute_loss or pair_loss(loss_fn)  # type: ignore[arg-type]
         self.compiled = compiled.compile_loss(self.compute_loss, config.compile)  # None: compile off
         if self.compiled is not None:
             self.compute_loss = self.compiled
         self.device = device
+        self.clip_grad_norm, self.accumulate = clip_grad_norm, accumulate
+        self.after_update, self.capture_after_update = after_update, capture_after_update
         self.non_blocking = config.pin_memory or config.placement == "device"
         self.memory_format = torch.channels_last if config.channels_last else torch.contiguous_format
         self.amp_dtype = AMP_DTYPES.get(config.amp)
         self.scaler = torch.amp.GradScaler(device.type) if config.amp == "fp16" else None
-        if device.type == "cuda":
-            torch.backends.cudnn.benchmark = config.cudnn_benchmark
-        model.to(device=device, memory_format=self.memory_format)
+        if device.type == "cuda" and set_cudnn_benchmark:
+            torch.backends.cudnn.benchmark = config.cudnn_benchmark  # process-wide: every model's convolutions
+        if move_model:
+            model.to(device=device, memory_format=self.memory_format)
+        else:
+            check_placed(model, device)
         model.train()
-        self.use_graph = config.cuda_graph and device.type == "cuda"
+        self.graph_reason = graph_off_reason(config, device, optimizer, set_capturable)
+        self.use_graph = self.graph_reason is None and config.cuda_graph
+        if config.cuda_graph and self.graph_reason is not None and device.type == "cuda":
+            warnings.warn(f"the step runs eagerly: {self.graph_reason}", GraphOffWarning, stacklevel=3)
         if self.use_graph:
             for group in optimizer.param_groups:
                 if "capturable" in group:  # Adam-style optimizers keep their step count on the device
                     group["capturable"] = True
+        self.lrs = device_lrs(optimizer, device, tensor_lr, self.use_graph)
+        self.captured_lrs: list[float] | None = None  # the rates a graph that reads numbers was captured with
         self.graph: torch.cuda.CUDAGraph | None = None
+        self.update_graph: torch.cuda.CUDAGraph | None = None  # with accumulate > 1: the update, apart
         self.static: Any = None  # the captured batch's buffers
         self.static_signature: batches.Signature | None = None
         self.static_loss: torch.Tensor | None = None
+        self.grad_norm: torch.Tensor | None = None  # the last update's gradient norm before clipping
         self.calls = 0
+        self.micro = 0  # micro-batches since the last update
+        self.captures = 0
+        self.recaptures = 0  # captures again after the learning rate changed (autotune.loop.lr)
         self.capture_s = 0.0  # one-time cost of the capture, reported with the trial
 
     def _autocast(self) -> contextlib.AbstractContextManager:
@@ -117,7 +172,7 @@ class Step:
     def gradient(self, batch: Any) -> list[torch.Tensor]:
         """Each parameter's gradient of the loss of one batch already on the device, at the current weights, under
         this step's numerics (autocast, memory format, fp16's loss scale); no update. What the numerics check
-        compares (``autotune.trial.gradients``).
+        compares (``autotune.parity.gradients``).
 
         Under fp16 the loss is scaled as the step scales it and the gradient unscaled after; while the scaled
         gradient overflows, the scale is halved and the batch run again, as GradScaler backs off over steps, from
@@ -145,20 +200,43 @@ class Step:
     def _forward_backward(self, batch: Any) -> torch.Tensor:
         with self._autocast():
             loss = self.compute_loss(self.model, batch)
-        (self.scaler.scale(loss) if self.scaler else loss).backward()
+        scaled = loss / self.accumulate if self.accumulate > 1 else loss  # the micro-batches' gradients average
+        (self.scaler.scale(scaled) if self.scaler else scaled).backward()
         return loss
 
+    def _clip(self) -> None:
+        if self.clip_grad_norm is None:
+            return
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)  # clip the true gradients, not the scaled ones
+        # foreach on device tensors, no error_if_nonfinite: no host sync, so it is captured with the step.
+        self.grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)
+
     def _optimizer_step(self) -> None:
+        self._clip()
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()
         else:
             self.optimizer.step()
 
-    def _eager(self, batch: Any, set_to_none: bool = True) -> torch.Tensor:
-        self.optimizer.zero_grad(set_to_none=set_to_none)
-        loss = self._forward_backward(batch)
+    def _update(self, with_after_update: bool = True) -> None:
+        """Clip, step, and the user's after_update: eagerly, or inside a graph's capture."""
         self._optimizer_step()
+        if self.after_update is not None and with_after_update:
+            self.after_update()
+
+    def _eager(self, batch: Any, set_to_none: bool = True) -> torch.Tensor:
+        """One micro-batch eagerly: gradients cleared at a cycle's start, the update at its end."""
+        if self.lrs is not None:
+            self.lrs.sync()
+        if self.micro == 0:
+            self.optimizer.zero_grad(set_to_none=set_to_none)
+        loss = self._forward_backward(batch)
+        self.micro += 1
+        if self.micro == self.accumulate:
+            self.micro = 0
+            self._update()
         return loss.detach()
 
     def to_device(self, *batch: Any) -> Any:
@@ -182,13 +260,16 @@ class Step:
             return self._eager(self.to_device(batch))
         signature = batches.signature(batch)
         if self.static is not None and signature != self.static_signature:
+            if self.graph is not None and self.accumulate > 1:
+                return self._eager_beside_graphs(self.to_device(batch))
             # Zero the captured gradient buffers in place: the graph and the scaler keep using them.
             return self._eager(self.to_device(batch), set_to_none=self.graph is None)
         if self.static is None:
             self.static = batches.empty_like(batch, self.device, self.memory_format is torch.channels_last)
             self.static_signature = signature
         batches.copy_into(self.static, batch, non_blocking=self.non_blocking)
-        if self.calls < GRAPH_WARMUP_STEPS:
+        # Warm up on a side stream; with accumulation, capture only at a cycle's start (gradients all zero).
+        if self.calls < GRAPH_WARMUP_STEPS or (self.graph is None and self.micro != 0):
             self.calls += 1
             side = torch.cuda.Stream(self.device)
             side.wait_stream(torch.cuda.current_stream(self.device))
@@ -196,31 +277,132 @@ class Step:
                 loss = self._eager(self.static)
             torch.cuda.current_stream(self.device).wait_stream(side)
             return loss
+        if self.lrs is not None:
+            self.lrs.sync()
         if self.graph is None:
             self._capture()
+        if self.accumulate > 1:
+            return self._replay_micro()
+        if not self._follow_lr():
+            return self._eager(self.static)  # the graph is given up: this step and the next run eagerly
         assert self.graph is not None and self.static_loss is not None
         self.graph.replay()
-        if self.scaler is not None:
-            # The scaler's inf check reads a flag on the host; it stays outside the graph.
-            self._optimizer_step()
+        self._after_replay()
         # A copy: the static loss is overwritten by the next replay, and callers may keep losses.
         return self.static_loss.clone()
 
+    def _after_replay(self) -> None:
+        """What an update does outside the graph: fp16's whole update, or the user's after_update."""
+        if self.scaler is not None:
+            # The scaler's inf check reads a flag on the host; it stays outside the graph.
+            self._update()
+        elif self.after_update is not None and not self.capture_after_update:
+            self.after_update()
+
+    def _replay_micro(self) -> torch.Tensor:
+        assert self.graph is not None and self.static_loss is not None
+        self.graph.replay()
+        loss = self.static_loss.clone()
+        self.micro += 1
+        if self.micro == self.accumulate:
+            self.micro = 0
+            if self.scaler is None and self._follow_lr():
+                assert self.update_graph is not None
+                self.update_graph.replay()
+                if self.after_update is not None and not self.capture_after_update:
+                    self.after_update()
+            else:  # fp16 (the scaler reads a host flag), or the graph given up: the update eagerly
+                self._update()
+                self._zero_in_place()
+        return loss
+
+    def _eager_beside_graphs(self, batch: Any) -> torch.Tensor:
+        """A micro-batch of another signature under accumulation: it adds into the graphs' gradient buffers."""
+        loss = self._forward_backward(batch)
+        self.micro += 1
+        if self.micro == self.accumulate:
+            self.micro = 0
+            self._update()
+            self._zero_in_place()
+        return loss.detach()
+
+    def _zero_in_place(self) -> None:
+        for p in self.model.parameters():
+            if p.grad is not None:
+                p.grad.zero_()
+
+    def _follow_lr(self) -> bool:
+        """Before a captured update of an optimizer that reads its rate as a number: capture it again when the rate
+        changed. False when it changed too often (a per-step schedule): the graph is given up, the update runs
+        eagerly from here on, and a GraphOffWarning says so."""
+        if self.lrs is not None or self.scaler is not None or self.captured_lrs is None:
+            return True
+        now = group_lrs(self.optimizer)
+        if now == self.captured_lrs:
+            return True
+        name = type(self.optimizer).__name__
+        self.recaptures += 1
+        if self.recaptures > RECAPTURE_LIMIT:
+            self.graph_reason = (
+                f"{name} reads its learning rate as a number inside a CUDA graph, and it changed more than "
+                f"{RECAPTURE_LIMIT} times (each change costs a capture); {', '.join(TENSOR_LR_UNDER_GRAPH)} read it "
+                "from the device and keep the graph under any schedule"
+            )
+            warnings.warn(f"the step runs eagerly from here on: {self.graph_reason}", GraphOffWarning, stacklevel=4)
+            self.use_graph, self.graph, self.update_graph = False, None, None
+            return False
+        if self.recaptures == 1:
+            warnings.warn(
+                f"{name} reads its learning rate as a number inside a CUDA graph; it changed from "
+                f"{self.captured_lrs} to {now}, so the step captures its graph again (each change costs one capture, "
+                f"{self.capture_s:.3f} s the first time; after {RECAPTURE_LIMIT} changes the step runs eagerly; "
+                f"{', '.join(TENSOR_LR_UNDER_GRAPH)} read the rate from the device and need none)",
+                RecaptureWarning,
+                stacklevel=4,
+            )
+        if self.accumulate > 1:
+            self._capture_update()
+        else:
+            self._capture()
+        return True
+
     def _capture(self) -> None:
         start = time.perf_counter()
-        self.graph = torch.cuda.CUDAGraph()
-        self.optimizer.zero_grad(set_to_none=True)  # gradients are then allocated from the graph's pool
         assert self.static is not None
+        if self.accumulate > 1:
+            # Gradients stay allocated and add up in place across micro-batches; the update graph zeroes them.
+            self.optimizer.zero_grad(set_to_none=False)
+        else:
+            self.optimizer.zero_grad(set_to_none=True)  # gradients are then allocated from the graph's pool
+        self.graph = torch.cuda.CUDAGraph()
         # thread_local: DataLoader's pin-memory thread keeps calling CUDA while we capture; under the
         # default ("global") mode its calls invalidate the capture ("operation failed due to a previous
         # error during capture", seen on an H200 with pinned, multi-worker loaders).
         with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
             loss = self._forward_backward(self.static)
-            if self.scaler is None:
-                self.optimizer.step()
+            if self.scaler is None and self.accumulate == 1:
+                self._update(with_after_update=self.capture_after_update)
             self.static_loss = loss.detach()
+        if self.accumulate > 1 and self.scaler is None:
+            self._capture_update(timed=False)
+        self._captured(start)
+
+    def _capture_update(self, timed: bool = True) -> None:
+        start = time.perf_counter()
+        self.update_graph = torch.cuda.CUDAGraph()
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        with torch.cuda.graph(self.update_graph, capture_error_mode="thread_local"):
+            self._update(with_after_update=self.capture_after_update)
+            torch._foreach_zero_(grads)  # the next cycle's micro-batches add into zeros
+        if timed:
+            self._captured(start)
+
+    def _captured(self, start: float) -> None:
         torch.cuda.synchronize(self.device)
-        self.capture_s = time.perf_counter() - start
+        self.captures += 1
+        self.captured_lrs = None if self.lrs is not None or self.scaler is not None else group_lrs(self.optimizer)
+        if self.captures == 1:
+            self.capture_s = time.perf_counter() - start
 
 
 def _one(args: tuple[Any, ...]) -> Any:

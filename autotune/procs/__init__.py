@@ -3,9 +3,10 @@
 - ``lifecycle``: start, ask to exit, stop, kill; signals; a parent's death;
 - ``trial_process``: one trial process, seen from its parent (requests out, events back);
 - ``pool``: the trial processes of one device, reused while healthy, replaced when not;
-- ``workers``: the ``--gpus`` worker processes;
+- ``searchers``: the ``--gpus`` searcher processes;
 - ``early``: what the command line starts before it imports torch;
-- ``trial_main``, ``worker_main``: the two entry points (``python -m ...``).
+- ``trial_main``: the trial process's entry point (``python -m ...``); a ``--gpus`` searcher's is
+  ``autotune.study.searcher_main``.
 """
 
 from autotune.exports import lazy_exports
@@ -18,9 +19,9 @@ __all__, __getattr__, __dir__ = lazy_exports(
         "Outcome": "trial_process",
         "TrialProcess": "trial_process",
         "TrialPool": "pool",
-        "GpusError": "workers",
-        "Worker": "workers",
-        "parse_gpus": "workers",
+        "GpusError": "searchers",
+        "Searcher": "searchers",
+        "parse_gpus": "searchers",
         "StartedEarly": "early",
         "start_early": "early",
     },

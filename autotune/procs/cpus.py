@@ -6,7 +6,7 @@ moves to the device, fewer workers. ``restrict`` pins this process to N cores
 with ``os.sched_setaffinity`` before anything starts; every process the search
 starts (trial processes, their DataLoader workers, --gpus workers) inherits the
 mask, and the CPU share (``autotune.study.space.detect_machine``, the --gpus
-split in ``autotune.procs.workers``) is read from it, so the profile states the
+split in ``autotune.procs.searchers``) is read from it, so the profile states the
 cores it was tuned on. No torch here: it runs before the imports.
 """
 
@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import os
 
+from autotune.errors import AutotuneError
 
-class CpusError(ValueError):
+
+class CpusError(AutotuneError, ValueError):
     """A --cpus value that cannot be used; the message names the value and the rule."""
 
 

@@ -2,12 +2,12 @@
 
 Python, torch and torchvision take ~7 s to import on a large GPU host, in every
 process. The command line starts the first trial processes (and, on a GPU, a
-spare) and, under --gpus, the worker processes first, then imports the rest
+spare) and, under --gpus, the searcher processes first, then imports the rest
 while they start. Which device to use is guessed from NVML without torch; the
 search adopts what was started only if the guess was right, and stops it
 either way. Nothing here writes a file that outlives a search stopped by bad
 input: trial processes that never ran leave no log (`TrialPool.stop`), and a
-worker waits for the study before it touches anything.
+searcher waits for the study before it touches anything.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from autotune.options import SearchOptions
 from autotune.procs import compile_cache, lifecycle
 from autotune.procs.pool import TrialPool
-from autotune.procs.workers import GpusError, Worker, parallel_options, parse_gpus, start_workers
-from autotune.study.options import SearchOptions
+from autotune.procs.searchers import GpusError, Searcher, parallel_options, parse_gpus, start_searchers
 from autotune.workloads.locate import WorkloadError, resolve
 
 
@@ -28,10 +28,10 @@ from autotune.workloads.locate import WorkloadError, resolve
 class StartedEarly:
     """What the command line started before importing torch; the search adopts it or stops it."""
 
-    options: SearchOptions  # under --gpus, the search's (device, CPU share, run id), which the workers were given
+    options: SearchOptions  # under --gpus, the search's (device, CPU share, run id), which the searchers were given
     pool: TrialPool | None = None
-    workers: list[Worker] = dataclasses.field(default_factory=list)
-    devices: list[int] | None = None  # the --gpus devices the workers were started for
+    searchers: list[Searcher] = dataclasses.field(default_factory=list)
+    devices: list[int] | None = None  # the --gpus devices the searchers were started for
 
     def ask_to_exit(self) -> None:
         for handle in self._handles():
@@ -41,7 +41,7 @@ class StartedEarly:
         lifecycle.stop_all(self._handles())
 
     def _handles(self) -> list[lifecycle.Stoppable]:
-        return [*self.workers, *([self.pool] if self.pool is not None else [])]
+        return [*self.searchers, *([self.pool] if self.pool is not None else [])]
 
 
 def start_early(
@@ -61,8 +61,8 @@ def start_early(
             return StartedEarly(options)  # torch's count decides, after the imports
         options = parallel_options(options, devices)
     pool = pool_started_early(ref.workload_path, options, seen)
-    workers = start_workers(recipe, options, devices, pool.device != "cpu", echo) if devices else []
-    return StartedEarly(options, pool, workers, devices)
+    searchers = start_searchers(recipe, options, devices, pool.device != "cpu", echo) if devices else []
+    return StartedEarly(options, pool, searchers, devices)
 
 
 def pool_started_early(workload_path: Path, options: SearchOptions, gpus_seen: int | None = None) -> TrialPool:

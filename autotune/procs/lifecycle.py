@@ -15,18 +15,18 @@ Processes. ``autotune search`` (the *search*) starts:
   and may start DataLoader workers of its own. It starts a new session, so its
   process group holds it and its DataLoader workers, and one signal to the
   group reaches them all;
-- under ``--gpus``, one *worker* (``python -m autotune.procs.worker_main``) per
-  GPU but the first (``autotune.procs.workers``); a worker starts trial
+- under ``--gpus``, one *searcher* (``python -m autotune.study.searcher_main``) per
+  GPU but the first (``autotune.procs.searchers``); a searcher starts trial
   processes of its own, exactly as the search does;
 - some of both *early*, before the search imports torch (``autotune.procs.early``):
-  the first trial processes and the workers. The search adopts them if its
+  the first trial processes and the searchers. The search adopts them if its
   guess of the device was right, and stops them if not.
 
 Stopping. Three verbs, one meaning each, on every handle (a process, a pool,
-the workers, what was started early):
+the searchers, what was started early):
 
 - ``ask_to_exit()``: ask, and return at once. A trial process reads ``quit``
-  on its request pipe; a worker gets its stdin closed or SIGTERM;
+  on its request pipe; a searcher gets its stdin closed or SIGTERM;
 - ``stop()``: ask, wait up to a deadline, then kill. ``stop_all`` asks every
   handle first and then waits for each, so their exits (each a CUDA context torn
   down, about a second) overlap instead of following one another;
@@ -34,13 +34,13 @@ the workers, what was started early):
   (its DataLoader workers too). Used after a failed trial (a CUDA context that
   saw an error is not trusted again), a timeout, or an interrupted measurement.
 
-The command line and a worker end through ``exit_now``: no interpreter teardown
+The command line and a searcher end through ``exit_now``: no interpreter teardown
 (a second with torch loaded), and their fork server is ended first
 (``end_fork_server``), since its own teardown would hold their stdout open.
 
 Signals. SIGINT, SIGTERM and SIGHUP mean the same to every autotune process
 (``stop_on_signals``): stop as Ctrl-C does. The search gives its running trial
-back to the study, stops its processes and exits with status 130. A worker does
+back to the study, stops its processes and exits with status 130. A searcher does
 the same and exits 130; before it joined the study, it has nothing to give
 back, and ends quietly.
 
@@ -48,12 +48,12 @@ When a parent dies. Every child watches its parent (``watch_parent``): a thread
 polls ``os.getppid()``. The fork server ends when the process that started it
 does (Python's forkserver reads EOF from a pipe only that process holds), so a
 trial process, whose parent is the server, loses it then and kills its own
-process group at once: nothing it measures can be reported. A worker that
+process group at once: nothing it measures can be reported. A searcher that
 loses its parent stops as if sent SIGTERM, giving its trial back. Not
 PR_SET_PDEATHSIG: it fires when the parent's *thread* that started the child
-ends, and finalist rounds start trial processes from worker threads. A search
+ends, and finalist rounds start trial processes from searcher threads. A search
 killed outright (SIGKILL) leaves its running trial RUNNING in the study; its
-heartbeat stops, and after a grace period any worker, or the same command run
+heartbeat stops, and after a grace period any searcher, or the same command run
 again, fails it as ``interrupted`` and queues its config again
 (``autotune.study.sharing``).
 """
@@ -81,7 +81,7 @@ PARENT_POLL_S = 0.5  # how often a child looks for its parent
 # optimizer a process builds imports it (torch.optim.Optimizer.__init__ is wrapped by torch._disable_dynamo), a
 # second or more of one core in every trial process otherwise.
 FORK_SERVER_PRELOAD = ["torch", "torch._dynamo", "numpy", "autotune.trial.serve", "autotune.trial.runner",
-                       "autotune.trial.parity_run", "autotune.procs.trial_main"]
+                       "autotune.parity.run", "autotune.procs.trial_main"]
 _FORK = multiprocessing.get_context("forkserver")
 
 
@@ -134,7 +134,7 @@ def end_fork_server() -> None:
 
     Left alone, the server ends when this process does, then tears its interpreter down (a second or more with
     torch loaded) holding the stdout and stderr it inherited from this process: whoever reads those (a pipe into
-    `tee`, the search reading a --gpus worker's lines) waits that long for them to close. SIGTERM ends it at once.
+    `tee`, the search reading a --gpus searcher's lines) waits that long for them to close. SIGTERM ends it at once.
     """
     pid = multiprocessing.forkserver._forkserver._forkserver_pid  # set by ensure_running; None if never started
     if pid is not None:

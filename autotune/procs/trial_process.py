@@ -158,17 +158,17 @@ class TrialProcess:
             return Outcome("failed", reason=self._death_reason(), windows=tuple(rates))
 
     def parity_run(self, config: Config, lr: float, samples: int, probe_batch: int, timeout_s: float) -> Outcome:
-        """One parity run (autotune.trial.parity_run.train) in this process; the run is the outcome's result."""
+        """One parity run (autotune.parity.run.train) in this process; the run is the outcome's result."""
         request = {"cmd": "parity", "config": config.as_dict(), "lr": lr, "samples": samples,
                    "probe_batch": probe_batch}
         return self._ask(request, "parity_run", "run", "parity run", timeout_s + COMPILE_ALLOWANCE_S[config.compile])
 
     def inputs_check(self, timeout_s: float) -> Outcome:
-        """The inputs check (autotune.trial.inputs.compare) in this process; its distances are the result."""
+        """The inputs check (autotune.parity.images.compare) in this process; its distances are the result."""
         return self._ask({"cmd": "inputs"}, "inputs", "found", "inputs check", timeout_s)
 
     def numerics_check(self, baseline: Config, config: Config, lr: float, timeout_s: float) -> Outcome:
-        """The numerics check (autotune.trial.gradients.compare) in this process; its numbers are the result."""
+        """The numerics check (autotune.parity.gradients.compare) in this process; its numbers are the result."""
         request = {"cmd": "numerics", "baseline": baseline.as_dict(), "config": config.as_dict(), "lr": lr}
         return self._ask(request, "numerics", "found", "numerics check",
                          timeout_s + COMPILE_ALLOWANCE_S[config.compile])

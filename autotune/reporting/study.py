@@ -25,6 +25,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.errors import AutotuneError
 from autotune.reporting.files import (
     best_table,
     failure_table,
@@ -50,7 +51,7 @@ from autotune.text import bar, percent, table
 from autotune.workloads import resolve
 
 
-class ReportError(RuntimeError):
+class ReportError(AutotuneError, RuntimeError):
     """A report that cannot be made; the message says why and what to do."""
 
 

@@ -5,13 +5,16 @@
 - ``setup``: the workload, the machine, the ``space`` of knobs, the study and its ``seeds``;
 - ``trials``: take tickets (``sharing``), measure each config, learn hopeless values (``failures``),
   stop clearly worse trials early (``pruner``);
-- ``finalists``: the ``parity_check`` (verdicts by ``parity``, those without a run and their wording in
-  ``parity_verdicts``, its time in ``parity_budget``) and the rounds measured again;
+- ``finalists``: the parity check (``autotune.parity``) and the rounds measured again;
 - ``profile``: the winner and its profile, written to the tuned file.
 
-Around them: ``options`` (what a search is asked to do), ``storage`` (SQLite or
-PostgreSQL), ``claim`` (which worker writes), ``pools`` (the search's trial
-processes), ``baseline_run`` and ``parallel``/``worker`` (``--gpus``).
+Around them: ``storage`` (SQLite or PostgreSQL), ``claim`` (which searcher
+writes), ``pools`` (the search's trial processes), ``baseline_run``,
+``memory`` (batch sizes too large for the device), ``predict`` (configs that
+cannot win), ``content`` (what a trial measured), ``sharing`` (tickets and
+heartbeats of one study), and ``parallel``/``searcher``/``searcher_main``
+(``--gpus``: a searcher process per GPU). What a search is asked to do is
+``autotune.options``.
 
 Optuna is used here and by ``autotune.reporting``, which reads a stored study;
 the code that measures (``autotune.trial``, ``autotune.loop``) never imports it.
@@ -22,8 +25,7 @@ from autotune.exports import lazy_exports
 __all__, __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        "SearchOptions": "options",
-        "SearchError": "setup",
+                "SearchError": "setup",
         "SearchResult": "profile",
         "search": "run",
         "search_parallel": "parallel",

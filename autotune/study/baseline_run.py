@@ -1,6 +1,6 @@
-"""The baseline's parity run made early, by a `--gpus` worker, and kept in the study for the writer.
+"""The baseline's parity run made early, by a `--gpus` searcher, and kept in the study for the writer.
 
-Under ``--gpus`` one worker makes the parity check's baseline run before its
+Under ``--gpus`` one searcher makes the parity check's baseline run before its
 trials (even before the study is set up: it needs none), on its own GPU, while
 the others take tickets; the search that writes then checks the finalists
 without making it. Only that search takes it (the record carries its
@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from autotune.parity.verdict import run_length
 from autotune.procs.pool import TrialPool
 from autotune.procs.trial_process import STARTUP_TIMEOUT_S
 from autotune.study import sharing
-from autotune.study.parity import run_length
 from autotune.study.setup import Prepared, Setup
 
 PARITY_TIMEOUT_FACTOR = 4  # a parity run trains about an epoch; a trial times a few seconds of it
@@ -33,14 +33,14 @@ def make(p: Prepared, pool: TrialPool) -> dict[str, Any]:
         p.baseline, lr, samples, p.baseline.batch_size, PARITY_TIMEOUT_FACTOR * p.options.trial_timeout_s
     )
     if outcome.state != "complete" or outcome.result is None:
-        return {"run": p.options.run_id, "failed": outcome.reason or "no result", "worker": sharing.owner()}
+        return {"run": p.options.run_id, "failed": outcome.reason or "no result", "searcher": sharing.owner()}
     return {
         "run": p.options.run_id,
         "config": p.baseline.as_dict(),
         "lr": lr,
         "samples": samples,
         "max_batch": largest,
-        "worker": sharing.owner(),
+        "searcher": sharing.owner(),
         "parity_run": outcome.result,
     }
 
@@ -58,7 +58,7 @@ def store(setup: Setup, record: dict[str, Any]) -> None:
 
 
 def _record(setup: Setup) -> dict[str, Any] | None:
-    """What this search's worker stored about the baseline's parity run: the run, or why it failed."""
+    """What this search's searcher stored about the baseline's parity run: the run, or why it failed."""
     stored = setup.study.user_attrs.get(ATTRIBUTE)
     return (
         stored
@@ -68,7 +68,7 @@ def _record(setup: Setup) -> dict[str, Any] | None:
 
 
 def stored(setup: Setup) -> dict[str, Any] | None:
-    """The baseline's parity run a worker of this very search stored in the study, if there is one."""
+    """The baseline's parity run a searcher of this very search stored in the study, if there is one."""
     record = _record(setup)
     if (
         record is not None
@@ -80,18 +80,18 @@ def stored(setup: Setup) -> dict[str, Any] | None:
 
 
 def wait_for(setup: Setup, pending: Callable[[], bool]) -> dict[str, Any] | None:
-    """Wait for it while it may still come (`pending`: the worker that makes it still runs).
+    """Wait for it while it may still come (`pending`: the searcher that makes it still runs).
 
-    A few short trials can all end before that worker has joined the study; its run is
+    A few short trials can all end before that searcher has joined the study; its run is
     then seconds away, and one made here would take as long. The wait ends once the
-    worker has stored its run or why it failed, once it has ended, or after the longest
+    searcher has stored its run or why it failed, once it has ended, or after the longest
     its start-up and its run may take.
     """
     deadline = time.monotonic() + STARTUP_TIMEOUT_S + PARITY_TIMEOUT_FACTOR * setup.options.trial_timeout_s
     told = False
     while _record(setup) is None and pending() and time.monotonic() < deadline:
         if not told:
-            setup.echo("parity: waiting for the baseline's run that a worker makes before its trials")
+            setup.echo("parity: waiting for the baseline's run that a searcher makes before its trials")
             told = True
         time.sleep(0.1)
-    return stored(setup)  # read again: the worker may have stored it as it ended
+    return stored(setup)  # read again: the searcher may have stored it as it ended

@@ -1,11 +1,11 @@
-"""The writer's claim: which worker of a study measures the finalists and writes the tuned file.
+"""The writer's claim: which searcher of a study measures the finalists and writes the tuned file.
 
-When no ticket is left and no trial runs, one worker claims the role under the
+When no ticket is left and no trial runs, one searcher claims the role under the
 study's lock; the others end. The claim is kept in the study's user attribute
 ``writer`` with a heartbeat, so a writer that dies is replaced once its
-heartbeat stops. A worker that finds the role held waits (``wait_for_writer``)
+heartbeat stops. A searcher that finds the role held waits (``wait_for_writer``)
 until the holder has written the tuned file or its heartbeat has stopped for
-the grace period, and then takes the role over: a worker that exits without
+the grace period, and then takes the role over: a searcher that exits without
 writing can say that the file is written, never that it will be.
 """
 
@@ -19,13 +19,13 @@ import optuna
 
 from autotune.study.sharing import Heartbeat, owner, study_lock
 
-# How often a waiting worker looks for the writer's file: a read under the study's lock, cheap next to the
+# How often a waiting searcher looks for the writer's file: a read under the study's lock, cheap next to the
 # heartbeat's 5 s, which would leave a peer idle for up to that long after the file is written.
 WAIT_POLL_S = 0.5
 
 
 class Claim:
-    """This worker's claim to measure the finalists and write the tuned file.
+    """This searcher's claim to measure the finalists and write the tuned file.
 
     Kept in the study's user attribute ``writer``: who holds it, its state
     (``running``, ``done``, ``failed``) and a heartbeat.
@@ -62,7 +62,7 @@ def claim_writer(
 ) -> tuple[Claim | None, dict[str, Any] | None]:
     """Claim the writer's role, or return who holds it (or already wrote this round's recipe).
 
-    `started_at` is when this worker started (time.time()): a recipe written after that
+    `started_at` is when this searcher started (time.time()): a recipe written after that
     came from this round, by a peer; one written before, from an earlier command, which
     this one redoes.
     """
@@ -88,9 +88,9 @@ def wait_for_writer(
     echo: Callable[[str], None],
     sleep: Callable[[float], None] = time.sleep,
 ) -> tuple[Claim | None, dict[str, Any]]:
-    """Claim the writer's role, waiting while another worker holds it; or the record of the tuned file it wrote.
+    """Claim the writer's role, waiting while another searcher holds it; or the record of the tuned file it wrote.
 
-    Returns (claim, None) once this worker holds the role, or (None, holder) once the
+    Returns (claim, None) once this searcher holds the role, or (None, holder) once the
     holder wrote this round's file. A holder that died (killed with -9, its host
     gone) stops beating: within `grace_s` it is taken over. Ending while the holder
     still runs would report a file that may never come.
@@ -106,7 +106,7 @@ def wait_for_writer(
         if not told:
             silent = max(0.0, time.time() - float(holder.get("beat", 0)))
             echo(
-                f"study {study.study_name!r}: worker {holder.get('owner')} holds the writer's role (last heartbeat "
+                f"study {study.study_name!r}: searcher {holder.get('owner')} holds the writer's role (last heartbeat "
                 f"{silent:.0f} s ago); waiting until it has written the tuned file, or for its heartbeat to stop for "
                 f"{grace_s} s (AUTOTUNE_GRACE_S), then taking over"
             )

@@ -2,7 +2,7 @@
 
 The contenders are the configs whose trial ran faster than the baseline's,
 shortest declared run first (the workload's `epochs`, one-time costs included).
-The parity check (``autotune.study.parity_check``) takes the
+The parity check (``autotune.parity.check``) takes the
 first few that train like the baseline; those and the baseline are then
 measured again, interleaved, in fresh processes (``rounds``): the numbers a
 profile states are these, never a single trial's.
@@ -20,16 +20,18 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import Config
+from autotune.parity import inputs as parity_inputs
+from autotune.parity import numerics as parity_numerics
+from autotune.parity.check import ParityCheck
+from autotune.parity.inputs import InputsVerdict
+from autotune.parity.numerics import NumericsVerdict
+from autotune.parity.run import ParityRun
+from autotune.parity.verdict import CHECK_SHARE, ParityError, ParityRunFailed
 from autotune.procs.pool import TrialPool
-from autotune.study import baseline_run, parity_inputs, parity_numerics
-from autotune.study.parity import CHECK_SHARE, ParityError, ParityRunFailed
-from autotune.study.parity_check import ParityCheck
-from autotune.study.parity_inputs import InputsVerdict
-from autotune.study.parity_numerics import NumericsVerdict
+from autotune.study import baseline_run
 from autotune.study.pools import SearchPools, Team
 from autotune.study.setup import SearchError, Setup
 from autotune.text import rate
-from autotune.trial.parity_run import ParityRun
 
 PARITY_EXTRA_RUNS = 6  # parity runs beyond one per finalist, for the rejected configs among the fastest
 
@@ -139,7 +141,7 @@ def learning_rate(setup: Setup, best: Config, parity_record: dict[str, Any] | No
 def new_parity_check(
     setup: Setup, pool: TrialPool, candidates: list[Config], team: Team, max_batch: int | None = None
 ) -> ParityCheck:
-    """The check, made once per search; it adopts the baseline run a `--gpus` worker made, if there is one.
+    """The check, made once per search; it adopts the baseline run a `--gpus` searcher made, if there is one.
 
     `max_batch`: size the runs for it, not for the largest batch among `candidates` (more may come).
     """
@@ -186,13 +188,13 @@ def new_parity_check(
     )
     if stored is not None and stored.get("samples") == check.samples:
         check.adopt_baseline(
-            ParityRun.from_dict(stored["parity_run"]), f"run by worker {stored['worker']} before its trials"
+            ParityRun.from_dict(stored["parity_run"]), f"run by searcher {stored['searcher']} before its trials"
         )
     return check
 
 
 def check_early(setup: Setup, pools: SearchPools, team: Team) -> ParityCheck | None:
-    """Check the contenders so far while another worker's last trial runs: time this worker would spend idle.
+    """Check the contenders so far while another searcher's last trial runs: time this searcher would spend idle.
 
     The check after the trials reuses each verdict and runs only what the last trials
     add; a failure here is said by that check, with its reason.

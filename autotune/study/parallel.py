@@ -1,21 +1,21 @@
-"""``autotune search --gpus 0,1``: one worker process per GPU on this host, all sharing one study.
+"""``autotune search --gpus 0,1``: one searcher process per GPU on this host, all sharing one study.
 
-The search starts a worker process (``python -m autotune.procs.worker_main``) for each GPU
-but the first at once: importing torch and building the data set take a worker
+The search starts a searcher process (``python -m autotune.study.searcher_main``) for each GPU
+but the first at once: importing torch and building the data set take a searcher
 as long as they take the search, so both do it side by side. The search then
 sets the study up once (hardware, CPU share, seeds, tickets) and tells each
-worker where it is; a worker touches the study only after that. The search
-prints the workers' lines with a prefix and takes tickets itself on the first
-GPU. One worker first makes the baseline's parity run, so the check at the end
+searcher where it is; a searcher touches the study only after that. The search
+prints the searchers' lines with a prefix and takes tickets itself on the first
+GPU. One searcher first makes the baseline's parity run, so the check at the end
 need not make it (it waits for it only if the trials all end first). When no
 ticket is left and no trial runs, the search checks parity, measures the
 finalists, their rounds side by side on the GPUs, and writes the tuned file:
-one writer. Workers on one host share its CPU cores: each gets ``cores // workers``
+one writer. Searchers on one host share its CPU cores: each gets ``cores // searchers``
 for its DataLoader workers, and the profile records that share, which is what a
 training run with one process per GPU has too.
 
-The default SQLite study file serves the workers of one host (its transactions
-take the file's lock up front); workers on several hosts need a database
+The default SQLite study file serves the searchers of one host (its transactions
+take the file's lock up front); searchers on several hosts need a database
 server: ``--storage postgresql://...``.
 """
 
@@ -24,11 +24,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from autotune.options import SearchOptions
 from autotune.procs import lifecycle
 from autotune.procs.pool import TrialPool
-from autotune.procs.workers import GpusError, Worker, device_labels, parallel_options, start_workers, wait_for_end
+from autotune.procs.searchers import GpusError, Searcher, device_labels, parallel_options, start_searchers, wait_for_end
 from autotune.study import sharing
-from autotune.study.options import SearchOptions
 from autotune.study.pools import SearchPools, Team
 from autotune.study.profile import SearchResult
 from autotune.study.run import quiet_optuna, run_steps
@@ -41,11 +41,11 @@ def search_parallel(
     devices: list[int],
     echo: Callable[[str], None] = print,
     early: TrialPool | None = None,
-    workers: list[Worker] | None = None,
+    searchers: list[Searcher] | None = None,
 ) -> SearchResult | None:
-    """One worker per device on this host against one study; this process is the first, and writes the tuned file.
+    """One searcher per device on this host against one study; this process is the first, and writes the tuned file.
 
-    `early` and `workers`, if given, were started early by the command line for these
+    `early` and `searchers`, if given, were started early by the command line for these
     devices with these options (`autotune.procs.early`); this function owns them from here.
     For example, ``search_parallel("mnist_cnn", SearchOptions(trials=40), devices=[0, 1])``.
     """
@@ -57,32 +57,32 @@ def search_parallel(
     cores = len(os.sched_getaffinity(0))
     cuda = torch.cuda.is_available()
     labels = device_labels(devices, cuda)
-    if workers is None:
+    if searchers is None:
         options = parallel_options(options, devices)
         # Started first, they import and build the data set while this process does the same.
-        workers = start_workers(recipe, options, devices, cuda, echo)
+        searchers = start_searchers(recipe, options, devices, cuda, echo)
     try:
         prepared = prepare(recipe, options, echo)
         announce(prepared)
-        setup = open_study(prepared)  # set up once, before any worker joins: no two workers race to create it
+        setup = open_study(prepared)  # set up once, before any searcher joins: no two searchers race to create it
     except BaseException:
-        lifecycle.stop_all([*workers, *([early] if early is not None else [])])
+        lifecycle.stop_all([*searchers, *([early] if early is not None else [])])
         raise
     echo(
-        f"{len(devices)} workers share study {setup.study_name!r}, {setup.machine.cpu_share} of {cores} CPU cores "
+        f"{len(devices)} searchers share study {setup.study_name!r}, {setup.machine.cpu_share} of {cores} CPU cores "
         f"each; "
         f"this process is {labels[0]} and writes the tuned file once no trial runs"
     )
-    for w in workers:
+    for w in searchers:
         w.join_study(setup.storage_url, setup.study_name)
     maker = (
-        workers[0] if workers and options.parity_check else None
-    )  # start_workers asked the first for the baseline's run
+        searchers[0] if searchers and options.parity_check else None
+    )  # start_searchers asked the first for the baseline's run
 
     def workers_ended() -> None:
-        # No trial runs anywhere and the parity check is done: the workers' processes go before the rounds are timed.
-        wait_for_end(workers)
-        for w in workers:
+        # No trial runs anywhere and the parity check is done: the searchers' processes go before the rounds are timed.
+        wait_for_end(searchers)
+        for w in searchers:
             if w.proc.returncode not in (0, None):
                 echo(
                     f"{w.label} ended with exit status {w.proc.returncode} (its lines above say why); "
@@ -100,11 +100,11 @@ def search_parallel(
     except KeyboardInterrupt:
         interrupted = True
         with lifecycle.signals_ignored():  # one Ctrl-C stops everything; a second must not cut the hand-back short
-            lifecycle.stop_all(workers)
+            lifecycle.stop_all(searchers)
         raise
     finally:
         if not interrupted and not sharing.running(setup.study):
-            # The study is done (the check or the rounds may have failed): the workers are ending by
+            # The study is done (the check or the rounds may have failed): the searchers are ending by
             # themselves; a stop now would tell them to hand back a trial they do not have.
-            wait_for_end(workers)
-        lifecycle.stop_all(workers)  # a no-op for workers that ended
+            wait_for_end(searchers)
+        lifecycle.stop_all(searchers)  # a no-op for searchers that ended

@@ -3,7 +3,7 @@
 Starting and stopping the processes is ``autotune.procs``'s; this module only
 says which pools a search needs, when their processes start, and adopts those
 the command line started early. ``Team`` is what the writer of a ``--gpus``
-search needs to know of its workers; ``SOLO`` stands for none, so the steps
+search needs to know of its searchers; ``SOLO`` stands for none, so the steps
 never branch on whether there are any.
 """
 
@@ -22,8 +22,8 @@ class Team:
     """The other processes of a `--gpus` search, as the search that writes sees them."""
 
     round_devices: tuple[str, ...] = ()  # a device per finalist round, side by side; () for this search's own
-    baseline_run_pending: Callable[[], bool] = lambda: False  # a worker may still store the baseline's parity run
-    before_rounds: Callable[[], None] = lambda: None  # once no trial runs anywhere: let the workers' processes end
+    baseline_run_pending: Callable[[], bool] = lambda: False  # a searcher may still store the baseline's parity run
+    before_rounds: Callable[[], None] = lambda: None  # once no trial runs anywhere: let the searchers' processes end
 
 
 SOLO = Team()
@@ -58,7 +58,7 @@ class SearchPools:
         Pools of their own, not the trial pool: that one's standby processes replace
         failed trials, and a search with several failures would leave the rounds none.
 
-        On one device it is called once this worker's trials are done: the processes start
+        On one device it is called once this searcher's trials are done: the processes start
         while the parity check runs, which takes longer than a start-up. Under --gpus the
         check is short (its baseline run was made during the trials), so it is called as the
         trials begin too: the other devices' round processes start beside the first trials

@@ -18,9 +18,9 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import Config
+from autotune.parity.check import ParityCheck
 from autotune.study import sharing
 from autotune.study.finalists import Results, learning_rate, run_s
-from autotune.study.parity_check import ParityCheck
 from autotune.study.setup import SearchError, Setup
 from autotune.text import rate
 from autotune.tuned import file as tuned_file

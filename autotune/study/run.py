@@ -4,7 +4,7 @@
 
 Each step is a function of a few lines over a frozen ``Setup``; the state lives
 in the Optuna study. The study survives a killed search: the same command
-resumes it. Several workers may share one study (``autotune.study.sharing``);
+resumes it. Several searchers may share one study (``autotune.study.sharing``);
 one of them measures the finalists and writes the tuned file
 (``autotune.study.claim``). ``autotune.study.parallel`` runs the same steps
 under ``--gpus``.
@@ -21,12 +21,12 @@ from collections.abc import Callable, Iterator
 import optuna
 
 from autotune.config import Config
+from autotune.options import SearchOptions
+from autotune.parity.check import ParityCheck
 from autotune.procs.pool import TrialPool
 from autotune.study import finalists, memory, profile, sharing
 from autotune.study.claim import wait_for_writer
 from autotune.study.finalists import Results
-from autotune.study.options import SearchOptions
-from autotune.study.parity_check import ParityCheck
 from autotune.study.pools import SOLO, SearchPools, Team
 from autotune.study.profile import SearchResult
 from autotune.study.setup import Setup, announce, open_study, prepare
@@ -41,7 +41,7 @@ def search(
 ) -> SearchResult | None:
     """Run or resume the study for `recipe` and write its tuned file.
 
-    Returns None when another worker of the same study wrote the tuned file (this one waits until it has).
+    Returns None when another searcher of the same study wrote the tuned file (this one waits until it has).
     `early`: trial processes the command line started before importing torch;
     adopted if they suit this search, stopped either way.
     """
@@ -56,7 +56,7 @@ def search(
 
 
 def run_steps(setup: Setup, pools: SearchPools, team: Team = SOLO) -> SearchResult | None:
-    """The trials, then, for the one worker that writes, the finalists and the tuned file. Stops `pools` at the end."""
+    """The trials, then, for the one searcher that writes, the finalists and the tuned file; stops `pools`."""
     try:
         check = _trials(setup, pools, team)
         if not setup.options.write_tuned_file:
@@ -85,7 +85,7 @@ def _setup(recipe: str, options: SearchOptions, echo: Callable[[str], None]) -> 
 
 
 def _trials(setup: Setup, pools: SearchPools, team: Team) -> ParityCheck | None:
-    """Take tickets until none is left; the writer then waits for the other workers' last trials.
+    """Take tickets until none is left; the writer then waits for the other searchers' last trials.
 
     Returns the parity check the writer began while it waited (under --gpus), if any.
     """
@@ -113,21 +113,21 @@ def _trials(setup: Setup, pools: SearchPools, team: Team) -> ParityCheck | None:
 
 @contextlib.contextmanager
 def _writer_claim(setup: Setup) -> Iterator[bool]:
-    """Hold the writer's role while the block runs; False once another worker of this round wrote the tuned file.
+    """Hold the writer's role while the block runs; False once another searcher of this round wrote the tuned file.
 
-    While another worker holds the role this one waits, and takes it over if that worker's heartbeat stops: a
+    While another searcher holds the role this one waits, and takes it over if that searcher's heartbeat stops: a
     rerun within the grace period of a killed writer must not end (exit 0) without a tuned file.
     """
     interval, grace = sharing.heartbeat_settings()
     claim, holder = wait_for_writer(setup.study, setup.storage, setup.started_at, interval, grace, setup.echo)
     if claim is None:
-        setup.echo(f"study {setup.study_name!r} is done; worker {holder['owner']} wrote {holder.get('path')}")
+        setup.echo(f"study {setup.study_name!r} is done; searcher {holder['owner']} wrote {holder.get('path')}")
         yield False
         return
     gone = claim.replaced
     if gone is not None and gone.get("state") == "running":  # a failed writer said why when it failed
         silent = time.time() - float(gone.get("beat", 0))
-        setup.echo(f"taking over the writer's role from worker {gone.get('owner')}: no heartbeat for {silent:.0f} s")
+        setup.echo(f"taking over the writer's role from searcher {gone.get('owner')}: no heartbeat for {silent:.0f} s")
     try:
         with claim.heartbeat():
             yield True

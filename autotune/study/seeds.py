@@ -7,9 +7,11 @@ first of all, since every speed-up is stated against it.
 
 from __future__ import annotations
 
-from autotune.config import Config, baseline_config
-from autotune.study.space import Machine, Space
+from autotune.config import Config
+from autotune.knobs import Machine
+from autotune.study.space import Space
 from autotune.workloads import Workload
+from autotune.workloads.settings import baseline_config
 
 
 def seed_configs(workload: Workload, machine: Machine, space: Space) -> list[Config]:
@@ -32,7 +34,7 @@ def seed_configs(workload: Workload, machine: Machine, space: Space) -> list[Con
         ]
     # A worker on every core but one: the loop's own process (its Python loop, the pinning thread, taking in the
     # workers' batches) needs a core too. By hand on H200 hosts with 16 cores, ResNet-50 on JPEGs in bf16 ran
-    # 3,609/s and 3,006/s with 15 workers where 16 ran 3,578/s and 2,729/s (benchmarks/results/h200_one_gpu).
+    # 3,609/s and 3,006/s with 15 workers where 16 ran 3,578/s and 2,729/s (lab/results/h200_one_gpu).
     all_cores = dict(num_workers=max(1, machine.cpu_share - 1), pin_memory=True, persistent_workers=True,
                      prefetch_factor=4)
     # Data on the device and the whole step in one graph: the known-fast loop wherever the data set fits there,
@@ -80,7 +82,7 @@ def seed_configs(workload: Workload, machine: Machine, space: Space) -> list[Con
         # when its gradients do not pass the numerics check), and it needs no parity run.
         Config(batch_size=bs, **all_cores, cudnn_benchmark=True, channels_last=True, cuda_graph=True),
         # The same with JPEGs decoded on the device: it passes such a check too once the inputs check has shown
-        # that the device path's images match the host pipeline's (autotune.study.parity_inputs).
+        # that the device path's images match the host pipeline's (autotune.parity.inputs).
         Config(batch_size=bs, **all_cores, cudnn_benchmark=True, channels_last=True, cuda_graph=True, decode="gpu"),
         # Half of each batch decoded by the workers, half on the device: both the cores and the device make images,
         # where either alone falls behind a fast step (autotune.loop.hybrid_decode).

@@ -1,7 +1,7 @@
 """A search's first step: the workload, the machine, the space, and the study they are measured in.
 
 ``prepare`` needs no study: it loads the workload, reads what its data set
-allows, and builds the space. A ``--gpus`` worker prepares while the search
+allows, and builds the space. A ``--gpus`` searcher prepares while the search
 that started it sets the study up. ``open_study`` then opens or creates the
 study, and under its lock checks that it measures this hardware and queues
 its tickets (the seeds first). The result is a frozen ``Setup``: state lives in
@@ -21,23 +21,26 @@ from typing import Any
 
 import optuna
 
-from autotune.config import Config, LrRule, baseline_config, scaled_lr, workload_lr_rule
+from autotune.config import Config, LrRule, scaled_lr
+from autotune.errors import AutotuneError
+from autotune.knobs import DataFacts, Machine, SpaceError, detect_machine
+from autotune.options import SearchOptions
 from autotune.study import content, sharing
-from autotune.study.options import SearchOptions
 from autotune.study.pruner import ClearlyWorsePruner
 from autotune.study.seeds import seed_configs
-from autotune.study.space import DataFacts, Machine, Space, SpaceError, build_space, detect_machine
+from autotune.study.space import Space, build_space
 from autotune.study.storage import open_storage, redact
 from autotune.trial.timing import Windows
 from autotune.tuned import file as tuned_file
 from autotune.workloads import RecipeRef, Workload, WorkloadError, load, resolve
 from autotune.workloads.decode import verdict as decode_verdict
 from autotune.workloads.pixels import verdict as pixels_verdict
+from autotune.workloads.settings import baseline_config, workload_lr_rule
 
 DEFAULT_WINDOW_S = 0.2  # seconds of work a timing window aims for
 
 
-class SearchError(RuntimeError):
+class SearchError(AutotuneError, RuntimeError):
     """A search that cannot start or finish; the message says why and what to do."""
 
 
@@ -59,7 +62,7 @@ class Prepared:
     lr_rule: LrRule  # how the learning rate follows a new batch size, and why (the optimizer, or --lr-scaling)
     echo: Callable[[str], None]
     started: float  # time.monotonic() when the search began
-    started_at: float  # time.time(), compared with other workers' records
+    started_at: float  # time.time(), compared with other searchers' records
 
     def lr(self, config: Config, rule: str | None = None) -> float:
         """The learning rate `config` trains at: the workload's, scaled to its batch size by `rule` (default: the
@@ -187,7 +190,7 @@ def announce(p: Prepared) -> None:
 
 def open_study(p: Prepared, storage_url: str | None = None, study_name: str | None = None) -> Setup:
     """Open or create the study (another process's, when named); under its lock, bind it and queue its tickets."""
-    if storage_url is not None and study_name is not None:  # a --gpus worker joins the study its search set up
+    if storage_url is not None and study_name is not None:  # a --gpus searcher joins the study its search set up
         p = dataclasses.replace(
             p,
             options=dataclasses.replace(p.options, storage=storage_url, study=study_name),
@@ -203,7 +206,7 @@ def open_study(p: Prepared, storage_url: str | None = None, study_name: str | No
         raise SearchError(str(exc)) from exc
     seed = p.options.seed
     if p.options.storage is not None:
-        # A storage others may share: workers of one study must not draw the same random configs.
+        # A storage others may share: searchers of one study must not draw the same random configs.
         seed = (seed * 1_000_003 + os.getpid()) % 2**31
     sampler = optuna.samplers.TPESampler(
         seed=seed, n_startup_trials=10, multivariate=True, group=True, constant_liar=True
@@ -234,7 +237,7 @@ def open_study(p: Prepared, storage_url: str | None = None, study_name: str | No
 
 
 def _bind(p: Prepared, study: optuna.Study) -> Prepared:
-    """Record what the study measures, or refuse a worker that would measure something else."""
+    """Record what the study measures, or refuse a searcher that would measure something else."""
     attrs = study.user_attrs
     recorded = attrs.get("hardware")
     if recorded is None:
@@ -244,15 +247,15 @@ def _bind(p: Prepared, study: optuna.Study) -> Prepared:
         return p
     if recorded != p.machine.hardware:
         raise SearchError(
-            f"study {p.study_name!r} measures {recorded!r}, but this worker runs on {p.machine.hardware!r}; "
+            f"study {p.study_name!r} measures {recorded!r}, but this searcher runs on {p.machine.hardware!r}; "
             f"a study is bound to one hardware model: use another --study for this machine."
         )
     share = attrs.get("cpu_share", p.machine.cpu_share)
     if share > p.machine.cpu_share:
         raise SearchError(
-            f"study {p.study_name!r} gives each worker {share} CPU cores, but this worker has "
-            f"{p.machine.cpu_share}; every worker must measure with the share the profile will state: "
-            f"run fewer workers on this host, or use another --study."
+            f"study {p.study_name!r} gives each searcher {share} CPU cores, but this searcher has "
+            f"{p.machine.cpu_share}; every searcher must measure with the share the profile will state: "
+            f"run fewer searchers on this host, or use another --study."
         )
     if share == p.machine.cpu_share:
         return p

@@ -1,16 +1,16 @@
-"""Many workers, one study: tickets, heartbeats and a setup lock.
+"""Many searchers, one study: tickets, heartbeats and a setup lock.
 
-Workers (processes on one host, or on many through PostgreSQL) share one Optuna
+Searchers (processes on one host, or on many through PostgreSQL) share one Optuna
 study. The study holds exactly as many trials as ``--trials`` asks: each one is
 a *ticket*, a WAITING trial, queued once under a lock (the seeds with their
-configs, the rest empty for the sampler to fill). A worker takes a ticket by
+configs, the rest empty for the sampler to fill). A searcher takes a ticket by
 moving it from WAITING to RUNNING, which the storage does atomically, so no
-two workers measure the same ticket and, with no ticket left, nobody starts a
-surplus trial. A worker that dies leaves its trial RUNNING with a heartbeat
-that stops; after the grace period any worker fails it as ``interrupted`` and
+two searchers measure the same ticket and, with no ticket left, nobody starts a
+surplus trial. A searcher that dies leaves its trial RUNNING with a heartbeat
+that stops; after the grace period any searcher fails it as ``interrupted`` and
 queues its config again, so nothing is lost and nothing waits forever.
 
-When no ticket is left and no trial runs, one worker claims the writer's role
+When no ticket is left and no trial runs, one searcher claims the writer's role
 (``autotune.study.claim``) and measures the finalists and writes the tuned file.
 """
 
@@ -29,20 +29,22 @@ from optuna.exceptions import DuplicatedStudyError, UpdateFinishedTrialError
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-INTERRUPTED = "interrupted"  # the reason every trial whose worker stopped mid-trial starts with
-LOCK_STALE_S = 60.0  # a setup lock held this long belongs to a dead worker: setup takes milliseconds
+from autotune.errors import AutotuneError
+
+INTERRUPTED = "interrupted"  # the reason every trial whose searcher stopped mid-trial starts with
+LOCK_STALE_S = 60.0  # a setup lock held this long belongs to a dead searcher: setup takes milliseconds
 LOCK_WAIT_S = 180.0
 
 
-class SharingError(RuntimeError):
+class SharingError(AutotuneError, RuntimeError):
     """The study's shared state cannot be used; the message says why and what to do."""
 
 
 def heartbeat_settings() -> tuple[int, int]:
     """(interval, grace) in seconds: AUTOTUNE_HEARTBEAT_S and AUTOTUNE_GRACE_S, else 5 and 20.
 
-    A live worker touches its running trial every `interval`; a trial untouched for
-    `grace` belongs to a dead worker. Short values suit tests; long ones suit
+    A live searcher touches its running trial every `interval`; a trial untouched for
+    `grace` belongs to a dead searcher. Short values suit tests; long ones suit
     storages far away.
     """
     values: dict[str, int] = {}
@@ -66,7 +68,7 @@ def heartbeat_settings() -> tuple[int, int]:
 
 
 def owner() -> str:
-    """This worker, as other workers and the user see it."""
+    """This searcher, as other searchers and the user see it."""
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
@@ -98,7 +100,7 @@ def finished(trials: list[FrozenTrial]) -> list[FrozenTrial]:
 def study_lock(storage: optuna.storages.BaseStorage, study_name: str) -> Iterator[None]:
     """Hold the study's lock: a second study named ``<study>#lock``, whose name is unique in any storage.
 
-    Guards the few read-then-write steps that must not interleave between workers:
+    Guards the few read-then-write steps that must not interleave between searchers:
     recording the hardware, queueing tickets, claiming the writer's role.
     """
     name = f"{study_name}#lock"
@@ -125,7 +127,7 @@ def study_lock(storage: optuna.storages.BaseStorage, study_name: str) -> Iterato
             continue
         if time.monotonic() > deadline:
             raise SharingError(
-                f"study lock {name!r} is held by {holder}; if no autotune worker runs, "
+                f"study lock {name!r} is held by {holder}; if no autotune searcher runs, "
                 f"delete that study (optuna delete-study --study-name {name!r}) and run again."
             )
         time.sleep(0.2)
@@ -152,14 +154,14 @@ def queue_tickets(study: optuna.Study, target: int, seeds: list[dict[str, Any]])
             queued += 1
     have = len(counted(trials)) + queued
     for _ in range(max(0, target - have)):
-        # No params: the sampler fills the ticket in when a worker takes it.
+        # No params: the sampler fills the ticket in when a searcher takes it.
         study.enqueue_trial({}, user_attrs={"role": "search"})
         queued += 1
     return queued
 
 
 def fail_stale(study: optuna.Study) -> None:
-    """Fail the trials of dead workers; the storage's callback queues each config again."""
+    """Fail the trials of dead searchers; the storage's callback queues each config again."""
     optuna.storages.fail_stale_trials(study)
 
 
@@ -179,7 +181,7 @@ def take_ticket(study: optuna.Study, storage: optuna.storages.RDBStorage) -> Tic
         ticket_id = trial_id(storage, study, ticket.number)
         try:
             if not storage.set_trial_state_values(ticket_id, state=TrialState.RUNNING):
-                continue  # another worker took it first
+                continue  # another searcher took it first
         except UpdateFinishedTrialError:
             continue
         # A heartbeat now, before anything can go wrong: a trial without one is never found stale.
@@ -194,7 +196,7 @@ def trial_id(storage: optuna.storages.BaseStorage, study: optuna.Study, number: 
 
 
 def requeue(study: optuna.Study, storage: optuna.storages.RDBStorage, trial: optuna.Trial, reason: str) -> None:
-    """End a trial this worker cannot finish as FAIL with `reason`, and queue its config again."""
+    """End a trial this searcher cannot finish as FAIL with `reason`, and queue its config again."""
     trial.set_user_attr("reason", reason)
     frozen = study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
     retry = storage.get_heartbeat_stale_trial_callback()

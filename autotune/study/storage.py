@@ -1,8 +1,8 @@
 """Opening a study's storage: SQLite for one host, PostgreSQL (any SQLAlchemy URL) for many.
 
 Every storage gets heartbeats (``autotune.study.sharing`` says why). SQLite serves
-several worker processes on one host once each transaction takes the file's
-write lock at BEGIN; a network file system breaks SQLite's locks, so workers on
+several searcher processes on one host once each transaction takes the file's
+write lock at BEGIN; a network file system breaks SQLite's locks, so searchers on
 several hosts need a database server.
 """
 
@@ -17,17 +17,17 @@ import optuna
 
 from autotune.study import sharing
 
-SQLITE_BUSY_TIMEOUT_S = 60  # workers on one host wait this long for the SQLite file's lock
+SQLITE_BUSY_TIMEOUT_S = 60  # searchers on one host wait this long for the SQLite file's lock
 CONNECT_TIMEOUT_S = 10  # an unreachable database server fails after this long, not TCP's minutes
-SCHEMA_ATTEMPTS = 5  # workers starting together on a new database: all but one lose the race to create its tables
+SCHEMA_ATTEMPTS = 5  # searchers starting together on a new database: all but one lose the race to create its tables
 
 
 def open_storage(url: str) -> optuna.storages.RDBStorage:
     """An RDB storage with heartbeats, or a clear error for a URL that cannot be used.
 
-    SQLite serves several worker processes on one host: every transaction takes the
+    SQLite serves several searcher processes on one host: every transaction takes the
     file's write lock up front (BEGIN IMMEDIATE), so taking a ticket is atomic there
-    as it is in PostgreSQL. It is no storage for workers on several hosts.
+    as it is in PostgreSQL. It is no storage for searchers on several hosts.
     """
     interval, grace = sharing.heartbeat_settings()
     given, url = url, _with_driver(url)
@@ -45,14 +45,14 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
         ) from exc
     except Exception as exc:  # sqlalchemy raises many kinds; the user needs one line
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise sharing.SharingError(f"cannot open study storage {redact(given)}: {first}") from exc
+        raise sharing.SharingError(f"cannot open study storage {redact(given)}: {first}{_next_step(url, exc)}") from exc
     if url.startswith("sqlite"):
         _serialise_sqlite(storage)
     return storage
 
 
 def _create(url: str, interval: int, grace: int, engine_kwargs: dict[str, Any]) -> optuna.storages.RDBStorage:
-    """The storage; workers that create a new database's tables at the same moment collide once, then find them."""
+    """The storage; searchers that create a new database's tables at the same moment collide once, then find them."""
     import sqlalchemy.exc
 
     for attempt in range(SCHEMA_ATTEMPTS):
@@ -71,6 +71,22 @@ def _create(url: str, interval: int, grace: int, engine_kwargs: dict[str, Any]) 
                 raise
             time.sleep(random.uniform(0.2, 1.0))
     raise AssertionError("unreachable")
+
+
+def _next_step(url: str, exc: Exception) -> str:
+    """What to do about a storage that cannot be opened, where the error says; "" where it does not."""
+    import sqlalchemy.exc
+
+    if url.startswith("sqlite:///") and isinstance(exc, sqlalchemy.exc.DatabaseError):
+        text = str(exc)
+        # SQLite's words for a file that is not (or no longer) a whole database: truncated, overwritten, another format.
+        if "malformed" in text or "not a database" in text:
+            path = url[len("sqlite:///") :]
+            return (
+                f"; the file is damaged or is not an SQLite database. Move it aside to start the study afresh "
+                f"(mv {path} {path}.damaged), or give --storage and --study to keep it and use another."
+            )
+    return ""
 
 
 def _with_driver(url: str) -> str:

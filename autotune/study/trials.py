@@ -3,8 +3,8 @@
 The loop follows ``optuna/study/_optimize.py``: ``run_trials`` -> ``_optimize``
 -> ``_run_trial``, small functions with the state in the study. Each trial's
 config is suggested by the space, measured by a trial pool, and told to the
-study with its result or its failure reason. Every worker's failures teach every
-worker: a knob value that fails every time it is tried is not tried again
+study with its result or its failure reason. Every searcher's failures teach every
+searcher: a knob value that fails every time it is tried is not tried again
 (``autotune.study.failures``).
 """
 
@@ -20,13 +20,13 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import COMPILE_ALLOWANCE_S, Config
+from autotune.parity.verdict import run_length
 from autotune.procs import lifecycle
 from autotune.procs.pool import TrialPool
 from autotune.procs.trial_process import GAVE_UP, Outcome
 from autotune.study import memory, sharing
 from autotune.study.failures import Finished, Hopeless, blocks, hopeless_values
 from autotune.study.finalists import baseline_rate, check_budget, trial_run_s
-from autotune.study.parity import run_length
 from autotune.study.predict import PREDICTED, LoaderModel
 from autotune.study.setup import SearchError, Setup
 from autotune.text import elapsed, rate
@@ -121,9 +121,9 @@ def out_of_time(setup: Setup) -> bool:
 
 
 def wait_for_other_workers(setup: Setup, pool: TrialPool, learned: Learned, while_waiting: Callable[[], None]) -> None:
-    """Wait until no trial runs anywhere, taking tickets that appear late (a dead worker's, queued again).
+    """Wait until no trial runs anywhere, taking tickets that appear late (a dead searcher's, queued again).
 
-    `while_waiting` runs once, when this worker first finds itself waiting: time it would spend idle.
+    `while_waiting` runs once, when this searcher first finds itself waiting: time it would spend idle.
     """
     told = False
     while True:
@@ -133,8 +133,8 @@ def wait_for_other_workers(setup: Setup, pool: TrialPool, learned: Learned, whil
         if not others:
             return
         if not told:
-            who = sorted({str(t.user_attrs.get("worker", "?")) for t in others})
-            setup.echo(f"waiting for {len(others)} trial(s) still running on other workers ({', '.join(who)})")
+            who = sorted({str(t.user_attrs.get("searcher", "?")) for t in others})
+            setup.echo(f"waiting for {len(others)} trial(s) still running on other searchers ({', '.join(who)})")
             told = True
             while_waiting()
             continue
@@ -149,13 +149,13 @@ def _run_trial(
     interval, _ = sharing.heartbeat_settings()
     with sharing.Heartbeat(lambda: storage.record_heartbeat(ticket.trial_id), interval):
         try:
-            # Stays the reason if this worker dies mid-trial; the heartbeat then fails it.
+            # Stays the reason if this searcher dies mid-trial; the heartbeat then fails it.
             trial.set_user_attr(
                 "reason",
-                f"{sharing.INTERRUPTED}: its worker {sharing.owner()} stopped during the trial; "
+                f"{sharing.INTERRUPTED}: its searcher {sharing.owner()} stopped during the trial; "
                 f"the config was queued again",
             )
-            trial.set_user_attr("worker", sharing.owner())
+            trial.set_user_attr("searcher", sharing.owner())
             config = setup.space.suggest(trial)
             lr = setup.lr(config)
             trial.set_user_attr("config", config.as_dict())
@@ -263,7 +263,7 @@ def _predicted(setup: Setup, trial: optuna.Trial, config: Config, loader: Loader
 def earlier_trial_of(setup: Setup, number: int, config: Config) -> FrozenTrial | None:
     """An earlier trial of the same config: its outcome stands for this one, so no config is measured twice.
 
-    One still running (on another worker) is waited for; if its worker dies, this one measures.
+    One still running (on another searcher) is waited for; if its searcher dies, this one measures.
     """
     target = setup.space.normalise(config)
     interval, grace = sharing.heartbeat_settings()
@@ -339,7 +339,7 @@ def learn_failures(setup: Setup, learned: Learned) -> None:
             trained(t),
             t.user_attrs.get("reason"),
         )
-        # Not a trial queued again (its worker died, or the workload changed since it failed): its retry stands for it.
+        # Not a trial queued again (its searcher died, or the workload changed since): its retry stands for it.
         for t in sharing.counted(setup.study.get_trials(deepcopy=False))
         if t.state.is_finished() and "duplicate_of" not in t.user_attrs  # a duplicate's failure is its original's
     ]
@@ -360,7 +360,7 @@ def learn_failures(setup: Setup, learned: Learned) -> None:
 
 
 def check_baseline(setup: Setup) -> None:
-    """Stop every worker once the baseline failed: nothing can be compared against a loop that does not run."""
+    """Stop every searcher once the baseline failed: nothing can be compared against a loop that does not run."""
     for t in sharing.counted(setup.study.get_trials(deepcopy=False)):  # an interrupted baseline's retry stands for it
         if t.state == TrialState.FAIL and t.user_attrs.get("role") == "baseline":
             config = Config.from_dict(t.user_attrs["config"]) if "config" in t.user_attrs else setup.baseline

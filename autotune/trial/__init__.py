@@ -1,11 +1,16 @@
-"""What runs inside a trial process: build a config's loop, measure it, or make a parity run.
+"""What runs inside a trial process: build a config's loop and measure it, or serve a parity request.
 
-- ``timing``: timing windows over the real loop, and its one-time costs;
-- ``feed``: the batches a measurement takes, and what the loader had ready for each;
-- ``gpu``: GPU utilisation and memory sampled through NVML;
+- ``facts``: what the data set allows, read once (``DataFacts``);
 - ``runner``: one config built and measured in this process (``Runner``);
-- ``parity_run``: a short training run recorded for the parity check;
-- ``serve``: the request loop of a trial process.
+- ``timing``: timing windows over the real loop, and its one-time costs;
+- ``window``: one window's steps, clock and CPU time;
+- ``feed``: the batches a measurement takes, and what the loader had ready for each;
+- ``backlog``: the batches the workers prefetched, which no window may time;
+- ``cputime``: CPU time of this process and its DataLoader workers;
+- ``gpu``: GPU utilisation and memory sampled through NVML;
+- ``capture``: why a CUDA graph could not be captured;
+- ``oom``: out-of-memory failures and what fits;
+- ``serve``: the request loop of a trial process (the parity requests run ``autotune.parity``'s trial side).
 
 No Optuna here: the search (``autotune.study``) talks to trial processes through
 ``autotune.procs``.
@@ -22,6 +27,5 @@ __all__, __getattr__, __dir__ = lazy_exports(
         "GpuSampler": "gpu",
         "Runner": "runner",
         "classify_failure": "runner",
-        "ParityRun": "parity_run",
     },
 )

@@ -16,9 +16,9 @@ from typing import Any
 import torch
 from torch.utils.data import default_collate
 
-from autotune.loop import batch as batches
+from autotune import batch as batches
+from autotune.knobs import BUSY_SHARE, DataFacts
 from autotune.loop.buckets import pad_refusal
-from autotune.study.space import BUSY_SHARE, DataFacts
 from autotune.workloads import Workload
 from autotune.workloads.locate import WorkloadError
 

@@ -13,7 +13,7 @@ import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from autotune.loop import batch as batches
+from autotune import batch as batches
 from autotune.trial import backlog
 
 Clock = Callable[[], float]

@@ -14,11 +14,11 @@ from typing import Any, Callable
 
 import torch
 
+from autotune.batch import leaves
 from autotune.config import Config
+from autotune.knobs import DataFacts
 from autotune.loop import Step, build_loader, materialize
-from autotune.loop.batch import leaves
 from autotune.loop.compiled import CompileError
-from autotune.study.space import DataFacts
 from autotune.trial import capture, oom
 from autotune.trial.facts import read_facts
 from autotune.trial.gpu import GpuSampler, nvml_index

@@ -2,10 +2,10 @@
 
 Requests arrive as plain dicts (``autotune.procs.trial_process`` sends them):
 ``trial`` measures a config (``Runner.run``), ``parity`` makes a parity run
-(``autotune.trial.parity_run.train``), ``inputs`` compares the device decode
-path's images with the host pipeline's (``autotune.trial.inputs.compare``),
+(``autotune.parity.run.train``), ``inputs`` compares the device decode
+path's images with the host pipeline's (``autotune.parity.images.compare``),
 ``numerics`` a config's gradients with the baseline's
-(``autotune.trial.gradients.compare``),
+(``autotune.parity.gradients.compare``),
 ``release`` lets go of device memory,
 ``quit`` ends. Events go back through `send`. A request that fails ends the
 process: a CUDA context that saw an error or an OOM is not trusted again.
@@ -94,7 +94,7 @@ class _Answer:
 
     def __call__(self, request: dict[str, Any]) -> None:
         from autotune.config import Config
-        from autotune.trial import parity_run
+        from autotune.parity import run as parity_run
         from autotune.trial.timing import Windows
 
         if request.get("cmd") == "release":
@@ -103,7 +103,7 @@ class _Answer:
             self.send(event="released", datasets=self.runner.release())
             return
         if request.get("cmd") == "inputs":
-            from autotune.trial import inputs
+            from autotune.parity import images as inputs
 
             # At most 16 workers: the check's 2 x 2,048 host decodes need no more, and each costs a start.
             found = inputs.compare(self.runner.dataset, self.runner.device, workers=min(self.runner.cpu_share, 16))
@@ -111,7 +111,7 @@ class _Answer:
             return
         config = Config.from_dict(request["config"])
         if request.get("cmd") == "numerics":
-            from autotune.trial import gradients
+            from autotune.parity import gradients
 
             baseline = Config.from_dict(request["baseline"])
             self.send(event="numerics", found=gradients.compare(self.runner.build, baseline, config, request["lr"]))

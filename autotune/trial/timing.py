@@ -48,9 +48,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from autotune.diagnosis.cputime import CpuTimes
-from autotune.loop import batch as batches
+from autotune import batch as batches
 from autotune.trial import backlog
+from autotune.trial.cputime import CpuTimes
 from autotune.trial.feed import DRY_WAIT_S, Clock, Counter, Feed
 from autotune.trial.window import Window, cpu_ms, pooled, run_steps, spread, timed, waive
 

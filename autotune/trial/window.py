@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from autotune.diagnosis.cputime import CpuTimes, processes_cpu_s
 from autotune.trial import backlog
+from autotune.trial.cputime import CpuTimes, processes_cpu_s
 from autotune.trial.feed import Clock, Feed
 
 
@@ -91,7 +91,7 @@ def waive(window: Window, allowance: int) -> tuple[Window, int]:
     Counted on one side only, a loop whose backlog swings, bursty, around a level read slower than it
     ran: a quarter slower where it swings by a batch every two steps (the test). The truth rows on
     an H200 host left 3-8% of their windows' samples out as such growth (calls 65-67 in
-    benchmarks/results/h200_one_gpu/runs.log). Only drains of growth are waived: net, where an epoch's
+    lab/results/h200_one_gpu/runs.log). Only drains of growth are waived: net, where an epoch's
     windows drained the backlog below where they began, that much is still counted (in the first epoch,
     what is left of the warm-up's prefetch: the backlog every window is corrected for).
     """

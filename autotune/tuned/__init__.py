@@ -3,7 +3,9 @@
 - ``schema``: every key a profile may hold, validated without torch;
 - ``file``: read, write (atomically), match a profile to this machine;
 - ``api``: ``load_tuned``, ``tuned_loader``, ``tuned_step`` for the user's own training code;
-- ``show``: a tuned file as a table.
+- ``show``: a tuned file as a table;
+- ``export``: a profile in Hugging Face, Lightning or plain PyTorch terms;
+- ``distributed``: what a profile means under torchrun (per-process batch, global rate, cores per rank).
 """
 
 from autotune.exports import lazy_exports
@@ -22,5 +24,7 @@ __all__, __getattr__, __dir__ = lazy_exports(
         "tuned_loader": "api",
         "tuned_step": "api",
         "render": "show",
+        "export": "export",
+        "export_profile": "export",
     },
 )

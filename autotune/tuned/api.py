@@ -19,15 +19,18 @@ from typing import Any, Callable
 
 import torch
 from torch.utils.data import DataLoader, Dataset
+from torch.utils.data.distributed import DistributedSampler
 
-from autotune.config import Config, baseline_config
+from autotune.config import Config
 from autotune.loop import DeviceLoader, Step, build_loader
 from autotune.loop.loader import USER_LOADER_ARGS
 from autotune.loop.sourced import WrappedLoader
+from autotune.tuned import distributed
 from autotune.tuned import file as tuned_file
 from autotune.workloads import Workload, load, resolve
 from autotune.workloads.decode import NotTranslatable
 from autotune.workloads.locate import data_root
+from autotune.workloads.settings import baseline_config
 
 _told: set[tuple[str, str]] = set()
 
@@ -38,13 +41,23 @@ class NoProfileWarning(UserWarning):
 
 @dataclasses.dataclass(frozen=True)
 class Tuned:
-    """What a tuned file says for this machine: the config, the learning rate, and where it came from."""
+    """What a tuned file says for this machine: the config, the learning rate, and where it came from.
+
+    ``config.batch_size`` is per process; under torchrun the global batch is ``world_size`` times it, and ``lr``
+    is the rate for the global batch by the profile's rule (``autotune.tuned.distributed``).
+    """
 
     workload: Workload
     config: Config
     lr: float
     hardware: str
     profile: dict[str, Any] | None
+    world_size: int = 1
+
+    @property
+    def global_batch_size(self) -> int:
+        """Samples per update over every process: the per-process batch times the world size."""
+        return self.config.batch_size * self.world_size
 
 
 def _hardware(device: torch.device) -> str:
@@ -57,9 +70,19 @@ def _default_device() -> torch.device:
     return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
 
 
-def load_tuned(recipe: str, device: torch.device | str | None = None) -> Tuned:
-    """The profile matching this machine, or the workload's defaults with a warning naming what exists."""
+def load_tuned(recipe: str, device: torch.device | str | None = None, world_size: int | None = None) -> Tuned:
+    """The profile matching this machine, or the workload's defaults with a warning naming what exists.
+
+    `world_size`: processes training together (data parallel, gradients averaged); the rate then follows the
+    global batch, ``world_size x batch_size``, by the profile's rule: ``lr x W`` (linear), ``lr x sqrt(W)`` (sqrt),
+    ``lr`` (none). Unset, the rate is the profile's own, for one process. Under torch.distributed, a profile tuned
+    with more CPU cores than each process on this host gets warns (``CpuShareWarning``).
+    """
     device = torch.device(device) if device is not None else _default_device()
+    _, ranks = distributed.world()
+    if world_size is not None:
+        distributed.lr_for_world(1.0, "none", world_size)  # a bad world size is one error, before anything else
+    world = world_size or 1
     ref = resolve(recipe)
     workload = load(ref)
     hardware = _hardware(device)
@@ -74,9 +97,14 @@ def load_tuned(recipe: str, device: torch.device | str | None = None) -> Tuned:
             stacklevel=3,
         )
         config = baseline_config(workload, device.type == "cuda")
-        return Tuned(workload, config, float(workload.defaults["lr"]), hardware, None)
+        lr = distributed.lr_for_world(float(workload.defaults["lr"]), "linear", world)
+        return Tuned(workload, config, lr, hardware, None, world)
     config = tuned_file.knobs_to_config(profile["knobs"])
-    lr = float(profile.get("lr", workload.defaults["lr"]))
+    rule = profile.get("lr_rule", "linear")
+    lr = distributed.lr_for_world(float(profile.get("lr", workload.defaults["lr"])), rule, world)
+    # The processes sharing this host: torchrun's, not `world_size` (a job's ranks may span hosts).
+    distributed.check_cpu_share(profile, ref.name, hardware, distributed.ranks_on_host(ranks),
+                                len(os.sched_getaffinity(0)))
     if config.batch_size != workload.defaults["batch_size"] and (ref.name, hardware) not in _told:
         _told.add((ref.name, hardware))
         check = profile.get("parity") or {}
@@ -89,14 +117,17 @@ def load_tuned(recipe: str, device: torch.device | str | None = None) -> Tuned:
             checked = f"The parity check found it trains differently from the baseline ({why})"
         else:
             checked = "It was not checked to train like the baseline"
+        per = f"batch size {config.batch_size}" if world == 1 else (
+            f"batch size {config.batch_size} per process, {config.batch_size * world} over {world} processes")
         print(
-            f"autotune: {ref.name} on {hardware} uses batch size {config.batch_size} (the workload's is "
+            f"autotune: {ref.name} on {hardware} uses {per} (the workload's is "
             f"{workload.defaults['batch_size']}); its learning rate is {lr:g} by the "
-            f"{profile.get('lr_rule', 'linear')} rule. "
-            f"{checked}; build your optimizer with load_tuned({recipe!r}).lr.",
+            f"{rule} rule. "
+            f"{checked}; build your optimizer with load_tuned({recipe!r}"
+            f"{'' if world == 1 else f', world_size={world}'}).lr.",
             file=sys.stderr,
         )
-    return Tuned(workload, config, lr, hardware, profile)
+    return Tuned(workload, config, lr, hardware, profile, world)
 
 
 def tuned_loader(
@@ -130,6 +161,7 @@ def tuned_loader(
     workload = tuned.workload
     user = {key: kwargs.pop(key) for key in USER_LOADER_ARGS if key in kwargs}
     user.setdefault("collate_fn", workload.collate_fn)
+    shuffle_given = "shuffle" in kwargs
     shuffle = kwargs.pop("shuffle", workload.default("shuffle"))
     drop_last = kwargs.pop("drop_last", workload.default("drop_last"))
     try:
@@ -140,12 +172,10 @@ def tuned_loader(
             f"({', '.join(f.name for f in dataclasses.fields(Config))}), shuffle, drop_last, "
             f"and the DataLoader arguments {', '.join(USER_LOADER_ARGS)}."
         ) from exc
-    if (
-        workload.build_sampler is not None
-        and "sampler" not in user
-        and "batch_sampler" not in user
-        and not config.bucketing
-    ):
+    # Under torch.distributed, each rank's DistributedSampler (the user's, or one made here) comes first.
+    own_sampler = workload.build_sampler is not None and "batch_sampler" not in user and not config.bucketing
+    user, shuffle = distributed.shard(dataset, user, config, shuffle, shuffle_given, drop_last, recipe, own_sampler)
+    if own_sampler and "sampler" not in user:
         user["sampler"] = workload.build_sampler(dataset)  # the workload's order, as its search measured it
     _refuse_conflicts(config, user, shuffle, recipe)
     # Lengths are read only for a bucketing loader; a workload without sample_lengths then fails naming the hook.
@@ -173,7 +203,14 @@ def tuned_loader(
 
 def _refuse_conflicts(config: Config, user: dict[str, Any], shuffle: bool, recipe: str) -> None:
     """One error for a DataLoader argument the tuned config cannot honour, naming both sides."""
-    given = sorted(key for key, value in user.items() if value is not None and key != "collate_fn")
+    # A DistributedSampler is an order over the data set's rows, which the device-resident loader follows too.
+    given = sorted(
+        key
+        for key, value in user.items()
+        if value is not None
+        and key != "collate_fn"
+        and not (key == "sampler" and isinstance(value, DistributedSampler))
+    )
     if config.placement == "device" and given:
         raise ValueError(
             f"tuned_loader: {', '.join(given)} cannot apply: {recipe}'s profile keeps the data set on the device "
@@ -204,6 +241,16 @@ def tuned_step(
     recipe: str,
     device: torch.device | str | None = None,
     compute_loss: Callable[[torch.nn.Module, Any], torch.Tensor] | None = None,
+    *,
+    clip_grad_norm: float | None = None,
+    accumulate: int = 1,
+    after_update: Callable[[], None] | None = None,
+    capture_after_update: bool = False,
+    tensor_lr: bool | None = None,
+    cuda_graph: bool | None = None,
+    set_cudnn_benchmark: bool = True,
+    move_model: bool = True,
+    set_capturable: bool = True,
 ) -> Step:
     """A step that applies the profile's loop knobs to your model, loss and optimizer.
 
@@ -215,9 +262,23 @@ def tuned_step(
     learning rate the recipe states (``load_tuned(recipe).lr``) when the tuned batch
     size differs from yours.
 
+    Hooks (docs/api.md, under tuned_step): ``clip_grad_norm`` clips before each update; ``accumulate=N``
+    makes each call one micro-batch and updates every Nth call; ``after_update()`` runs
+    after each update (an EMA, logging). An LR scheduler works as in eager code, under a
+    graph too. ``cuda_graph=False`` turns the profile's graph off.
+
+    Side effects, each documented in docs/api.md; the keyword arguments turn off those
+    that can be: ``torch.backends.cudnn.benchmark`` is set for the whole process
+    (``set_cudnn_benchmark=False``); the model is moved to the device and memory format
+    (``move_model=False``: it must be there already) and put in train mode; under a graph,
+    Adam-style optimizers get ``capturable=True`` (``set_capturable=False`` runs eagerly)
+    and Adam/AdamW's ``param_groups[i]["lr"]`` become device tensors (``tensor_lr=False``:
+    floats, and the graph is captured again when the rate changes).
+
     For example::
 
         step = tuned_step(model, criterion, optimizer, recipe="mnist_cnn")
+        step = tuned_step(model, criterion, optimizer, recipe="mnist_cnn", clip_grad_norm=1.0, accumulate=4)
     """
     device = torch.device(device) if device is not None else _default_device()
     tuned = load_tuned(recipe, device)
@@ -227,4 +288,20 @@ def tuned_step(
             raise ValueError(
                 f"tuned_step: give loss_fn or compute_loss; {recipe}'s workload declares no compute_loss(model, batch)"
             )
-    return Step(model, loss_fn, optimizer, tuned.config, device, compute_loss=compute_loss)
+    config = tuned.config if cuda_graph is None else dataclasses.replace(tuned.config, cuda_graph=cuda_graph)
+    return Step(
+        model,
+        loss_fn,
+        optimizer,
+        config,
+        device,
+        compute_loss=compute_loss,
+        clip_grad_norm=clip_grad_norm,
+        accumulate=accumulate,
+        after_update=after_update,
+        capture_after_update=capture_after_update,
+        tensor_lr=tensor_lr,
+        set_cudnn_benchmark=set_cudnn_benchmark,
+        move_model=move_model,
+        set_capturable=set_capturable,
+    )

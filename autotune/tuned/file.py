@@ -22,10 +22,11 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 from autotune.config import Config
+from autotune.errors import AutotuneError
 from autotune.tuned.schema import SCHEMA_VERSION, validate
 
 
-class TunedFileError(ValueError):
+class TunedFileError(AutotuneError, ValueError):
     """A tuned file that cannot be used; the message lists every problem."""
 
 
@@ -61,6 +62,27 @@ def config_to_knobs(config: Config) -> dict[str, Any]:
     return {k: v for k, v in config.as_dict().items() if v is not None}
 
 
+def shown_as(path: Path, recipe: str) -> str:
+    """What `autotune show --recipe` takes to print the tuned file at `path`, run from the current folder.
+
+    A recipe in ./recipes resolves by its name; any other (a workload given by path) is
+    found by the tuned file's own path, since its name alone resolves to nothing.
+
+    >>> shown_as(Path("recipes/mnist_cnn.tuned.toml"), "mnist_cnn")
+    'mnist_cnn'
+    >>> shown_as(Path("/nowhere/work/my_model.tuned.toml"), "my_model")
+    '/nowhere/work/my_model.tuned.toml'
+    """
+    path = Path(path)
+    absolute = path if path.is_absolute() else Path.cwd() / path
+    if absolute == Path.cwd() / "recipes" / f"{recipe}.tuned.toml":
+        return recipe
+    try:
+        return str(absolute.relative_to(Path.cwd()))
+    except ValueError:
+        return str(absolute)
+
+
 def write_profile(path: Path, recipe: str, hardware: str, profile: dict[str, Any]) -> dict[str, Any]:
     """Add or replace one hardware's profile, keeping the others; atomic."""
     path = Path(path)
@@ -73,7 +95,7 @@ def write_profile(path: Path, recipe: str, hardware: str, profile: dict[str, Any
         raise TunedFileError("refusing to write an invalid tuned file:\n  - " + "\n  - ".join(problems))
     header = (
         f"# autotune tuned file for {recipe!r}: data, not code. Commit it.\n"
-        f"# Each profile says which command made it; `autotune show --recipe {recipe}` prints it.\n"
+        f"# Each profile says which command made it; `autotune show --recipe {shown_as(path, recipe)}` prints it.\n"
     )
     text = header + tomli_w.dumps(data)
     try:

@@ -12,7 +12,7 @@ from typing import Any
 
 from autotune.config import AMP_CHOICES, COMPILE_CHOICES, DECODE_CHOICES, LR_RULES, PLACEMENT_CHOICES
 
-PARITY_FAMILIES = ("loader", "numerics", "batch_size")  # autotune.study.parity.TOLERANCES' keys
+PARITY_FAMILIES = ("loader", "numerics", "batch_size")  # autotune.parity.verdict.TOLERANCES' keys
 SCHEMA_VERSION = 1
 
 _NUMBER = (int, float)
@@ -239,16 +239,16 @@ RECORD_KEYS: dict[str, tuple[tuple[type, ...], bool]] = {
     "configs_rejected": ((int,), True),
     "check_s": (_NUMBER, True),
     "check_budget_s": (_NUMBER, False),  # what the check was allowed to take
-    # decode = gpu: its images against the host pipeline's (autotune.study.parity_inputs)
+    # decode = gpu: its images against the host pipeline's (autotune.parity.inputs)
     "inputs_passed": ((bool,), False),
     "inputs_distance": (_NUMBER, False),
     "inputs_host_distance": (_NUMBER, False),
-    # amp where no run could judge it: its gradients against fp32's (autotune.study.parity_numerics)
+    # amp where no run could judge it: its gradients against fp32's (autotune.parity.numerics)
     "numerics_passed": ((bool,), False),
     "numerics_ratio": (_NUMBER, False),
 }
 # Knobs whose change makes other arithmetic than the baseline's (fp32, eager, contiguous), whatever its batch size:
-# a config with any of these on cannot pass an inconclusive check (autotune.study.parity.SAME_MATH_KNOBS), unless a
+# a config with any of these on cannot pass an inconclusive check (autotune.parity.verdict.SAME_MATH_KNOBS), unless a
 # check that needs no training showed the change harmless (SHOWN_BY).
 OTHER_MATH = {"amp": "off", "decode": "cpu", "decode_share": 1.0, "bucketing": False, "pad_multiple": 0,
               "compile": "off"}

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from autotune.study.space import KNOBS
+from autotune.knobs import KNOBS
 
 _ROWS: tuple[tuple[str, str], ...] = (
     ("samples_per_s", "samples/s"),
@@ -61,7 +61,7 @@ def _steady_choice(choice: dict[str, Any] | None) -> str:
 
 
 def _parity_rows(profiles: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
-    """The parity check's numbers (autotune.study.parity): the decision, the deviations, the losses, the cost."""
+    """The parity check's numbers (autotune.parity.verdict): the decision, the deviations, the losses, the cost."""
     cells: dict[str, list[str]] = {
         "parity": [],
         "parity deviation/probe": [],
@@ -92,7 +92,7 @@ def _parity_rows(profiles: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
     return list(cells.items())
 
 
-# The checks that need no training run (autotune.study.parity_inputs, autotune.study.parity_numerics): the record's
+# The checks that need no training run (autotune.parity.inputs, autotune.parity.numerics): the record's
 # key for the outcome, the key of its number, the words for pass and fail, and what the cell shows of the numbers.
 RUNLESS: dict[str, tuple[str, str, tuple[str, str], Callable[[dict[str, Any]], str]]] = {
     "inputs": ("inputs_passed", "inputs_distance", ("match", "DIFFER"),
@@ -164,4 +164,6 @@ def render(data: dict[str, Any], path: Path) -> str:
             lines.append(f"{name}: lr {_cell('lr', p['lr'])} ({p.get('lr_rule', '?')}): {p['lr_reason']}")
         if p.get("command"):
             lines.append(f"{name}: made by `{p['command']}` on {p.get('created', '?')}")
+    lines.append("batch_size is per process: N processes (torchrun) train on N x batch_size per step, at the rate "
+                 "load_tuned(recipe, world_size=N).lr gives by the lr rule (docs/integrations.md).")
     return "\n".join(line.rstrip() for line in lines)

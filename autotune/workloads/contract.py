@@ -87,7 +87,7 @@ class Workload:
         """Samples in a batch: the workload's own count, else the leading dimension of its first tensor."""
         if self.samples_in is not None:
             return int(self.samples_in(batch))
-        from autotune.loop.batch import samples_in  # torch is imported only when batches are counted
+        from autotune.batch import samples_in  # torch is imported only when batches are counted
 
         return samples_in(batch)
 

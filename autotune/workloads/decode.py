@@ -27,6 +27,8 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset, default_collate
 
+from autotune.errors import AutotuneError
+
 JPEG_MAGIC = b"\xff\xd8\xff"  # every JPEG file starts with SOI and the first marker's 0xFF
 JPEG_SUFFIXES = (".jpg", ".jpeg")
 FILES_SNIFFED = 32  # files whose first bytes are read at translation time, spread over the data set
@@ -35,7 +37,7 @@ FILES_SNIFFED = 32  # files whose first bytes are read at translation time, spre
 COLLATE_REFUSAL = "the workload gives its own collate_fn, which batches decoded samples the device path never makes"
 
 
-class NotTranslatable(ValueError):
+class NotTranslatable(AutotuneError, ValueError):
     """The data set's pipeline has no device equivalent; the message names the transform or file and why."""
 
 

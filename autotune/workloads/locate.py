@@ -12,10 +12,12 @@ import dataclasses
 import os
 from pathlib import Path
 
+from autotune.errors import AutotuneError
+
 BUILTIN_DIR = Path(__file__).parent / "builtins"
 
 
-class WorkloadError(ValueError):
+class WorkloadError(AutotuneError, ValueError):
     """A recipe name, path or workload file that cannot be used; the message says why."""
 
 

@@ -8,7 +8,8 @@ grow linearly with the batch (autotune's default rule scales it by the square ro
 From https://github.com/pytorch/examples/blob/main/mnist/main.py: the model, the
 transform, the optimizer and the DataLoader settings (its `--batch-size 64`, and on
 CUDA `num_workers=1, pin_memory=True, shuffle=True`). Its StepLR schedule changes the
-rate per epoch and is left out: a search measures within an epoch.
+rate per epoch and is left out: a search measures within an epoch. Training code keeps
+it: `tuned_step` follows a scheduler, also under a CUDA graph (docs/step.md).
 """
 
 import torch.nn.functional as F

@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import math
+import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -265,3 +267,47 @@ def test_truth_hands_the_device_uint8_pixels_and_normalises_there_as_the_pipelin
     config = Config(batch_size=4, num_workers=2, prefetch_factor=2, device_normalize=True)
     result = truth.by_hand(workload, config, 0.1, 0.5, torch.device("cpu"))
     assert result["samples"] > 0 and result["samples"] % 4 == 0
+
+
+SCRIPTS = sorted(path for path in BENCHMARKS.rglob("*.py"))
+SHELL_SCRIPTS = sorted(BENCHMARKS.glob("*.sh"))
+
+
+def test_benchmarks_holds_only_what_a_user_runs_and_the_lab_holds_the_rest() -> None:
+    names = {path.relative_to(BENCHMARKS).as_posix() for path in BENCHMARKS.rglob("*") if path.is_file()}
+    assert not {name for name in names if name.startswith(("probes/", "results/"))}
+    assert {"speed.py", "truth.py"} <= names
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=lambda path: path.relative_to(BENCHMARKS).as_posix())
+def test_every_benchmark_script_imports_without_running(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Importing a script defines its functions and runs nothing: each starts its work under `__main__`."""
+    monkeypatch.setenv("BENCH_DEVICE", "cpu")
+    monkeypatch.setattr(sys, "argv", [str(path)])  # a script that parsed arguments on import would find none
+    monkeypatch.syspath_prepend(str(path.parent))
+    spec = importlib.util.spec_from_file_location(f"bench_import_{path.stem}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
+    spec.loader.exec_module(module)
+    source = path.read_text()
+    assert 'if __name__ == "__main__":' in source or not hasattr(module, "main")
+
+
+@pytest.mark.parametrize("path", SHELL_SCRIPTS, ids=lambda path: path.name)
+def test_every_benchmark_shell_script_parses(path: Path) -> None:
+    result = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_runners_name_only_scripts_that_exist() -> None:
+    repo = BENCHMARKS.parent
+    for path in SHELL_SCRIPTS:
+        for name in re.findall(r"\$REPO/([\w/.-]+\.py)", path.read_text()):
+            assert (repo / name).is_file(), f"{path.name} runs {name}, which is not there"
+
+
+def test_the_package_imports_nothing_from_the_lab() -> None:
+    package = BENCHMARKS.parent / "autotune"
+    for path in package.rglob("*.py"):
+        assert not re.search(r"^\s*(from|import)\s+lab\b", path.read_text(), re.MULTILINE), path

@@ -327,7 +327,8 @@ def test_a_rerun_soon_after_the_writer_was_killed_takes_over_and_writes(
 
     It is killed once the rerun has said it waits, so the grace period need not outlast the rerun's start.
     """
-    from autotune.study import SearchOptions, search
+    from autotune.options import SearchOptions
+    from autotune.study import search
 
     monkeypatch.setenv("AUTOTUNE_HEARTBEAT_S", "1")
     monkeypatch.setenv("AUTOTUNE_GRACE_S", "3")
@@ -344,7 +345,7 @@ def test_a_rerun_soon_after_the_writer_was_killed_takes_over_and_writes(
 
     def echo(line: str) -> None:
         lines.append(line)
-        if line.startswith(f"study 'tiny@cpu': worker {dead} holds the writer's role"):
+        if line.startswith(f"study 'tiny@cpu': searcher {dead} holds the writer's role"):
             holder.kill()
             holder.wait()
 
@@ -355,12 +356,12 @@ def test_a_rerun_soon_after_the_writer_was_killed_takes_over_and_writes(
         holder.kill()
         holder.wait()
     assert result is not None and tuned.is_file(), "\n".join(lines)
-    waiting = [line for line in lines if line.startswith(f"study 'tiny@cpu': worker {dead} holds the writer's role")]
+    waiting = [line for line in lines if line.startswith(f"study 'tiny@cpu': searcher {dead} holds the writer's role")]
     assert len(waiting) == 1 and waiting[0].endswith(
         "waiting until it has written the tuned file, or for its heartbeat to stop for 3 s (AUTOTUNE_GRACE_S), "
         "then taking over"
     ), lines
-    assert any(re.fullmatch(rf"taking over the writer's role from worker {dead}: no heartbeat for (3|4|5) s", line)
+    assert any(re.fullmatch(rf"taking over the writer's role from searcher {dead}: no heartbeat for (3|4|5) s", line)
                for line in lines), lines
     assert tuned_file.read(tuned)["profiles"]["cpu"]["study"] == "tiny@cpu"
 
@@ -372,7 +373,8 @@ def test_a_rerun_soon_after_the_writer_was_killed_takes_over_and_writes(
 def test_ctrl_c_during_the_parity_check_states_no_summary_of_a_check_it_cut_short(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from autotune.study import SearchOptions, search
+    from autotune.options import SearchOptions
+    from autotune.study import search
 
     def stopped(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt  # as SIGINT lands while the baseline's parity run trains
@@ -435,8 +437,9 @@ def test_report_states_the_tuned_files_speedup_from_the_rounds_not_from_the_base
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from autotune.config import Config
+    from autotune.options import SearchOptions
     from autotune.reporting.study import render, report
-    from autotune.study import SearchOptions, search
+    from autotune.study import search
 
     original = FakePool.run
     seen: list[Config] = []
@@ -572,3 +575,26 @@ def test_a_loop_at_119_percent_of_its_loader_is_flagged_not_turned_into_a_verdic
         "the real loop runs 10,300 samples/s, 103% of the lower ceiling (10,000): above the ceiling that bounds it, "
         "within the feeds' noise (±2%, ±2%), so that ceiling is at least the loop's"
     )
+
+
+def test_a_search_on_a_damaged_study_file_names_it_and_the_next_step(project: Path) -> None:
+    """A study file cut short (a full disk, a copy that stopped) is an outcome to act on, not a usage mistake."""
+    import optuna
+
+    whole = project / "whole.db"
+    study = optuna.create_study(storage=f"sqlite:///{whole}", study_name="tiny@cpu")
+    for _ in range(20):
+        study.enqueue_trial({"x": 1})
+    (project / ".autotune").mkdir()
+    damaged = project / ".autotune" / "tiny.db"
+    damaged.write_bytes(whole.read_bytes()[: 20_000])  # the header and a few pages: SQLite opens it, reading fails
+    result = CliRunner().invoke(main, ["search", "--recipe", "tiny", "--trials", "1"])
+    assert result.exit_code == 2, result.output
+    last = result.output.splitlines()[-1]
+    assert last == (
+        f"Error: cannot open study storage sqlite:///{damaged}: (sqlite3.DatabaseError) database disk image is "
+        f"malformed; the file is damaged or is not an SQLite database. Move it aside to start the study afresh "
+        f"(mv {damaged} {damaged}.damaged), or give --storage and --study to keep it and use another."
+    )
+    assert "Usage:" not in result.output and "Try 'autotune" not in result.output and "Traceback" not in result.output
+

@@ -14,9 +14,9 @@ from click.testing import CliRunner
 from autotune.cli import main
 from autotune.config import Config
 from autotune.diagnosis.bottleneck import Measured, decide
-from autotune.diagnosis.cputime import cpu_times
 from autotune.diagnosis.run import DiagnoseError, Diagnosis, Probe, diagnose
 from autotune.diagnosis.tables import render
+from autotune.trial.cputime import cpu_times
 from autotune.trial.timing import Windows
 from autotune.tuned import file as tuned_file
 

@@ -17,8 +17,8 @@ from torch import nn
 
 from autotune.config import Config
 from autotune.loop import Step, compiled
-from autotune.study import parity_numerics
-from autotune.trial import gradients
+from autotune.parity import gradients
+from autotune.parity import numerics as parity_numerics
 from autotune.trial.runner import Runner, classify_failure
 from autotune.trial.timing import Windows
 from autotune.workloads import load, resolve

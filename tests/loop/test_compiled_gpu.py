@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from autotune.config import Config
-from autotune.study import parity_numerics
-from autotune.trial import gradients
+from autotune.parity import gradients
+from autotune.parity import numerics as parity_numerics
 from autotune.trial.runner import Runner
 from autotune.trial.timing import Windows
 from autotune.workloads import load, resolve
@@ -76,7 +76,8 @@ def test_gpu_a_trial_counts_its_compile_and_a_second_process_compiles_from_the_c
 
 @pytest.mark.gpu
 def test_gpu_a_search_names_a_graph_break_once_and_does_not_compile_again(project: Path) -> None:
-    from autotune.study import SearchOptions, search
+    from autotune.options import SearchOptions
+    from autotune.study import search
     from autotune.study.setup import open_study, prepare
 
     shutil.copy(FIXTURES / "host_sync.py", project / "recipes" / "host_sync.py")

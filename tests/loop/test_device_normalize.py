@@ -6,9 +6,9 @@ from torch.utils.data import DataLoader
 from torchvision import datasets
 from torchvision import transforms as T
 
+from autotune.batch import BatchError
 from autotune.config import Config
 from autotune.loop import build_loader
-from autotune.loop.batch import BatchError
 from autotune.loop.device_normalize import NormalizingLoader, normalizing_loader
 from autotune.trial import backlog
 from autotune.workloads.decode import NotTranslatable
@@ -83,7 +83,7 @@ def test_on_cuda_pinned_batches_arrive_as_the_cpu_pipeline_makes_them_within_a_r
 
 def test_a_parity_run_seeds_its_order_through_the_wrapped_dataloader():
     # Both runs of a parity check visit the samples in one order, whatever the global generator says.
-    from autotune.trial.parity_run import own_order
+    from autotune.parity.run import own_order
 
     def order(loader, global_seed: int) -> list[int]:
         own_order(loader, 5)

@@ -14,15 +14,16 @@ from torchvision import transforms as T
 from torchvision.io import encode_jpeg
 
 from autotune.config import DECODE_SHARES, Config
+from autotune.knobs import DataFacts, Machine, SpaceError
 from autotune.loop.device_decode import decoding_loader
 from autotune.loop.hybrid_decode import on_device
-from autotune.study.parity import changes_math
-from autotune.study.parity_check import ParityCheck
-from autotune.study.parity_inputs import judge as judge_inputs
-from autotune.study.parity_numerics import NumericsVerdict, label
-from autotune.study.parity_numerics import judge as judge_numerics
-from autotune.study.space import DataFacts, Machine, SpaceError, build_space, parse_fix
-from autotune.trial.parity_run import ParityRun
+from autotune.parity.check import ParityCheck
+from autotune.parity.inputs import judge as judge_inputs
+from autotune.parity.numerics import NumericsVerdict, label
+from autotune.parity.numerics import judge as judge_numerics
+from autotune.parity.run import ParityRun
+from autotune.parity.verdict import changes_math
+from autotune.study.space import build_space, parse_fix
 from autotune.tuned.schema import SCHEMA_VERSION, validate
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)

@@ -146,7 +146,7 @@ def test_sigkill_mid_trial_then_the_same_command_resumes(project: Path, quick_he
 
     trials = load(project).get_trials()
     assert trials[n].state == TrialState.FAIL
-    assert trials[n].user_attrs["reason"].startswith("interrupted: its worker ")
+    assert trials[n].user_attrs["reason"].startswith("interrupted: its searcher ")
     retry = [t for t in trials if t.system_attrs.get("retry_history") == [n]]
     assert len(retry) == 1 and retry[0].params == trials[n].params, "the killed trial's config was queued again"
     assert (retry[0].state, retry[0].user_attrs["reason"]) == (

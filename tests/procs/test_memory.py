@@ -133,7 +133,7 @@ sys.exit(0)
 
 def test_a_killed_trial_is_gone_with_its_whole_group_before_the_next_process_starts() -> None:
     # A worker forked from a trial process holds the device's files: the driver frees the trial's memory only
-    # once it has exited too. Here the trial has exited already and left its worker behind.
+    # once it has exited too. Here the trial has exited already and left its searcher behind.
     from autotune.procs import lifecycle
 
     proc = subprocess.Popen([sys.executable, "-c", ORPHAN], start_new_session=True)

@@ -185,7 +185,7 @@ def test_stopping_children_that_never_ran_leaves_the_disk_as_it_was(project: Pat
 
 
 def test_discarding_a_pool_removes_the_logs_of_children_that_ran_but_wrote_nothing(project: Path) -> None:
-    """A --gpus worker dismissed after it made the parity baseline run: nothing of the abandoned search stays."""
+    """A --gpus searcher dismissed after it made the parity baseline run: nothing of the abandoned search stays."""
     before = sorted(p.relative_to(project) for p in project.rglob("*"))
     pool = _pool(project)
     assert pool.run(Config(batch_size=16), 0.05, QUICK).state == "complete"
@@ -236,7 +236,8 @@ def test_a_child_asked_for_nothing_leaves_no_log_even_one_its_failed_start_up_wr
 
 @pytest.mark.slow
 def test_a_search_takes_the_processes_started_early_for_it(project: Path) -> None:
-    from autotune.study import SearchOptions, search
+    from autotune.options import SearchOptions
+    from autotune.study import search
 
     pool = TrialPool(
         project / "recipes" / "tiny.py", "cpu", len(os.sched_getaffinity(0)), project / ".autotune" / "logs", 60.0
@@ -252,7 +253,8 @@ def test_a_search_takes_the_processes_started_early_for_it(project: Path) -> Non
 
 
 def test_a_search_stops_processes_started_on_a_wrong_guess_and_starts_its_own(project: Path) -> None:
-    from autotune.study import SearchOptions, search
+    from autotune.options import SearchOptions
+    from autotune.study import search
 
     cores = len(os.sched_getaffinity(0))
     pool = TrialPool(

@@ -9,13 +9,14 @@ import optuna
 import pytest
 
 from autotune.config import COMPILE_ALLOWANCE_S, COMPILE_CHOICES, Config
+from autotune.knobs import DataFacts, Machine, SpaceError
+from autotune.parity.check import ParityCheck
+from autotune.parity.numerics import NumericsVerdict, judge, label
+from autotune.parity.run import ParityRun
+from autotune.parity.verdict import changes_math, family
 from autotune.procs import compile_cache
 from autotune.study.failures import Finished, blocks, hopeless_values
-from autotune.study.parity import changes_math, family
-from autotune.study.parity_check import ParityCheck
-from autotune.study.parity_numerics import NumericsVerdict, judge, label
-from autotune.study.space import DataFacts, Machine, SpaceError, build_space, parse_fix
-from autotune.trial.parity_run import ParityRun
+from autotune.study.space import build_space, parse_fix
 from autotune.tuned.file import knobs_to_config
 from autotune.tuned.schema import SCHEMA_VERSION, validate
 
@@ -170,9 +171,10 @@ def test_a_search_names_a_graph_break_once_skips_compile_after_it_and_reports_it
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The search around the trials, with compile in the space as on a GPU and every compiling trial breaking."""
+    from autotune.options import SearchOptions
     from autotune.procs.trial_process import Outcome
     from autotune.reporting.trials import failure_groups
-    from autotune.study import SearchOptions, pools, search, setup
+    from autotune.study import pools, search, setup
     from autotune.study.space import Space
     from autotune.study.trials import GIVE_UP_FACTOR, GIVE_UP_MARGIN_S
 

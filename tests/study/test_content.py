@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 
 from autotune.config import Config
+from autotune.options import SearchOptions
+from autotune.parity.run import ParityRun
 from autotune.procs.trial_process import Outcome
-from autotune.study import SearchError, SearchOptions, pools, search
+from autotune.study import SearchError, pools, search
 from autotune.study.content import digest, workload_files
-from autotune.trial.parity_run import ParityRun
 
 BROKEN = "\nBROKEN = True  # the fake trial fails while the workload says this\n"
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.study import SearchOptions, search
+from autotune.options import SearchOptions
+from autotune.study import search
 from autotune.tuned import file as tuned_file
 
 SLOW_READS = Path(__file__).parents[1] / "fixtures" / "slow_reads.py"

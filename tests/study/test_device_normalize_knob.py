@@ -9,11 +9,12 @@ import optuna
 import pytest
 
 from autotune.config import Config
-from autotune.study.options import SearchOptions
-from autotune.study.parity import changes_math
+from autotune.knobs import DataFacts, Machine, SpaceError
+from autotune.options import SearchOptions
+from autotune.parity.verdict import changes_math
 from autotune.study.seeds import seed_configs
 from autotune.study.setup import prepare
-from autotune.study.space import DataFacts, Machine, SpaceError, build_space, parse_fix
+from autotune.study.space import build_space, parse_fix
 from autotune.tuned.schema import SCHEMA_VERSION, validate
 from autotune.workloads import load, resolve
 

@@ -16,16 +16,18 @@ import torch
 from click.testing import CliRunner
 
 from autotune import cli
-from autotune.config import Config, LrRule, lr_rule_for, workload_lr_rule
+from autotune.config import Config, LrRule, lr_rule_for
+from autotune.options import SearchOptions
+from autotune.parity.check import ParityCheck
+from autotune.parity.run import ParityRun
+from autotune.parity.verdict import ParityRunFailed
 from autotune.procs.trial_process import Outcome
-from autotune.study import SearchOptions, pools, search
-from autotune.study.parity import ParityRunFailed
-from autotune.study.parity_check import ParityCheck
-from autotune.trial.parity_run import ParityRun
+from autotune.study import pools, search
 from autotune.tuned import file as tuned_file
 from autotune.tuned.schema import validate_parity
 from autotune.tuned.show import render
 from autotune.workloads import load, resolve
+from autotune.workloads.settings import workload_lr_rule
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 

@@ -1,4 +1,4 @@
-"""Several workers, one study: `--gpus` on one host, and separate commands through PostgreSQL."""
+"""Several searchers, one study: `--gpus` on one host, and separate commands through PostgreSQL."""
 
 from __future__ import annotations
 
@@ -17,10 +17,11 @@ import pytest
 from _procs import child_env
 
 from autotune.config import Config
-from autotune.procs.workers import GpusError, cpu_share, parse_gpus
-from autotune.study import SearchError, SearchOptions, baseline_run, search_parallel, sharing
+from autotune.knobs import SpaceError
+from autotune.options import SearchOptions
+from autotune.procs.searchers import GpusError, cpu_share, parse_gpus
+from autotune.study import SearchError, baseline_run, search_parallel, sharing
 from autotune.study.setup import open_study, prepare, slug
-from autotune.study.space import SpaceError
 from autotune.study.storage import open_storage
 from autotune.tuned import file as tuned_file
 
@@ -78,19 +79,19 @@ def check_study(study: optuna.Study, trials: int) -> list[optuna.trial.FrozenTri
 
 
 @pytest.mark.slow
-def test_gpus_runs_a_worker_per_device_and_the_parent_writes(project: Path) -> None:
-    """`--gpus 0,1` as the CLI runs it, on the CPU: this process and a worker, one study in the default SQLite file."""
+def test_gpus_runs_a_searcher_per_device_and_the_parent_writes(project: Path) -> None:
+    """`--gpus 0,1` as the CLI runs it, on the CPU: this process and a searcher, one study in the default SQLite."""
     lines: list[str] = []
     options = SearchOptions(trials=6, trial_timeout_s=30, finalists=1, rounds=2, command="autotune search --gpus 0,1")
     result = search_parallel("tiny", options, devices=[0, 0], echo=lines.append)
     out = "\n".join(lines)
     assert result is not None and result.tuned_path == project / "recipes" / "tiny.tuned.toml", out
     assert (
-        "2 workers share study 'tiny@cpu', 1 of 2 CPU cores each; this process is cpu0 and writes the tuned file "
+        "2 searchers share study 'tiny@cpu', 1 of 2 CPU cores each; this process is cpu0 and writes the tuned file "
         "once no trial runs"
         in out
     )
-    # The worker made the baseline's parity run before its trials; the writer used it instead of making its own.
+    # The searcher made the baseline's parity run before its trials; the writer used it instead of making its own.
     made = [
         line
         for line in lines
@@ -99,14 +100,14 @@ def test_gpus_runs_a_worker_per_device_and_the_parent_writes(project: Path) -> N
     assert len(made) == 1, out
     study = optuna.load_study(study_name="tiny@cpu", storage=f"sqlite:///{project}/.autotune/tiny.db")
     stored = study.user_attrs[baseline_run.ATTRIBUTE]
-    study_worker = stored["worker"]
-    assert study_worker != sharing.owner() and (stored["config"]["batch_size"], stored["config"]["num_workers"]) == (
+    study_searcher = stored["searcher"]
+    assert study_searcher != sharing.owner() and (stored["config"]["batch_size"], stored["config"]["num_workers"]) == (
         16,
         0,
     )
     # How many configs the gate checks depends on the measured numbers (a noisy fastest brings a runner-up along).
     summary = [line for line in lines if re.match(r"parity: \d+ config\(s\) checked", line)]
-    assert len(summary) == 1 and f", run by worker {study_worker} before its trials)" in summary[0], out
+    assert len(summary) == 1 and f", run by searcher {study_searcher} before its trials)" in summary[0], out
     # The baseline and each finalist once a round (the declared run's choice may bring the rate leader along).
     firsts, seconds = (sum(line.startswith(f"  round {r}: ") for line in lines) for r in (1, 2))
     assert firsts == seconds and firsts in (2, 3), out
@@ -124,12 +125,12 @@ def test_gpus_runs_a_worker_per_device_and_the_parent_writes(project: Path) -> N
 
 
 @pytest.mark.slow
-def test_the_writer_waits_for_the_baseline_run_of_a_worker_that_joins_late(
+def test_the_writer_waits_for_the_baseline_run_of_a_searcher_that_joins_late(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The trials can all end before the worker making the baseline's parity run stored it; the writer waits for it."""
-    released = project / "worker-may-go"
-    monkeypatch.setenv("TINY_WORKER_WAITS_FOR", str(released))  # the worker is held until the writer says it waits
+    """The trials can all end before the searcher making the baseline's parity run stored it; the writer waits."""
+    released = project / "searcher-may-go"
+    monkeypatch.setenv("TINY_SEARCHER_WAITS_FOR", str(released))  # the searcher is held until the writer says it waits
     lines: list[str] = []
 
     def echo(line: str) -> None:
@@ -140,7 +141,7 @@ def test_the_writer_waits_for_the_baseline_run_of_a_worker_that_joins_late(
     # Five trials: the fifth seed is the first of a larger batch, whose parity run needs the baseline's.
     options = SearchOptions(trials=5, trial_timeout_s=30, finalists=1, rounds=1)
     assert search_parallel("tiny", options, devices=[0, 0], echo=echo) is not None, "\n".join(lines)
-    waited = lines.index("parity: waiting for the baseline's run that a worker makes before its trials")
+    waited = lines.index("parity: waiting for the baseline's run that a searcher makes before its trials")
     made = [
         i for i, line in enumerate(lines) if line.startswith("cpu1 | parity: made the baseline's run for the check")
     ]
@@ -152,10 +153,10 @@ def test_the_writer_waits_for_the_baseline_run_of_a_worker_that_joins_late(
 
 
 @pytest.mark.slow
-def test_gpus_workers_share_the_tickets(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gpus_searchers_share_the_tickets(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With no baseline run to make first, both processes take tickets from the start.
 
-    The worker process imports torch before it joins (seconds); this process forks its trial processes from
+    The searcher process imports torch before it joins (seconds); this process forks its trial processes from
     a server that already has, and could take every ticket first. So no step runs until both have taken one.
     """
     both_took_one = project / "both-took-a-ticket"
@@ -165,7 +166,7 @@ def test_gpus_workers_share_the_tickets(project: Path, monkeypatch: pytest.Monke
 
     def echo(line: str) -> None:
         lines.append(line)
-        if line.startswith("2 workers share study 'tiny@cpu'"):
+        if line.startswith("2 searchers share study 'tiny@cpu'"):
             study_made.set()
 
     def open_the_gate() -> None:
@@ -175,9 +176,9 @@ def test_gpus_workers_share_the_tickets(project: Path, monkeypatch: pytest.Monke
         while time.monotonic() < deadline and not both_took_one.exists():
             try:
                 trials = optuna.load_study(study_name="tiny@cpu", storage=storage).get_trials(deepcopy=False)
-            except Exception:  # SQLite busy with the workers' writes: look again
+            except Exception:  # SQLite busy with the searchers' writes: look again
                 trials = []
-            if len({t.user_attrs["worker"] for t in trials if "worker" in t.user_attrs}) == 2:
+            if len({t.user_attrs["searcher"] for t in trials if "searcher" in t.user_attrs}) == 2:
                 both_took_one.touch()
             time.sleep(0.1)
 
@@ -191,13 +192,13 @@ def test_gpus_workers_share_the_tickets(project: Path, monkeypatch: pytest.Monke
     assert any(line.startswith("[") for line in lines) and any(line.startswith("cpu1 | [") for line in lines), out
     study = optuna.load_study(study_name="tiny@cpu", storage=f"sqlite:///{project}/.autotune/tiny.db")
     trials = check_study(study, 6)
-    assert len({t.user_attrs["worker"] for t in trials}) == 2, "both workers took tickets"
+    assert len({t.user_attrs["searcher"] for t in trials}) == 2, "both searchers took tickets"
     assert baseline_run.ATTRIBUTE not in study.user_attrs
 
 
 @pytest.mark.slow
-def test_gpus_with_bad_input_ends_its_waiting_workers_quietly(project: Path) -> None:
-    """A bad --fix stops the parent before the study exists: the worker it started ends without a line."""
+def test_gpus_with_bad_input_ends_its_waiting_searchers_quietly(project: Path) -> None:
+    """A bad --fix stops the parent before the study exists: the searcher it started ends without a line."""
     lines: list[str] = []
     options = SearchOptions(trials=4, fixes={"batch_size": (3,)})
     with pytest.raises(SpaceError, match=r"--fix batch_size: 3 is outside its domain "):
@@ -232,22 +233,22 @@ def test_two_commands_share_one_postgres_study(project: Path, postgres_url: str)
     ]
     # What is shared is under test, not the measurement: short windows keep two searches on two cores brief.
     env = child_env(AUTOTUNE_WINDOW_S="0.05")
-    workers = [
+    searchers = [
         subprocess.Popen(command, cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         for _ in range(2)
     ]
-    outputs = [w.communicate(timeout=300)[0] for w in workers]
-    assert [w.returncode for w in workers] == [0, 0], outputs
-    # The other command waits for the writer and then says who wrote it ("worker vm:N wrote ..."): not a writer.
+    outputs = [w.communicate(timeout=300)[0] for w in searchers]
+    assert [w.returncode for w in searchers] == [0, 0], outputs
+    # The other command waits for the writer and then says who wrote it ("searcher vm:N wrote ..."): not a writer.
     wrote = f"wrote {project / 'recipes' / 'tiny.tuned.toml'}"
     writers = [out for out in outputs if any(line.startswith(wrote) for line in out.splitlines())]
     assert len(writers) == 1, outputs
     other = outputs[1 - outputs.index(writers[0])]
-    assert f"study {study_name!r} is done; worker " in other, other
+    assert f"study {study_name!r} is done; searcher " in other, other
     study = optuna.load_study(study_name=study_name, storage=open_storage(postgres_url))
     try:
         trials = check_study(study, 5)
-        assert len({t.user_attrs["worker"] for t in trials}) == 2, "both workers took tickets"
+        assert len({t.user_attrs["searcher"] for t in trials}) == 2, "both searchers took tickets"
         profile = tuned_file.read(project / "recipes" / "tiny.tuned.toml")["profiles"]["cpu"]
         assert profile["study"] == study_name
         assert profile["trials_complete"] + profile["trials_failed"] + profile["trials_pruned"] == 5
@@ -255,25 +256,27 @@ def test_two_commands_share_one_postgres_study(project: Path, postgres_url: str)
         optuna.delete_study(study_name=study_name, storage=open_storage(postgres_url))
 
 
-def test_a_worker_on_other_hardware_is_refused(project: Path, tmp_path: Path) -> None:
+def test_a_searcher_on_other_hardware_is_refused(project: Path, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/other.db"
     study = optuna.create_study(storage=open_storage(url), study_name="shared", direction="maximize")
     study.set_user_attr("hardware", "NVIDIA H200")
     with pytest.raises(
         SearchError,
-        match=r"study 'shared' measures 'NVIDIA H200', but this worker runs on 'cpu'; "
+        match=r"study 'shared' measures 'NVIDIA H200', but this searcher runs on 'cpu'; "
         r"a study is bound to one hardware model: use another --study for this machine\.",
     ):
         open_study(prepare("tiny", SearchOptions(storage=url, study="shared"), echo=lambda _: None))
     assert study.get_trials() == [], "nothing queued"
 
 
-def test_a_worker_with_fewer_cores_than_the_study_share_is_refused(project: Path, tmp_path: Path) -> None:
+def test_a_searcher_with_fewer_cores_than_the_study_share_is_refused(project: Path, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/share.db"
     study = optuna.create_study(storage=open_storage(url), study_name="shared", direction="maximize")
     study.set_user_attr("hardware", "cpu")
     study.set_user_attr("cpu_share", 64)
-    with pytest.raises(SearchError, match=r"study 'shared' gives each worker 64 CPU cores, but this worker has 1; "):
+    with pytest.raises(
+        SearchError, match=r"study 'shared' gives each searcher 64 CPU cores, but this searcher has 1; "
+    ):
         open_study(prepare("tiny", SearchOptions(storage=url, study="shared", cpu_share=1), echo=lambda _: None))
 
 
@@ -309,6 +312,6 @@ def test_gpus_0_1_on_two_gpus(project: Path) -> None:
     hardware = torch.cuda.get_device_name(0)
     study = optuna.load_study(study_name=f"tiny@{slug(hardware)}", storage=f"sqlite:///{project}/.autotune/tiny.db")
     trials = check_study(study, 10)
-    assert len({t.user_attrs["worker"] for t in trials}) == 2, "both GPUs took tickets"
+    assert len({t.user_attrs["searcher"] for t in trials}) == 2, "both GPUs took tickets"
     profile = tuned_file.read(project / "recipes" / "tiny.tuned.toml")["profiles"][hardware]
     assert profile["cpu_share"] == max(1, len(os.sched_getaffinity(0)) // 2)

@@ -10,7 +10,8 @@ import optuna
 import pytest
 
 from autotune.config import Config
-from autotune.study import SearchOptions, search
+from autotune.options import SearchOptions
+from autotune.study import search
 from autotune.study.predict import LoaderModel
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"

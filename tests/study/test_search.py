@@ -10,13 +10,14 @@ import optuna
 import pytest
 
 from autotune.config import Config
+from autotune.options import SearchOptions
+from autotune.parity.run import ParityRun
 from autotune.procs.trial_process import Outcome
-from autotune.study import SearchError, SearchOptions, baseline_run, pools, search
+from autotune.study import SearchError, baseline_run, pools, search
 from autotune.study.profile import measured_values, spread_of
 from autotune.study.pruner import ClearlyWorsePruner
 from autotune.study.seeds import seed_configs
 from autotune.study.setup import open_study, prepare
-from autotune.trial.parity_run import ParityRun
 from autotune.tuned import file as tuned_file
 
 # The trials are faked and the search runs in this process, on one thread: these may run beside the alone tests
@@ -147,7 +148,8 @@ def test_a_failing_baseline_stops_the_search(
 
 
 def test_seeds_on_a_gpu_try_the_fast_loop_at_a_larger_batch_in_bf16_and_in_fp32() -> None:
-    from autotune.study.space import DataFacts, Machine, build_space
+    from autotune.knobs import DataFacts, Machine
+    from autotune.study.space import build_space
     from autotune.workloads import load, resolve
 
     gpu = Machine("NVIDIA H200", cuda=True, cpu_share=16, amp_dtypes=("bf16", "fp16"), memory_bytes=140 * 2**30)
@@ -257,7 +259,7 @@ def test_the_writer_waits_for_a_workers_baseline_run_only_while_it_may_come(proj
 
     # The worker ends after three looks, having stored nothing.
     assert baseline_run.wait_for(writer, lambda: pending(3)) is None and len(looks) == 4
-    writer.study.set_user_attr(baseline_run.ATTRIBUTE, {"run": "run-1", "failed": "oom", "worker": "w"})
+    writer.study.set_user_attr(baseline_run.ATTRIBUTE, {"run": "run-1", "failed": "oom", "searcher": "w"})
     looks.clear()
     # Alive, but it stored why its run failed: no wait.
     assert baseline_run.wait_for(writer, lambda: pending(50)) is None and looks == []

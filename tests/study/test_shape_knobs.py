@@ -9,9 +9,11 @@ import optuna
 import pytest
 
 from autotune.config import Config
-from autotune.study import memory, parity
+from autotune.knobs import DataFacts, Machine, SpaceError
+from autotune.parity import verdict as parity
+from autotune.study import memory
 from autotune.study.seeds import seed_configs
-from autotune.study.space import DataFacts, Machine, SpaceError, build_space, parse_fix
+from autotune.study.space import build_space, parse_fix
 from autotune.tuned import file as tuned_file
 from autotune.tuned.schema import validate
 from autotune.tuned.show import render

@@ -1,4 +1,4 @@
-"""Many workers, one study: tickets, heartbeats, the lock and the writer's claim, on SQLite and PostgreSQL."""
+"""Many searchers, one study: tickets, heartbeats, the lock and the writer's claim, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -56,19 +56,19 @@ def test_top_up_queues_seeds_once_then_empty_tickets_to_the_target(storage_url: 
     assert [t.system_attrs["fixed_params"] for t in trials] == [{"x": 1}, {"x": 2}, {}, {}, {}]
     assert [t.user_attrs["role"] for t in trials] == ["baseline", "seed", "search", "search", "search"]
     with sharing.study_lock(storage, study_name):
-        assert sharing.queue_tickets(study, 5, seeds) == 0  # a second worker of the same study adds nothing
+        assert sharing.queue_tickets(study, 5, seeds) == 0  # a second searcher of the same study adds nothing
         assert sharing.queue_tickets(study, 7, seeds) == 2  # a larger --trials adds the difference, no seed again
     assert [t.system_attrs["fixed_params"] for t in study.get_trials()][2:] == [{}] * 5
 
 
-def test_each_ticket_is_taken_by_exactly_one_worker(storage_url: str, study_name: str) -> None:
+def test_each_ticket_is_taken_by_exactly_one_searcher(storage_url: str, study_name: str) -> None:
     study, storage = new_study(storage_url, study_name)
     with sharing.study_lock(storage, study_name):
         sharing.queue_tickets(study, 30, [])
     taken: dict[int, list[int]] = {}
     errors: list[BaseException] = []
 
-    def worker(i: int) -> None:
+    def searcher(i: int) -> None:
         # Its own storage and connections, as another process has.
         mine, my_storage = new_study(storage_url, study_name)
         taken[i] = []
@@ -77,10 +77,10 @@ def test_each_ticket_is_taken_by_exactly_one_worker(storage_url: str, study_name
                 trial.suggest_int("x", 0, 100)
                 mine.tell(trial, 1.0)
                 taken[i].append(trial.number)
-        except BaseException as exc:  # a ticket two workers took: the second one's writes fail
+        except BaseException as exc:  # a ticket two searchers took: the second one's writes fail
             errors.append(exc)
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(3)]
+    threads = [threading.Thread(target=searcher, args=(i,)) for i in range(3)]
     for t in threads:
         t.start()
     for t in threads:
@@ -95,7 +95,7 @@ def test_each_ticket_is_taken_by_exactly_one_worker(storage_url: str, study_name
 
 
 @pytest.mark.slow
-def test_a_dead_workers_trial_is_failed_and_its_config_queued_again(
+def test_a_dead_searchers_trial_is_failed_and_its_config_queued_again(
     storage_url: str, study_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("AUTOTUNE_HEARTBEAT_S", "1")
@@ -105,15 +105,15 @@ def test_a_dead_workers_trial_is_failed_and_its_config_queued_again(
         sharing.queue_tickets(study, 2, [{"params": {"x": 7}, "user_attrs": {"role": "seed"}}])
     dead = _take(study, storage)
     assert dead is not None and dead.suggest_int("x", 0, 9) == 7
-    dead.set_user_attr("reason", "interrupted: its worker stopped")
-    # The worker dies here: no more heartbeats. Another worker, later, takes the next ticket.
+    dead.set_user_attr("reason", "interrupted: its searcher stopped")
+    # The searcher dies here: no more heartbeats. Another searcher, later, takes the next ticket.
     time.sleep(3.5)
     other_study, other_storage = new_study(storage_url, study_name)
     retry = _take(other_study, other_storage)
     assert retry is not None
     frozen = {t.number: t for t in other_study.get_trials()}
     assert frozen[dead.number].state == TrialState.FAIL
-    assert frozen[dead.number].user_attrs["reason"] == "interrupted: its worker stopped"
+    assert frozen[dead.number].user_attrs["reason"] == "interrupted: its searcher stopped"
     assert frozen[retry.number].system_attrs["retry_history"] == [dead.number]
     assert retry.suggest_int("x", 0, 9) == 7, "the retry measures the same config"
     trials = other_study.get_trials()
@@ -143,7 +143,7 @@ def test_the_study_lock_is_exclusive_and_a_dead_holders_lock_is_taken_over(
     with sharing.study_lock(storage, study_name):
         with pytest.raises(
             sharing.SharingError,
-            match=rf"study lock '{study_name}#lock' is held by .+:{os.getpid()}; if no autotune worker runs",
+            match=rf"study lock '{study_name}#lock' is held by .+:{os.getpid()}; if no autotune searcher runs",
         ):
             with sharing.study_lock(storage, study_name):
                 pass
@@ -182,7 +182,7 @@ def test_one_writer_per_round(storage_url: str, study_name: str) -> None:
     assert rerun is not None and holder is None
     rerun.failed("TunedFileError: cannot write")
     after_failure, _ = claim_writer(study, storage, round_start, interval_s=1, grace_s=30)
-    assert after_failure is not None, "a failed writer leaves the role to the next worker"
+    assert after_failure is not None, "a failed writer leaves the role to the next searcher"
 
 
 def test_a_dead_writer_is_replaced(storage_url: str, study_name: str) -> None:
@@ -194,7 +194,7 @@ def test_a_dead_writer_is_replaced(storage_url: str, study_name: str) -> None:
     assert study.user_attrs["writer"]["owner"] == sharing.owner()
 
 
-def test_a_worker_waits_for_a_live_writer_until_it_has_written(storage_url: str, study_name: str) -> None:
+def test_a_searcher_waits_for_a_live_writer_until_it_has_written(storage_url: str, study_name: str) -> None:
     """Ending while the writer still works would say a file is written that may never come."""
     study, storage = new_study(storage_url, study_name)
     round_start = time.time()
@@ -202,7 +202,7 @@ def test_a_worker_waits_for_a_live_writer_until_it_has_written(storage_url: str,
     assert writer is not None
     naps: list[float] = []
 
-    def nap(seconds: float) -> None:  # the writer works through two of the waiting worker's checks, then writes
+    def nap(seconds: float) -> None:  # the writer works through two of the waiting searcher's checks, then writes
         naps.append(seconds)
         writer.beat()
         if len(naps) == 2:
@@ -214,7 +214,7 @@ def test_a_worker_waits_for_a_live_writer_until_it_has_written(storage_url: str,
         "done", "recipes/tiny.tuned.toml"
     )
     assert naps == [WAIT_POLL_S, WAIT_POLL_S] and len(lines) == 1, lines
-    assert lines[0].startswith(f"study {study_name!r}: worker {sharing.owner()} holds the writer's role")
+    assert lines[0].startswith(f"study {study_name!r}: searcher {sharing.owner()} holds the writer's role")
 
 
 @pytest.mark.parametrize(
@@ -260,7 +260,7 @@ def fresh_storage_url(request: pytest.FixtureRequest, tmp_path: Path):  # type: 
         conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 
-def test_workers_starting_together_on_a_new_database(fresh_storage_url: str) -> None:
+def test_searchers_starting_together_on_a_new_database(fresh_storage_url: str) -> None:
     """Each creates the tables if they are missing; all but one collide, and retry."""
     errors: list[BaseException] = []
     barrier = threading.Barrier(4)

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from autotune.config import Config
-from autotune.study.space import BUSY_SHARE, DataFacts, Machine, SpaceError, build_space, parse_fix
+from autotune.knobs import BUSY_SHARE, DataFacts, Machine, SpaceError
+from autotune.study.space import build_space, parse_fix
 
 GPU = Machine("NVIDIA H200", cuda=True, cpu_share=16, amp_dtypes=("bf16", "fp16"), memory_bytes=140 * 2**30)
 CPU = Machine("cpu", cuda=False, cpu_share=2, amp_dtypes=("bf16",), memory_bytes=24 * 2**30)

@@ -11,9 +11,9 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
 from autotune.config import Config
+from autotune.options import SearchOptions
 from autotune.procs.trial_process import Outcome
 from autotune.study.finalists import measure_rounds
-from autotune.study.options import SearchOptions
 from autotune.study.trials import out_of_time
 
 BASELINE = Config(256, num_workers=4, pin_memory=True)

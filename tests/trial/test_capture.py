@@ -124,7 +124,8 @@ def test_other_capture_errors_keep_their_own_reasons(exc: BaseException, reason:
 
 @pytest.mark.gpu
 def test_a_host_sync_step_fails_capture_once_and_graphs_are_not_tried_again(project: Path) -> None:
-    from autotune.study import SearchOptions, search
+    from autotune.options import SearchOptions
+    from autotune.study import search
     from autotune.study.setup import open_study, prepare
 
     shutil.copy(HOST_SYNC_WORKLOAD, project / "recipes" / "host_sync.py")

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from autotune.config import Config
-from autotune.diagnosis.cputime import CpuTimes
+from autotune.trial.cputime import CpuTimes
 from autotune.trial.runner import Runner
 from autotune.trial.timing import Windows, measure, spread
 from autotune.trial.window import Window, cpu_ms, waive

@@ -114,3 +114,14 @@ def test_tuned_step_applies_the_profile_to_the_users_model(project: Path) -> Non
     loss = step(torch.rand(32, 1, 8, 8), torch.randint(0, 4, (32,)))
     assert loss.shape == () and torch.isfinite(loss)
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_tuned_step_passes_the_hooks_and_turns_the_profiles_graph_off_when_asked(project: Path) -> None:
+    _write(project, "cpu", Config(batch_size=32, cuda_graph=True))
+    model = load(resolve("tiny")).build_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = tuned_step(model, torch.nn.CrossEntropyLoss(), optimizer, recipe="tiny", device="cpu",
+                      clip_grad_norm=1.0, accumulate=2, cuda_graph=False)
+    assert (step.clip_grad_norm, step.accumulate, step.config.cuda_graph, step.use_graph) == (1.0, 2, False, False)
+    graphed = tuned_step(model, torch.nn.CrossEntropyLoss(), optimizer, recipe="tiny", device="cpu")
+    assert graphed.graph_reason == "cuda_graph needs a CUDA device, but the step runs on cpu"

@@ -180,3 +180,22 @@ def test_validate_record_lists_every_missing_key_and_refuses_extras_when_uncheck
 # -- on a GPU: real CUDA graphs, real fp16 -------------------------------------------------------
 
 
+
+
+def test_a_tuned_file_of_a_path_recipe_names_a_show_command_that_works(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from autotune.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    tuned = tmp_path / "work" / "my_model.tuned.toml"  # made by `autotune search --recipe work/my_model.py`
+    tuned_file.write_profile(tuned, "my_model", "cpu", _profile())
+    header = tuned.read_text().splitlines()[1]
+    assert header == (
+        "# Each profile says which command made it; `autotune show --recipe work/my_model.tuned.toml` prints it."
+    )
+    command = re.search(r"`autotune (show --recipe \S+)`", header).group(1).split()
+    result = CliRunner().invoke(main, command)
+    assert result.exit_code == 0 and "autotune search --recipe tiny" in result.output, result.output

@@ -11,8 +11,10 @@ from torch.utils.data import DataLoader, SequentialSampler
 
 from autotune import tuned_loader, tuned_step
 from autotune.config import Config
-from autotune.study import SearchOptions, search
-from autotune.study.space import Machine, build_space
+from autotune.knobs import Machine
+from autotune.options import SearchOptions
+from autotune.study import search
+from autotune.study.space import build_space
 from autotune.trial.facts import read_facts
 from autotune.tuned import file as tuned_file
 from autotune.workloads import load, resolve
@@ -91,7 +93,7 @@ def test_facts_of_padded_batches_leave_graphs_and_placement_out_naming_the_shape
 def test_the_workloads_sampler_orders_trials_and_parity_runs_alike_and_keeps_batches_off_the_device(
     structured: Path,
 ) -> None:
-    from autotune.trial import parity_run
+    from autotune.parity import run as parity_run
     from autotune.trial.runner import Runner
 
     sampled = structured / "recipes" / "sampled.py"

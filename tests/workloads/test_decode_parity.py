@@ -17,8 +17,10 @@ import torch
 
 from autotune.config import Config
 from autotune.loop import Step
-from autotune.study import parity, parity_inputs
-from autotune.trial import inputs, parity_run
+from autotune.parity import images as inputs
+from autotune.parity import inputs as parity_inputs
+from autotune.parity import run as parity_run
+from autotune.parity import verdict as parity
 from autotune.trial.runner import Runner
 from autotune.workloads import load, resolve
 from autotune.workloads.decode import Flip, RandomResizedCrop, derive

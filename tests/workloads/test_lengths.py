@@ -12,8 +12,9 @@ from torch.utils.data import SequentialSampler
 from autotune import tuned_loader
 from autotune.config import Config
 from autotune.loop.buckets import LengthBuckets
-from autotune.study import SearchOptions, search
-from autotune.trial import parity_run
+from autotune.options import SearchOptions
+from autotune.parity import run as parity_run
+from autotune.study import search
 from autotune.trial.facts import read_facts
 from autotune.trial.runner import Runner
 from autotune.trial.timing import Windows

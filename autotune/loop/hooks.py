@@ -1,0 +1,75 @@
+"""What a step checks before it trains: its hooks, whether it can capture a graph, where the model is.
+
+The rules the ``Step`` (``autotune.loop.step``) applies at construction, apart so each reads on its own:
+the hooks' values, why graph capture is off (said, never silent), which learning rates become device
+tensors (``autotune.loop.lr``), and that a model the step must not move is already on its device.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from autotune.config import Config
+from autotune.loop.lr import TENSOR_LR_UNDER_GRAPH, DeviceLr, reads_tensor_lr_under_graph
+
+
+def check_hooks(
+    clip_grad_norm: float | None, accumulate: int, after_update: Callable[[], None] | None, capture_after_update: bool
+) -> None:
+    """One error naming the value and the rule for a hook the step cannot take."""
+    if clip_grad_norm is not None and (
+        isinstance(clip_grad_norm, bool) or not isinstance(clip_grad_norm, (int, float))
+        or not math.isfinite(clip_grad_norm) or clip_grad_norm <= 0
+    ):
+        raise ValueError(f"`clip_grad_norm > 0` (a finite number, or None for no clipping) must hold, but got "
+                         f"{clip_grad_norm=}.")
+    if isinstance(accumulate, bool) or not isinstance(accumulate, int) or accumulate < 1:
+        raise ValueError(f"`accumulate >= 1` (micro-batches per update, an int) must hold, but got {accumulate=}.")
+    if after_update is not None and not callable(after_update):
+        raise TypeError(f"after_update must be a callable taking no arguments, but got {after_update!r}")
+    if capture_after_update and after_update is None:
+        raise ValueError("capture_after_update=True captures after_update into the graph, but no after_update "
+                         "is given")
+
+
+def graph_off_reason(
+    config: Config, device: torch.device, optimizer: torch.optim.Optimizer, set_capturable: bool
+) -> str | None:
+    """Why this step cannot capture a CUDA graph, or None when it can (or the config does not ask for one)."""
+    if not config.cuda_graph:
+        return None
+    if device.type != "cuda":
+        return f"cuda_graph needs a CUDA device, but the step runs on {device}"
+    keeps_on_host = [i for i, g in enumerate(optimizer.param_groups) if g.get("capturable") is False]
+    if not set_capturable and keeps_on_host:
+        return (f"{type(optimizer).__name__} counts its steps on the host unless capturable=True, and "
+                f"set_capturable=False keeps param_groups {keeps_on_host} as they are")
+    return None
+
+
+def device_lrs(
+    optimizer: torch.optim.Optimizer, device: torch.device, tensor_lr: bool | None, graphed: bool
+) -> DeviceLr | None:
+    """The device learning rates a step reads: on for Adam/AdamW under a graph unless `tensor_lr` says otherwise."""
+    if tensor_lr is None:
+        tensor_lr = graphed and reads_tensor_lr_under_graph(optimizer)
+    if not tensor_lr:
+        return None
+    if graphed and not reads_tensor_lr_under_graph(optimizer):
+        raise ValueError(
+            f"tensor_lr=True under a CUDA graph needs an optimizer that reads a tensor learning rate on the device "
+            f"({', '.join(TENSOR_LR_UNDER_GRAPH)}), but got {type(optimizer).__name__}; leave tensor_lr unset, and "
+            "the graph is captured again when the rate changes"
+        )
+    return DeviceLr(optimizer, device)
+
+
+def check_placed(model: nn.Module, device: torch.device) -> None:
+    elsewhere = sorted({str(p.device) for p in model.parameters() if p.device.type != device.type})
+    if elsewhere:
+        raise ValueError(f"move_model=False keeps the model where it is, but its parameters are on {elsewhere}, "
+                         f"not the step's device {device}; move it, or leave move_model=True")

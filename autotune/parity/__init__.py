@@ -1,0 +1,30 @@
+"""Parity: is a faster config still the same training as the workload's own?
+
+A config may win only if it trains like the baseline. The search side judges;
+the trial side (run inside a trial process, never importing Optuna) records:
+
+- ``verdict``: the families of knobs, their tolerances, and how one run is judged against the baseline's;
+- ``check``: ``ParityCheck``, the check over a search's fastest configs;
+- ``budget``: how much of the search's time the check may take;
+- ``reasons``: the verdicts that need no run, and the words a verdict gives;
+- ``numerics``: amp judged by its gradients against the batch-to-batch noise;
+- ``inputs``: the device decode path judged by its images;
+- ``run``: a short training run recorded in a trial process (``ParityRun``);
+- ``gradients``: the gradients at warmed-up weights, in a trial process;
+- ``images``: the host pipeline's and the device decode path's images, in a trial process.
+
+docs/parity.md gives the rule and the measurements its tolerances come from.
+"""
+
+from autotune.exports import lazy_exports
+
+__all__, __getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "ParityCheck": "check",
+        "ParityError": "verdict",
+        "ParityRunFailed": "verdict",
+        "ParityVerdict": "verdict",
+        "ParityRun": "run",
+    },
+)

@@ -1,0 +1,89 @@
+"""What a parity check's runs cost, against the time it may take.
+
+Every parity run of a check goes through ``ParityBudget.timed``, the baseline's
+included (and one adopted from elsewhere adds its own time), so ``seconds`` is
+the check's whole cost. A candidate's run is expected to take as long as the
+latest baseline run: none starts once the budget cannot pay for that, and an
+inconclusive baseline is run once longer only if the budget pays for it and a
+candidate's run after it. ``ParityCheck`` (``autotune.parity.check``)
+decides what to run; this only keeps the time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from autotune.parity.run import ParityRun
+from autotune.parity.verdict import CHECK_SHARE, EXTEND_FACTOR
+
+MIN_EXTENSION = 1.25  # an extension shorter than this many times the run is not worth a run: the check stays as is
+
+T = TypeVar("T")
+
+
+class ParityBudget:
+    """The time a parity check's runs took, the baseline's apart, and whether `budget_s` pays for one more.
+
+    `budget_s` None: no bound but the runs' length.
+    """
+
+    def __init__(self, budget_s: float | None, echo: Callable[[str], None] = print) -> None:
+        self.budget_s, self.echo = budget_s, echo
+        self.seconds = 0.0  # wall time of every parity run, the baseline's included: the check's cost
+        self.baseline_seconds = 0.0
+        self.last_base_s = 0.0  # the latest baseline run's time: what a candidate's run is expected to take
+        self._told_spent = False
+
+    def timed(self, run: Callable[[], T]) -> T:
+        """`run()` (a parity run, or the inputs check), its time added to the check's cost, returned or raised."""
+        start = time.perf_counter()
+        try:
+            return run()
+        finally:
+            self.seconds += time.perf_counter() - start
+
+    def timed_baseline(self, run: Callable[[], ParityRun]) -> ParityRun:
+        """`timed`, and kept as the baseline's time when it returns a run."""
+        before = self.seconds
+        made = self.timed(run)
+        self.last_base_s = self.seconds - before
+        self.baseline_seconds += self.last_base_s
+        return made
+
+    def adopt_baseline(self, seconds: float) -> None:
+        """A baseline run made elsewhere, that took `seconds`: the check's cost, wherever it was paid."""
+        self.baseline_seconds = self.last_base_s = seconds
+        self.seconds += seconds
+
+    def spent(self, runs: int) -> bool:
+        """The budget cannot pay for one more run (expected to take as long as the baseline's); says so once.
+
+        `runs`: the candidates' runs so far; before the first, the budget is never spent.
+        """
+        if self.budget_s is None or runs == 0 or self.seconds + self.last_base_s <= self.budget_s:
+            return False
+        if not self._told_spent:
+            self._told_spent = True
+            self.echo(
+                f"parity: the check's time is spent ({self.seconds:.1f} s of its {self.budget_s:.0f} s, "
+                f"{CHECK_SHARE:.0%} of the search's budget); of the configs not yet checked, only those that keep "
+                f"the baseline's math can be finalists"
+            )
+        return True
+
+    def extension(self, samples: int) -> int | None:
+        """The samples of the one longer run an inconclusive check may make instead of `samples`: EXTEND_FACTOR
+        times, or what the budget pays for while leaving as much for a candidate's run; None when that is not worth
+        a run."""
+        factor = float(EXTEND_FACTOR)
+        if self.budget_s is not None and self.last_base_s > 0:
+            factor = min(factor, (self.budget_s - self.seconds) / (2 * self.last_base_s))
+        if factor < MIN_EXTENSION:
+            self.echo(
+                f"parity: the check's budget ({self.budget_s:.0f} s, {self.seconds:.1f} s spent) leaves no time to "
+                f"run the baseline longer"
+            )
+            return None
+        return int(samples * factor)

@@ -1,0 +1,130 @@
+"""The package graph runs one way: a test fails as soon as an import runs back up.
+
+Each subpackage of ``autotune`` is a node; the top-level modules (``config``,
+``knobs``, ``options``, ``errors``, ``batch``, ``text``, ``exports``) are the
+bottom layer, which every package may import and which imports none of them.
+Every import counts, a function's deferred one too (it runs all the same);
+only those under ``if TYPE_CHECKING:`` do not, since they never run.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "autotune"
+ENTRY = {"__init__", "__main__"}  # the package's facade and `python -m autotune`: above every layer
+
+
+def _unit(module: str) -> str | None:
+    """The layer unit of an ``autotune`` module: its subpackage, "bottom" for a top-level module, None for the entry."""
+    parts = module.split(".")
+    if parts[0] != "autotune" or len(parts) == 1:
+        return None
+    if (PACKAGE / parts[1]).is_dir():
+        return parts[1]
+    return None if parts[1] in ENTRY else "bottom"
+
+
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    """Line numbers of the imports under ``if TYPE_CHECKING:``."""
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for inner in node.body:
+                for sub in ast.walk(inner):
+                    if isinstance(sub, (ast.Import, ast.ImportFrom)):
+                        lines.add(sub.lineno)
+    return lines
+
+
+def _imports(path: Path, module: str) -> list[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    skip = _type_checking_only(tree)
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", None) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            found.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            assert not node.level, f"{module}: a relative import; autotune imports by absolute name"
+            base = node.module or ""
+            # `from autotune.parity import run` imports the module autotune.parity.run
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                found.append(full if (PACKAGE.parent / (full.replace(".", "/") + ".py")).exists() else base)
+    return found
+
+
+def edges() -> dict[tuple[str, str], list[str]]:
+    """(from unit, to unit) -> the imports that make the edge, as ``module -> imported``."""
+    made: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        source = _unit(module)
+        if source is None:
+            continue
+        for imported in _imports(path, module):
+            target = _unit(imported)
+            if target is not None and target != source:
+                made[(source, target)].append(f"{module} -> {imported}")
+    return made
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle in `graph` as a path that returns to its start, or None.
+
+    >>> find_cycle({"a": {"b"}, "b": {"a"}})
+    ['a', 'b', 'a']
+    >>> find_cycle({"a": {"b"}, "b": set()}) is None
+    True
+    """
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        state[node] = 2
+        path.pop()
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_the_bottom_layer_imports_no_package() -> None:
+    upward = {pair: why for pair, why in edges().items() if pair[0] == "bottom"}
+    assert upward == {}
+
+
+def test_the_package_graph_has_no_cycle() -> None:
+    made = edges()
+    graph: dict[str, set[str]] = defaultdict(set)
+    for source, target in made:
+        graph[source].add(target)
+    cycle = find_cycle(graph)
+    detail = [f"{a} -> {b}: {made[(a, b)][:3]}" for a, b in zip(cycle, cycle[1:])] if cycle else []
+    assert cycle is None, f"imports run back up: {' -> '.join(cycle)}\n" + "\n".join(detail)
+
+
+def test_a_deferred_import_is_an_edge_and_a_type_checking_one_is_not(tmp_path: Path) -> None:
+    # The rule's own check: a deferred import inside a function is an edge; one under TYPE_CHECKING is not.
+    source = tmp_path / "m.py"
+    source.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from autotune.study import run\n"
+        "def f():\n    from autotune.trial import runner\n"
+    )
+    assert [name for name in _imports(source, "autotune.loop.m") if name.startswith("autotune")] == [
+        "autotune.trial.runner"
+    ]

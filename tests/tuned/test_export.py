@@ -1,0 +1,150 @@
+"""autotune export: a profile in Hugging Face, Lightning and plain PyTorch terms, with what each cannot express."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from autotune.cli import main
+from autotune.config import Config
+from autotune.tuned import file as tuned_file
+from autotune.tuned.export import export_profile, render
+
+PROFILE = {
+    "samples_per_s": 40000.0,
+    "baseline_samples_per_s": 10000.0,
+    "speedup": 4.0,
+    "spread": 0.02,
+    "lr": 0.4,
+    "lr_rule": "linear",
+    "cpu_share": 8,
+    "knobs": tuned_file.config_to_knobs(
+        Config(batch_size=512, num_workers=4, pin_memory=True, persistent_workers=True, prefetch_factor=4,
+               cudnn_benchmark=True, channels_last=True, amp="bf16", cuda_graph=True, device_normalize=True)
+    ),
+    "versions": {"torch": "2.14"},
+}
+
+
+def test_hf_gets_training_arguments_and_the_lost_knobs_with_the_files_rates() -> None:
+    item = export_profile("tiny", "NVIDIA H200", PROFILE, "hf", shuffle=True)
+    assert item.kwargs == {
+        "per_device_train_batch_size": 512,
+        "learning_rate": 0.4,
+        "dataloader_num_workers": 4,
+        "dataloader_pin_memory": True,
+        "dataloader_persistent_workers": True,
+        "dataloader_drop_last": False,
+        "bf16": True,
+        "fp16": False,
+        "dataloader_prefetch_factor": 4,
+    }
+    assert item.loader_kwargs == {}
+    assert sorted(item.code) == ["channels_last", "cudnn_benchmark"]
+    assert [(lost.knob, lost.value) for lost in item.lost] == [("device_normalize", True), ("cuda_graph", True)]
+    assert item.cost == [
+        "measured with every tuned knob: 40,000 samples/s (spread ±2%).",
+        "the workload's own config, measured in the same run: 10,000 samples/s (25.0% of it).",
+        "the best trial without device_normalize=True, cuda_graph=True is in the study, which is not at hand "
+        "(pass --storage).",
+    ]
+
+
+def test_the_cost_of_lost_knobs_is_the_studys_best_trial_without_them() -> None:
+    trials = [
+        {"config": Config(batch_size=512, amp="bf16", cuda_graph=True).as_dict(), "samples_per_s": 39000.0},
+        {"config": Config(batch_size=512, amp="bf16", num_workers=4).as_dict(), "samples_per_s": 30000.0},
+        {"config": Config(batch_size=512, amp="bf16", device_normalize=True).as_dict(), "samples_per_s": 35000.0},
+        {"config": Config(batch_size=512, num_workers=8).as_dict(), "samples_per_s": 31000.0},  # fp32: not counted
+        {"config": Config(batch_size=4096, amp="bf16").as_dict(), "samples_per_s": 90000.0},  # another batch size
+    ]
+    item = export_profile("tiny", "NVIDIA H200", PROFILE, "lightning", study_trials=trials)
+    assert item.cost[2:] == [
+        "the study's best trial without device_normalize=True, cuda_graph=True (bs=512 workers=4 bf16): 30,000 "
+        "samples/s (75.0% of it; one trial's measurement, not re-measured).",
+        "the study's best trial without device_normalize=True (bs=512 workers=0 graph bf16): 39,000 samples/s "
+        "(97.5% of it; one trial's measurement, not re-measured).",
+        "the study's best trial without cuda_graph=True (bs=512 workers=0 device-normalize bf16): 35,000 samples/s "
+        "(87.5% of it; one trial's measurement, not re-measured).",
+    ]
+    none = export_profile("tiny", "NVIDIA H200", PROFILE, "lightning", study_trials=trials[3:])
+    assert none.cost[2] == (
+        "the study measured no trial at batch size 512, amp=bf16 without device_normalize=True, cuda_graph=True."
+    )
+
+
+def test_lightning_gets_trainer_and_dataloader_arguments() -> None:
+    item = export_profile("tiny", "NVIDIA H200", PROFILE, "lightning", shuffle=True, drop_last=True)
+    assert item.kwargs == {"precision": "bf16-mixed", "benchmark": True}
+    assert item.loader_kwargs == {"batch_size": 512, "shuffle": True, "drop_last": True, "num_workers": 4,
+                                  "pin_memory": True, "persistent_workers": True, "prefetch_factor": 4}
+    assert sorted(item.code) == ["channels_last"]
+    assert [lost.knob for lost in item.lost] == ["device_normalize", "cuda_graph"]
+
+
+def test_torch_gets_a_dataloader_and_the_loop_its_knobs_make() -> None:
+    text = render(export_profile("tiny", "NVIDIA H200", {**PROFILE, "parity": {}}, "torch", shuffle=True))
+    loop = text[text.index('device = "cuda"') : text.index("\n\n# not expressible")]
+    assert loop == "\n".join([
+        'device = "cuda"',
+        "torch.backends.cudnn.benchmark = True",
+        "model.to(device, memory_format=torch.channels_last)",
+        "optimizer = YourOptimizer(model.parameters(), lr=0.4)",
+        "for x, y in loader:",
+        "    x = x.to(device, non_blocking=True, memory_format=torch.channels_last)",
+        "    y = y.to(device, non_blocking=True)",
+        '    with torch.autocast("cuda", dtype=torch.bfloat16):',
+        "        loss = loss_fn(model(x), y)",
+        "    optimizer.zero_grad(set_to_none=True)",
+        "    loss.backward()",
+        "    optimizer.step()",
+    ])
+    assert "# batch size 512 is per process: N processes (torchrun, DDP) train on N x 512 per step" in text
+    assert "tune one's share with `autotune search --recipe tiny --cpus N`" in text
+
+
+def test_an_unknown_target_is_one_error() -> None:
+    with pytest.raises(ValueError, match=r"target must be one of hf, lightning, torch, but got 'keras'"):
+        export_profile("tiny", "cpu", PROFILE, "keras")
+
+
+def test_the_command_exports_the_committed_mnist_cnn_file() -> None:
+    result = CliRunner().invoke(main, ["export", "--recipe", "mnist_cnn", "--to", "hf", "--hardware", "NVIDIA H200",
+                                       "--storage", "sqlite:////nonexistent/study.db"])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("# mnist_cnn, profile 'NVIDIA H200', for Hugging Face Trainer\n")
+    assert "    per_device_train_batch_size=1024,\n    learning_rate=0.08,\n" in result.output
+    assert "#   placement=device: " in result.output and "#   cuda_graph=True: " in result.output
+    assert "#   the workload's own config, measured in the same run: 15,662 samples/s (0.9% of it).\n" in result.output
+
+
+def test_the_command_names_the_profiles_a_file_has(project: Path) -> None:
+    tuned_file.write_profile(project / "recipes" / "tiny.tuned.toml", "tiny", "cpu", PROFILE)
+    result = CliRunner().invoke(main, ["export", "--recipe", "tiny", "--to", "torch", "--hardware", "tpu"])
+    assert result.exit_code == 2
+    assert "tiny.tuned.toml has no profile for 'tpu'; it has 'cpu'" in result.output
+
+
+def test_a_kept_tuned_file_and_its_study_give_measured_costs() -> None:
+    """lab/results/h200: a real H200 search of mnist_cnn, its tuned file and its study."""
+    result = CliRunner().invoke(main, [
+        "export", "--recipe", "lab/results/h200/scaleout_one_gpu.tuned.toml", "--to", "torch",
+        "--storage", "sqlite:///lab/results/h200/scaleout_one_gpu.db",
+    ])
+    assert result.exit_code == 0, result.output
+    assert (
+        "#   the study's best trial without placement=device, cuda_graph=True (bs=1024 workers=8 pinned persistent "
+        "prefetch=2 cudnn.benchmark): 75,484 samples/s (4.4% of it; one trial's measurement, not re-measured).\n"
+    ) in result.output
+
+
+def test_show_says_the_batch_is_per_process() -> None:
+    from autotune.tuned.show import render
+
+    path = Path("recipes/mnist_cnn.tuned.toml")
+    assert render(tuned_file.read(path), path).splitlines()[-1] == (
+        "batch_size is per process: N processes (torchrun) train on N x batch_size per step, at the rate "
+        "load_tuned(recipe, world_size=N).lr gives by the lr rule (docs/integrations.md)."
+    )
