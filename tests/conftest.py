@@ -4,6 +4,10 @@ Also how the tests share the cores under pytest-xdist (pyproject.toml's addopts 
 and every process it starts computes on one thread; a test marked `alone` runs while no other test runs, except
 one marked `steady` (one core busy, no more); tests that share a module-scoped fixture run
 on one worker, which builds it once; tests marked `slow` start first.
+
+A test marked `e2e` (a whole search in real processes: trial children, searchers, signals, resumes) is left out of
+`pytest` by pyproject.toml's addopts and run by `pytest -m e2e`; .ci/run runs both, so CI runs every test.
+Mark `e2e` the search that takes seconds end to end; its parts keep their own quick tests in the default run.
 """
 
 from __future__ import annotations

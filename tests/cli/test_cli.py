@@ -26,6 +26,7 @@ TRIAL_LINE = re.compile(
 )
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_search_writes_the_recipe_then_resumes_and_show_prints_it(project: Path) -> None:
     cores = len(os.sched_getaffinity(0))

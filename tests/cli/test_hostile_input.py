@@ -319,6 +319,7 @@ with claim.heartbeat():
 
 
 @pytest.mark.slow
+@pytest.mark.steady  # faked trials in this process, one thread, and a holder that sleeps: it may run beside alone ones
 @pytest.mark.usefixtures("fake_pool")
 def test_a_rerun_soon_after_the_writer_was_killed_takes_over_and_writes(
     project: Path, monkeypatch: pytest.MonkeyPatch

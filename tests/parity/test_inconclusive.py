@@ -358,6 +358,7 @@ def test_the_schema_refuses_an_inconclusive_pass_that_changes_the_math() -> None
     ]
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_random_labels_keep_the_workload_s_batch_size_and_the_profile_says_inconclusive(project: Path) -> None:
     shutil.copy(FIXTURES / "random_labels.py", project / "recipes" / "random_labels.py")

@@ -95,6 +95,7 @@ def test_every_stop_signal_is_ctrl_c(sig: int) -> None:
     assert done.returncode == 130, done.stderr
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_sigterm_stops_cleanly_and_keeps_finished_trials(project: Path, quick_heartbeats: None) -> None:
     """Schedulers (Slurm, Kubernetes) stop jobs with SIGTERM: the search stops as with Ctrl-C (the test above
@@ -125,6 +126,7 @@ def test_sigterm_stops_cleanly_and_keeps_finished_trials(project: Path, quick_he
     assert wait_gone(below, 2) == set(), "no process of the search outlives it by more than 2 s"
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_sigkill_mid_trial_then_the_same_command_resumes(project: Path, quick_heartbeats: None) -> None:
     first = Search(project, {"TINY_FAIL": "hang"})

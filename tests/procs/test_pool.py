@@ -234,6 +234,7 @@ def test_a_child_asked_for_nothing_leaves_no_log_even_one_its_failed_start_up_wr
     assert not (project / ".autotune").exists(), "nor the folders its log made"
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_a_search_takes_the_processes_started_early_for_it(project: Path) -> None:
     from autotune.options import SearchOptions

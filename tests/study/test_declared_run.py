@@ -15,6 +15,7 @@ from autotune.tuned import file as tuned_file
 SLOW_READS = Path(__file__).parents[1] / "fixtures" / "slow_reads.py"
 
 
+@pytest.mark.e2e
 @pytest.mark.alone  # the choice follows measured one-time costs and rates
 @pytest.mark.slow
 def test_materialising_costs_more_than_the_declared_run_saves_so_streaming_wins(

@@ -78,6 +78,7 @@ def check_study(study: optuna.Study, trials: int) -> list[optuna.trial.FrozenTri
     return all_trials
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_gpus_runs_a_searcher_per_device_and_the_parent_writes(project: Path) -> None:
     """`--gpus 0,1` as the CLI runs it, on the CPU: this process and a searcher, one study in the default SQLite."""
@@ -124,6 +125,7 @@ def test_gpus_runs_a_searcher_per_device_and_the_parent_writes(project: Path) ->
     assert len(trials) == 6
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_the_writer_waits_for_the_baseline_run_of_a_searcher_that_joins_late(
     project: Path, monkeypatch: pytest.MonkeyPatch
@@ -152,6 +154,7 @@ def test_the_writer_waits_for_the_baseline_run_of_a_searcher_that_joins_late(
     assert not any(line.startswith("cpu1 | [") for line in lines), "the parent took every ticket"
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_gpus_searchers_share_the_tickets(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With no baseline run to make first, both processes take tickets from the start.
@@ -207,6 +210,7 @@ def test_gpus_with_bad_input_ends_its_waiting_searchers_quietly(project: Path) -
     assert not (project / ".autotune").exists(), "nothing written"
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_two_commands_share_one_postgres_study(project: Path, postgres_url: str) -> None:
     """The same `autotune search` on two "hosts": two processes, one PostgreSQL study, one recipe writer."""

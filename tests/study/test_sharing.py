@@ -95,6 +95,7 @@ def test_each_ticket_is_taken_by_exactly_one_searcher(storage_url: str, study_na
 
 
 @pytest.mark.slow
+@pytest.mark.steady  # in this process, on one thread, and mostly asleep: it may run beside the alone tests
 def test_a_dead_searchers_trial_is_failed_and_its_config_queued_again(
     storage_url: str, study_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

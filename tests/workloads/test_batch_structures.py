@@ -36,6 +36,7 @@ def _facts(name: str):
     return read_facts(workload.build_dataset(Path("data")), workload)
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["tokens", "detection", "two_inputs"])
 def test_a_search_runs_end_to_end_and_writes_a_profile(structured: Path, name: str) -> None:

@@ -124,6 +124,7 @@ def test_tuned_loader_applies_both_from_the_tuned_file(texts: Path) -> None:
     assert [len(s["ids"]) for s in [dataset[i] for i in range(32)]] == next(iter(mine))["mask"].sum(1).tolist()
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_a_search_with_both_knobs_runs_end_to_end_and_writes_a_profile(texts: Path) -> None:
     lines: list[str] = []
