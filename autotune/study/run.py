@@ -19,10 +19,11 @@ import warnings
 from collections.abc import Callable, Iterator
 
 import optuna
+from optuna.trial import TrialState
 
 from autotune.config import Config
 from autotune.procs.pool import TrialPool
-from autotune.study import finalists, memory, profile, sharing
+from autotune.study import answer, finalists, memory, profile, sharing, tickets
 from autotune.study.claim import wait_for_writer
 from autotune.study.finalists import Results
 from autotune.study.options import SearchOptions
@@ -78,9 +79,9 @@ def _setup(recipe: str, options: SearchOptions, echo: Callable[[str], None]) -> 
     announce(prepared)
     setup = open_study(prepared)
     trials = setup.study.get_trials(deepcopy=False)
-    done, total = len(sharing.finished(trials)), len(sharing.counted(trials))
+    done, total = len(sharing.finished(trials)), tickets.target(setup.study, options.trials)
     if done:
-        echo(f"resuming study {setup.study_name!r}: {done} trial(s) already finished, {total - done} to go")
+        echo(f"resuming study {setup.study_name!r}: {done} trial(s) already finished, {max(0, total - done)} to go")
     return setup
 
 
@@ -100,7 +101,8 @@ def _trials(setup: Setup, pools: SearchPools, team: Team) -> ParityCheck | None:
         setup.echo(too_large)
     if not writes:
         return None
-    pools.prestart_rounds()
+    if setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        pools.prestart_rounds()  # no round runs without a complete trial: the search ends saying why
     began: list[ParityCheck | None] = []
 
     def check_while_waiting() -> None:
@@ -147,6 +149,9 @@ def _finalists(
         setup.echo(
             f"finalists: measuring {len(chosen)} config(s) against the baseline, {rounds} round(s), fresh processes"
         )
+    elif (why := answer.kept(setup.study)) is not None:
+        # Faster configs ran, but none may win: the workload's own settings are the answer, at a speed-up of 1.
+        setup.echo(f"keeping the workload's own settings: {why}; measuring them, {rounds} round(s), fresh processes")
     else:
         # Nothing beat the workload's own settings: they are the result, at a speed-up of 1.
         setup.echo(f"no config ran faster than the baseline; measuring it, {rounds} round(s), fresh processes")

@@ -23,7 +23,7 @@ from autotune.config import Config
 from autotune.procs import lifecycle
 from autotune.procs.pool import TrialPool
 from autotune.procs.trial_process import GAVE_UP, Outcome
-from autotune.study import memory, sharing
+from autotune.study import memory, sharing, tickets
 from autotune.study.failures import Finished, Hopeless, blocks, hopeless_values
 from autotune.study.finalists import baseline_rate, check_budget, trial_run_s
 from autotune.study.parity import run_length
@@ -78,7 +78,7 @@ def run_trials(setup: Setup, pool: TrialPool, learned: Learned | None = None) ->
     while not out_of_time(setup):
         check_baseline(setup)
         learn_failures(setup, learned)
-        ticket = sharing.take_ticket(setup.study, setup.storage)
+        ticket = tickets.take(setup.study, setup.storage, setup.options.trials)
         if ticket is None:
             break
         _run_trial(setup, ticket, pool, learned.hopeless, learned.loader)
@@ -293,7 +293,8 @@ def _outcome_of(trial: FrozenTrial) -> Outcome:
 
 def _progress(setup: Setup, number: int, config: Config, outcome: Outcome, same: FrozenTrial | None) -> None:
     trials = setup.study.get_trials(deepcopy=False)
-    done, total = len(sharing.finished(trials)) + 1, len(sharing.counted(trials))
+    done = len(sharing.finished(trials)) + 1
+    total = max(done, tickets.target(setup.study, setup.options.trials))
     head = f"[{done:>3}/{total}] {elapsed(setup.elapsed())}"
     if outcome.state == "complete":
         assert outcome.result is not None
