@@ -88,8 +88,11 @@ def steady_choice(setup: Setup, best: Config, results: Results) -> dict[str, Any
     }
 
 
-def write(setup: Setup, best: Config, results: Results, check: ParityCheck | None) -> SearchResult:
-    """Write the winner's profile into the tuned file, and say what it states."""
+def write(setup: Setup, best: Config, results: Results, check: ParityCheck | Any | None) -> SearchResult:
+    """Write the winner's profile into the tuned file, and say what it states.
+
+    `check`: the parity check, or the one a run that could not write kept (``autotune.study.ending.StoredCheck``).
+    """
     # The baseline needs no check, but a check that could not judge is stated whatever wins, and so is why the
     # workload's own settings are the answer when faster configs ran but none may win.
     kept = answer.kept(setup.study) if best == setup.baseline else None

@@ -23,8 +23,9 @@ from optuna.trial import TrialState
 
 from autotune.config import Config
 from autotune.procs.pool import TrialPool
-from autotune.study import answer, finalists, memory, profile, sharing, tickets
+from autotune.study import answer, ending, finalists, memory, profile, sharing, tickets
 from autotune.study.claim import wait_for_writer
+from autotune.study.ending import StoredCheck
 from autotune.study.finalists import Results
 from autotune.study.options import SearchOptions
 from autotune.study.parity_check import ParityCheck
@@ -65,8 +66,17 @@ def run_steps(setup: Setup, pools: SearchPools, team: Team = SOLO) -> SearchResu
         with _writer_claim(setup) as claimed:
             if not claimed:
                 return None
-            chosen, results, check = _finalists(setup, pools, team, check)
-            return _write(setup, chosen, results, check)
+            ended = ending.load(setup)
+            if ended is not None:
+                chosen, results, check = ended
+                setup.echo("finalists: reusing the parity verdicts and rounds of the run whose tuned file was not "
+                           "written; nothing is measured again")
+            else:
+                chosen, results, check = _finalists(setup, pools, team, check)
+                ending.save(setup, chosen, results, check)  # a failed write loses none of it
+            written = _write(setup, chosen, results, check)
+            ending.clear(setup)
+            return written
     except KeyboardInterrupt:
         pools.kill()
         raise
@@ -159,7 +169,9 @@ def _finalists(
     return chosen, finalists.measure_rounds(setup, pools, chosen), check
 
 
-def _write(setup: Setup, chosen: list[Config], results: Results, check: ParityCheck | None) -> SearchResult:
+def _write(
+    setup: Setup, chosen: list[Config], results: Results, check: ParityCheck | StoredCheck | None
+) -> SearchResult:
     best = profile.winner(setup, chosen, results)
     written = profile.write(setup, best, results, check)
     keep_rounds(setup, best, chosen, results, written)

@@ -102,3 +102,37 @@ def test_a_search_whose_baseline_never_completed_says_why(
     with pytest.raises(SearchError, match=r"^no trial completed in study 'tiny@cpu': 0 failed and 3 were stopped "
                                           r"early, the baseline's among them; the lines above give each reason\.$"):
         search("tiny", SearchOptions(trials=3), echo=lambda line: None)
+
+
+def test_a_rerun_after_a_failed_write_reuses_the_verdicts_and_rounds(
+    project: Path, fake_pool: type[FakePool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parity_runs: list[Config] = []
+    passing = _parity({True: 1.0, False: 1.0})
+
+    def parity_run(self: FakePool, config: Config, *args: object) -> Outcome:
+        parity_runs.append(config)
+        return passing(self, config, *args)  # type: ignore[operator]
+
+    monkeypatch.setattr(FakePool, "parity_run", parity_run)
+    write_profile = tuned_file.write_profile
+
+    def full_disk(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tuned_file, "write_profile", full_disk)
+    options = SearchOptions(trials=6, finalists=1, rounds=1)
+    with pytest.raises(OSError, match="No space left on device"):
+        search("tiny", options, echo=lambda line: None)
+    measured, checked = len(FakePool.runs), len(parity_runs)
+    assert checked > 0
+    monkeypatch.setattr(tuned_file, "write_profile", write_profile)
+    lines: list[str] = []
+    made = search("tiny", options, echo=lines.append).profile
+    assert (len(FakePool.runs), len(parity_runs)) == (measured, checked), "nothing measured or checked again"
+    assert ("finalists: reusing the parity verdicts and rounds of the run whose tuned file was not written; nothing "
+            "is measured again") in lines
+    assert made["knobs"]["batch_size"] != 16 and made["parity"]["passed"] is True and made["speedup"] == 2.0
+    # Written: the next run of the same command checks and measures afresh.
+    search("tiny", options, echo=lambda line: None)
+    assert len(parity_runs) > checked
