@@ -15,6 +15,7 @@ run left waiting counts for nothing beyond the current target.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import optuna
@@ -30,12 +31,15 @@ SEED_ROLES = ("baseline", "seed")
 def record(study: optuna.Study, target: int, seeds: list[dict[str, Any]]) -> None:
     """Record this command's target, and the seeds when the study has none yet. Call under the lock.
 
-    A study made before seeds were recorded queued them already; it gets an empty list.
+    A study made before seeds were recorded queued them already; it gets those.
     """
     study.set_user_attr(TARGET_ATTRIBUTE, target)
     if SEEDS_ATTRIBUTE not in study.user_attrs:
-        fresh = not study.get_trials(deepcopy=False)
-        study.set_user_attr(SEEDS_ATTRIBUTE, seeds if fresh else [])
+        trials = study.get_trials(deepcopy=False)
+        # A study made before seeds were recorded queued its seeds already: those are its list.
+        queued = [{"params": t.params, "user_attrs": {"role": t.user_attrs["role"]}} for t in sharing.counted(trials)
+                  if t.user_attrs.get("role") in SEED_ROLES]
+        study.set_user_attr(SEEDS_ATTRIBUTE, queued if trials else seeds)
 
 
 def target(study: optuna.Study, default: int) -> int:
@@ -54,17 +58,28 @@ def waiting(trials: list[FrozenTrial]) -> list[FrozenTrial]:
     return sorted(ready, key=lambda t: (not t.system_attrs.get("retry_history"), t.number))
 
 
+def seeds_queued(trials: list[FrozenTrial]) -> int:
+    """How many of the recorded seeds were queued: an interrupted seed's retry counts once."""
+    return sum(t.user_attrs.get("role") in SEED_ROLES for t in sharing.counted(trials))
+
+
 def next_seed(study: optuna.Study, trials: list[FrozenTrial]) -> dict[str, Any] | None:
-    """The first recorded seed not queued yet; None once all were. A retried seed counts once."""
+    """The first recorded seed not queued yet; None once all were."""
     seeds = study.user_attrs.get(SEEDS_ATTRIBUTE, [])
-    queued = sum(t.user_attrs.get("role") in SEED_ROLES for t in sharing.counted(trials))
+    queued = seeds_queued(trials)
     return seeds[queued] if queued < len(seeds) else None
 
 
-def take(study: optuna.Study, storage: optuna.storages.RDBStorage, default_target: int) -> sharing.Ticket | None:
+def take(
+    study: optuna.Study,
+    storage: optuna.storages.RDBStorage,
+    default_target: int,
+    adjust: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+) -> sharing.Ticket | None:
     """The next ticket for this worker, queued now if none waits; None once the study's target is reached.
 
     Counting and taking happen under the study's lock, so two workers never both take the last ticket.
+    `adjust`: what a seed's params become when it is queued (values found hopeless since it was recorded, replaced).
     """
     sharing.fail_stale(study)
     with sharing.study_lock(storage, study.study_name):
@@ -74,7 +89,8 @@ def take(study: optuna.Study, storage: optuna.storages.RDBStorage, default_targe
         if not waiting(trials):
             seed = next_seed(study, trials)
             if seed is not None:
-                study.enqueue_trial(seed["params"], user_attrs=seed["user_attrs"])
+                params = adjust(seed["params"]) if adjust is not None else seed["params"]
+                study.enqueue_trial(params, user_attrs=seed["user_attrs"])
             else:
                 # No params: the sampler fills the ticket in when this worker asks it.
                 study.enqueue_trial({}, user_attrs={"role": "search"})

@@ -23,7 +23,7 @@ from autotune.config import Config
 from autotune.procs import lifecycle
 from autotune.procs.pool import TrialPool
 from autotune.procs.trial_process import GAVE_UP, Outcome
-from autotune.study import memory, sharing, tickets
+from autotune.study import memory, seed_retry, sharing, tickets
 from autotune.study.failures import Finished, Hopeless, blocks, hopeless_values
 from autotune.study.finalists import baseline_rate, check_budget, trial_run_s
 from autotune.study.parity import run_length
@@ -78,7 +78,9 @@ def run_trials(setup: Setup, pool: TrialPool, learned: Learned | None = None) ->
     while not out_of_time(setup):
         check_baseline(setup)
         learn_failures(setup, learned)
-        ticket = tickets.take(setup.study, setup.storage, setup.options.trials)
+        seed_retry.queue_retries(setup.study, setup.storage, learned.hopeless, setup.baseline)
+        ticket = tickets.take(setup.study, setup.storage, setup.options.trials,
+                              adjust=lambda params: seed_retry.without(params, learned.hopeless, setup.baseline))
         if ticket is None:
             break
         _run_trial(setup, ticket, pool, learned.hopeless, learned.loader)
