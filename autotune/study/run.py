@@ -120,7 +120,7 @@ def _trials(setup: Setup, pools: SearchPools, team: Team) -> ParityCheck | None:
             began.append(finalists.check_early(setup, pools, team))
 
     wait_for_other_workers(setup, pools.trials, learned, check_while_waiting)
-    return began[0] if began else None
+    return began[0] if began else learned.families.check  # the verdicts made during the trials stand
 
 
 @contextlib.contextmanager

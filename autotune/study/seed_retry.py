@@ -59,8 +59,6 @@ def queue_retries(study: optuna.Study, storage: optuna.storages.RDBStorage, hope
             params = without(dict(t.params), hopeless, baseline)
             if params != t.params:
                 variants.append({"params": params, "user_attrs": {"role": "seed", "retry_of_seed": t.number}})
-        seeds = list(study.user_attrs.get(tickets.SEEDS_ATTRIBUTE, []))
-        at = tickets.seeds_queued(study.get_trials(deepcopy=False))
-        study.set_user_attr(tickets.SEEDS_ATTRIBUTE, seeds[:at] + variants + seeds[at:])
+        tickets.insert_next(study, variants)
         study.set_user_attr(RETRIED_ATTRIBUTE, sorted(done | {t.number for t in failed}))
     return [t.number for t in failed]

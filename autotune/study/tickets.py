@@ -70,6 +70,13 @@ def next_seed(study: optuna.Study, trials: list[FrozenTrial]) -> dict[str, Any] 
     return seeds[queued] if queued < len(seeds) else None
 
 
+def insert_next(study: optuna.Study, seeds: list[dict[str, Any]]) -> None:
+    """Make `seeds` the next ones queued, before the recorded seeds not queued yet. Call under the lock."""
+    recorded = list(study.user_attrs.get(SEEDS_ATTRIBUTE, []))
+    at = seeds_queued(study.get_trials(deepcopy=False))
+    study.set_user_attr(SEEDS_ATTRIBUTE, recorded[:at] + seeds + recorded[at:])
+
+
 def take(
     study: optuna.Study,
     storage: optuna.storages.RDBStorage,

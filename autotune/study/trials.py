@@ -25,6 +25,7 @@ from autotune.procs.pool import TrialPool
 from autotune.procs.trial_process import GAVE_UP, Outcome
 from autotune.study import memory, seed_retry, sharing, tickets
 from autotune.study.failures import Finished, Hopeless, blocks, hopeless_values
+from autotune.study.families import SKIPPED, FamilyGate
 from autotune.study.finalists import baseline_rate, check_budget, trial_run_s
 from autotune.study.parity import run_length
 from autotune.study.predict import PREDICTED, LoaderModel
@@ -62,6 +63,7 @@ class Learned:
     hopeless: list[Hopeless] = dataclasses.field(default_factory=list)
     sampler: optuna.samplers.BaseSampler | None = None  # the study's own, before any value was fixed
     loader: LoaderModel | None = None  # each streaming config's loader ceiling (autotune.study.predict)
+    families: FamilyGate = dataclasses.field(default_factory=FamilyGate)  # parity verdicts so far, by math family
 
 
 def loader_model(setup: Setup) -> LoaderModel:
@@ -83,7 +85,8 @@ def run_trials(setup: Setup, pool: TrialPool, learned: Learned | None = None) ->
                               adjust=lambda params: seed_retry.without(params, learned.hopeless, setup.baseline))
         if ticket is None:
             break
-        _run_trial(setup, ticket, pool, learned.hopeless, learned.loader)
+        _run_trial(setup, ticket, pool, learned.hopeless, learned.loader, learned.families)
+        learned.families.judge(setup, pool)  # a new contender's family is judged now, while it can steer the search
     check_baseline(setup)
     return learned
 
@@ -143,7 +146,8 @@ def wait_for_other_workers(setup: Setup, pool: TrialPool, learned: Learned, whil
 
 
 def _run_trial(
-    setup: Setup, ticket: sharing.Ticket, pool: TrialPool, hopeless: list[Hopeless], loader: LoaderModel | None = None
+    setup: Setup, ticket: sharing.Ticket, pool: TrialPool, hopeless: list[Hopeless], loader: LoaderModel | None = None,
+    families: FamilyGate | None = None,
 ) -> None:
     """Measure the config a ticket holds (or the sampler fills in) and tell the study how it went."""
     study, storage, trial = setup.study, setup.storage, ticket.trial
@@ -168,6 +172,9 @@ def _run_trial(
                 trial.set_user_attr("duplicate_of", same.number)
             elif blocked is not None:  # known not to work: record it, spend no time on it
                 outcome = Outcome("failed", reason=f"skipped: {blocked.short()}")
+            elif trial.user_attrs.get("role") != "baseline" and families is not None and (
+                    skip := families.why_skip(setup, config)) is not None:  # its math family cannot win: not run
+                outcome = Outcome("pruned", reason=skip)
             elif (skip := _predicted(setup, trial, config, loader)) is not None:  # cannot win: not run
                 outcome = Outcome("pruned", reason=skip)
             else:
@@ -309,7 +316,7 @@ def _progress(setup: Setup, number: int, config: Config, outcome: Outcome, same:
                 " time-limited" if outcome.result.get("time_limited") else "")
             what = f"{rate(value):>12}/s ±{outcome.result['spread']:.1%}{flag}"
         tail = f"best {rate(best)}/s"
-    elif outcome.state == "pruned" and (outcome.reason or "").startswith((PREDICTED, GAVE_UP)):
+    elif outcome.state == "pruned" and (outcome.reason or "").startswith((PREDICTED, GAVE_UP, SKIPPED)):
         what, _, tail = (outcome.reason or "").partition(": ")  # what was done, then why it cannot win
     elif outcome.state == "pruned":
         windows = outcome.windows
@@ -327,7 +334,8 @@ def trained(trial: FrozenTrial) -> bool:
     """The trial built its config and trained: complete, or pruned while it ran. One skipped by prediction never
     built its config, so it shows nothing of its values."""
     reason = str(trial.user_attrs.get("reason") or "")
-    return trial.state == TrialState.COMPLETE or (trial.state == TrialState.PRUNED and not reason.startswith(PREDICTED))
+    return trial.state == TrialState.COMPLETE or (
+        trial.state == TrialState.PRUNED and not reason.startswith((PREDICTED, SKIPPED)))
 
 
 def learn_failures(setup: Setup, learned: Learned) -> None:
