@@ -15,7 +15,9 @@ batch-1024 and 256 ones, and the search ended without a file. Here:
   one), which leaves the rest of the search to configs with the baseline's math;
 - a batch size rejected at every learning rate sends the search to the batch sizes
   between it and the baseline's, nearest the baseline first, with the rejected
-  config's other knobs.
+  config's other knobs;
+- a seed skipped so is measured with the baseline's math instead, its other knobs
+  kept (the loader's, placement, channels_last, the graph).
 
 The check made here is the one the finalists use (``autotune.study.finalists.choose``).
 """
@@ -101,6 +103,23 @@ class FamilyGate:
                     f"baseline's {setup.baseline.batch_size}")
         hopeless = self.check.why_hopeless(config)
         return None if hopeless is None else f"{SKIPPED}: {hopeless}"
+
+    def queue_same_math(self, setup: Setup, config: Config) -> Config | None:
+        """Queue, next, a skipped seed's twin with the baseline's math and the seed's other knobs; None if measured.
+
+        A seed is an informed guess at the loop's knobs, and most of its speed is in them (on an H200, batch 128 on
+        the device, eager, ran 2.05x with random labels, where the seeds that found it changed the batch size too).
+        """
+        math = {k: getattr(setup.baseline, k) for k, _ in math_family(config)}
+        twin = setup.space.normalise(setup.space.clip(Config(**{**config.as_dict(), **math})))
+        params = setup.space.params(twin)
+        seen = {setup.config_of(t) for t in setup.study.get_trials(deepcopy=False) if "config" in t.user_attrs}
+        if params is None or twin == setup.baseline or twin in seen:
+            return None
+        with sharing.study_lock(setup.storage, setup.study_name):
+            tickets.insert_next(setup.study, [{"params": params,
+                                               "user_attrs": {"role": "seed", "same_math_of": config.describe()}}])
+        return twin
 
     def _queue_between(self, setup: Setup, rejected: Config) -> None:
         """Queue, next, the rejected config at each batch size between the baseline's and its own."""

@@ -175,6 +175,8 @@ def _run_trial(
             elif trial.user_attrs.get("role") != "baseline" and families is not None and (
                     skip := families.why_skip(setup, config)) is not None:  # its math family cannot win: not run
                 outcome = Outcome("pruned", reason=skip)
+                if trial.user_attrs.get("role") == "seed":
+                    families.queue_same_math(setup, config)  # the guess's other knobs, measured next
             elif (skip := _predicted(setup, trial, config, loader)) is not None:  # cannot win: not run
                 outcome = Outcome("pruned", reason=skip)
             else:

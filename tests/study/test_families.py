@@ -76,3 +76,30 @@ def test_a_rejected_family_is_never_checked_or_measured_again_and_the_batches_be
     assert [setup.config_of(t).batch_size for t in between][:2] == [32, 64]
     assert all(t.state.name == "COMPLETE" for t in between[:2])
     assert made["knobs"]["batch_size"] == 64 and made["parity"]["passed"] is True
+
+
+def test_an_inconclusive_check_sends_the_search_to_same_math_twins_of_the_skipped_seeds(
+    project: Path, events: list[tuple[str, Config]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def flat(self: FakePool, config: Config, lr: float, samples: int, probe_batch: int, timeout_s: float) -> Outcome:
+        # Random labels: nothing is learned, so the check can judge no other math.
+        return Outcome("complete", result=ParityRun(config.batch_size, lr, 1.386, 1.386, (samples,), (1.386,), True,
+                                                    0.1).as_dict())
+
+    def no_numerics(self: FakePool, *args: object) -> Outcome:
+        return Outcome("failed", reason="error: RuntimeError: no gradients here")  # amp cannot pass either
+
+    monkeypatch.setattr(FakePool, "parity_run", flat)
+    monkeypatch.setattr(FakePool, "numerics_check", no_numerics, raising=False)
+    made = search("tiny", SearchOptions(trials=8, finalists=1, rounds=1), echo=lambda line: None).profile
+    setup = open_study(prepare("tiny", SearchOptions(trials=8), echo=lambda line: None))
+    trials = setup.study.get_trials()
+    skipped = [setup.config_of(t) for t in trials if str(t.user_attrs.get("reason") or "").startswith(SKIPPED)]
+    assert Config(batch_size=128, placement="device") in skipped
+    twins = {t.user_attrs["same_math_of"]: setup.config_of(t) for t in trials if "same_math_of" in t.user_attrs}
+    # The first seed skipped (batch 128 on the device in bf16) sends the search to the data set on the device, in
+    # fp32, at the baseline's batch: measured next, and the winner (1,650/s over 1,600).
+    assert twins["bs=128 device-resident bf16"] == Config(batch_size=16, placement="device")
+    assert ("trial", Config(batch_size=16, placement="device")) in events
+    assert made["knobs"]["placement"] == "device" and made["knobs"]["batch_size"] == 16
+    assert made["knobs"]["amp"] == "off" and made["parity"]["conclusive"] is False
