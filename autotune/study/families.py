@@ -91,6 +91,11 @@ class FamilyGate:
                 self.bisected.add(config.batch_size)
                 self._queue_between(setup, config)
 
+    def summary(self) -> str:
+        """How many math families the search judged, and how many it ruled out."""
+        judged = {math_family(c) for c in self.check.verdicts} if self.check is not None else set()
+        return f"parity: {len(judged)} math family(ies) judged during the trials, {len(self.rejected)} rejected"
+
     def why_skip(self, setup: Setup, config: Config) -> str | None:
         """Why `config` cannot win on the verdicts so far; None to measure it."""
         if self.check is None or self.failed is not None or config == setup.baseline:

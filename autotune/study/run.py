@@ -104,6 +104,10 @@ def _trials(setup: Setup, pools: SearchPools, team: Team) -> ParityCheck | None:
     if team.round_devices and writes:
         pools.prestart_rounds()  # under --gpus, the other devices' round processes start beside the first trials
     learned = run_trials(setup, pools.trials)
+    # How much was searched: configs valued from their parts, measured end to end, families judged.
+    setup.echo(learned.valuation.summary())
+    if setup.options.parity_check:
+        setup.echo(learned.families.summary())
     if learned.loader is not None and (learned.loader.skipped or learned.loader.wrong):
         setup.echo(learned.loader.summary())
     too_large = memory.summary(str(t.user_attrs.get("reason") or "") for t in setup.study.get_trials(deepcopy=False))
@@ -116,7 +120,8 @@ def _trials(setup: Setup, pools: SearchPools, team: Team) -> ParityCheck | None:
     began: list[ParityCheck | None] = []
 
     def check_while_waiting() -> None:
-        if team.round_devices and setup.options.parity_check:
+        # Under --gpus, idle time for the check; none is left to make where the trials judged the families already.
+        if team.round_devices and setup.options.parity_check and learned.families.check is None:
             began.append(finalists.check_early(setup, pools, team))
 
     wait_for_other_workers(setup, pools.trials, learned, check_while_waiting)

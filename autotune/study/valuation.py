@@ -27,6 +27,7 @@ from typing import Any
 from autotune.config import LOADER_KNOBS, Config
 from autotune.text import rate
 
+VALUATION_ATTRIBUTE = "valuation"  # the study's user attribute: Valuation.record()
 VALUED = "skipped, valued from its parts"  # how a trial's reason begins when its predicted rate ruled it out
 TRUSTED_ERROR = 0.25  # the prediction rules configs out only while its median error on measured ones is within this
 # The loader's side of a config: what decides how fast batches are made and handed over. Every other knob is the

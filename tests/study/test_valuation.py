@@ -85,3 +85,42 @@ def test_the_interference_factor_is_learned_and_rules_out_only_once_trusted() ->
     serial = Config(batch_size=64)
     assert combine(serial, 1000.0, 1000.0) == 500.0  # no workers: one process loads, then steps
     assert v.record()["configs_measured"] == 1 and v.record()["interference_factor"] == 0.8
+
+
+@pytest.mark.steady
+def test_a_search_values_configs_from_their_parts_and_labels_every_predicted_rate(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from study.test_search import FakePool
+
+    from autotune.procs.trial_process import Outcome
+    from autotune.study import SearchOptions, pools, search
+    from autotune.study.setup import open_study, prepare
+
+    FakePool.runs = []
+    monkeypatch.setattr(pools, "TrialPool", FakePool)
+
+    def fake_parts(self: FakePool, config: Config, lr: float, which: list[str], timeout_s: float) -> Outcome:
+        # The fake loop's rate is its step's; its loader is ten times faster. Loop and parts agree: error 0.
+        step = FakePool.rate(config)
+        made = {"step": {"samples_per_s": step}, "loader": {"samples_per_s": 10 * step}}
+        return Outcome("complete", result={part: made[part] for part in which})
+
+    monkeypatch.setattr(FakePool, "parts", fake_parts)
+    lines: list[str] = []
+    search("tiny", SearchOptions(trials=30, seed=3, finalists=1, rounds=1, parity_check=False), echo=lines.append)
+    trials = open_study(prepare("tiny", SearchOptions(trials=30, parity_check=False), echo=lambda line: None)).study
+    valued = [t for t in trials.trials if str(t.user_attrs.get("reason") or "").startswith(VALUED)]
+    measured = [t for t in trials.trials if "prediction_error" in t.user_attrs]
+    assert valued and measured
+    assert all(t.state.name == "PRUNED" and "duration_s" not in t.user_attrs and t.value is None for t in valued)
+    assert all(t.user_attrs["predicted_samples_per_s"] > 0 for t in valued + measured)
+    record = trials.user_attrs["valuation"]
+    assert record["configs_ruled_out"] == len(valued) and record["configs_measured"] == len(measured)
+    # Measured over predicted: 1 where the loader overlaps the step (workers, or the data on the device), 1.1 where
+    # one process does both in turn (the fake loop does not pay for its loader); most measured configs overlap.
+    ratios = sorted(1 / (1 + t.user_attrs["prediction_error"]) for t in measured)
+    assert record["interference_factor"] == pytest.approx(statistics.median(ratios), abs=2e-3) == 1.0
+    said = [line for line in lines if line.startswith("valuation: ")]
+    assert len(said) == 1 and f"{len(valued)} ruled out by their predicted rate" in said[0]
+    assert any(line.startswith("[") and VALUED in line for line in lines)
