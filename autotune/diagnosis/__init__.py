@@ -1,9 +1,9 @@
 """`autotune diagnose`: why the GPU waits, from the loop fed three ways (the second seed's stages 1 and 2).
 
-- ``run``: measure the feeds of one loop in this process (``diagnose``);
+- ``run``: measure the feeds of one loop in this process (``diagnose``), each through
+  ``autotune.trial.probe``, which the search's valuation uses too;
 - ``bottleneck``: the verdict, a pure function of the measured ceilings;
-- ``tables``: the tables the command prints;
-- ``cputime``: the CPU time of this process and its DataLoader workers.
+- ``tables``: the tables the command prints.
 """
 
 from autotune.exports import lazy_exports

@@ -25,10 +25,10 @@ import torch
 from autotune.batch import to_device
 from autotune.config import Config
 from autotune.diagnosis.bottleneck import Bottleneck, Measured, decide
-from autotune.diagnosis.feeds import Probe, Repeat, probe, synthetic
 from autotune.errors import AutotuneError
 from autotune.knobs import detect_machine
 from autotune.study.space import build_space
+from autotune.trial.probe import Probe, Repeat, probe, synthetic
 from autotune.trial.runner import Runner, classify_failure
 from autotune.trial.timing import Windows
 from autotune.tuned import file as tuned_file

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from autotune.diagnosis.feeds import LOW_UTIL_PERCENT
 from autotune.diagnosis.run import DOING, Diagnosis
 from autotune.text import mib, percent, rate, table
+from autotune.trial.probe import LOW_UTIL_PERCENT
 
 
 def _cores(value: float | None) -> str:

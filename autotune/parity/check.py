@@ -157,6 +157,11 @@ class ParityCheck:
                 passed.append(config)
         return passed
 
+    def why_hopeless(self, config: Config) -> str | None:
+        """Why `config` would be rejected without a run (its batch, or a smaller one, rejected at every rate)."""
+        found = self._hopeless(config)
+        return None if found is None else found[2]
+
     def _ladder(self, config: Config) -> tuple[Rates, Rates]:
         """The rates to try `config` at (its rule's, then each gentler one's) and, for a new batch size, the bolder
         ones, nearest first (each capped rate once)."""

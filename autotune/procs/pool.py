@@ -163,6 +163,12 @@ class TrialPool:
         return self._alone_after_oom(lambda: self._child(False, config).parity_run(config, lr, samples, probe_batch,
                                                                                    timeout_s))
 
+    def parts(self, config: Config, lr: float, which: list[str], timeout_s: float) -> Outcome:
+        """`config`'s step and loader rates apart, in a trial process (autotune.trial.parts)."""
+        if self.killed:
+            return Outcome("failed", reason=INTERRUPTED)
+        return self._alone_after_oom(lambda: self._child(False, config).parts(config, lr, which, timeout_s))
+
     def inputs_check(self, config: Config, timeout_s: float) -> Outcome:
         """The inputs check of the device decode path, in a trial process built for `config` (decode = gpu)."""
         if self.killed:

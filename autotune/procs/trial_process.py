@@ -163,6 +163,11 @@ class TrialProcess:
                    "probe_batch": probe_batch}
         return self._ask(request, "parity_run", "run", "parity run", timeout_s + COMPILE_ALLOWANCE_S[config.compile])
 
+    def parts(self, config: Config, lr: float, which: list[str], timeout_s: float) -> Outcome:
+        """`config`'s step and loader rates apart (autotune.trial.parts) in this process; the rates are the result."""
+        request = {"cmd": "parts", "config": config.as_dict(), "lr": lr, "which": which}
+        return self._ask(request, "parts", "found", "measurement of the loop's parts", timeout_s)
+
     def inputs_check(self, timeout_s: float) -> Outcome:
         """The inputs check (autotune.parity.images.compare) in this process; its distances are the result."""
         return self._ask({"cmd": "inputs"}, "inputs", "found", "inputs check", timeout_s)

@@ -113,6 +113,9 @@ def failure_groups(trials: list[FrozenTrial]) -> tuple[FailureGroup, ...]:
         if t.state == TrialState.FAIL:
             reason = t.user_attrs.get("reason", "no reason recorded (its search process stopped while it ran)")
             groups.setdefault(("failed", _group_key(reason)), []).append(t)
+        elif t.state == TrialState.PRUNED and str(t.user_attrs.get("reason") or "").startswith("skipped"):
+            # Not run at all: ruled out by its parity family or its predicted rate, before any window
+            groups.setdefault(("pruned", str(t.user_attrs["reason"]).partition(": ")[0]), []).append(t)
         elif t.state == TrialState.PRUNED:
             groups.setdefault(
                 ("pruned", f"windows ran below {pruner.ratio:.0%} of the best trial's samples/s"), []

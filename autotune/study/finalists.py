@@ -28,7 +28,7 @@ from autotune.parity.numerics import NumericsVerdict
 from autotune.parity.run import ParityRun
 from autotune.parity.verdict import CHECK_SHARE, ParityError, ParityRunFailed
 from autotune.procs.pool import TrialPool
-from autotune.study import baseline_run
+from autotune.study import answer, baseline_run
 from autotune.study.pools import SearchPools, Team
 from autotune.study.setup import SearchError, Setup
 from autotune.text import rate
@@ -212,9 +212,15 @@ def check_early(setup: Setup, pools: SearchPools, team: Team) -> ParityCheck | N
 def choose(
     setup: Setup, pools: SearchPools, team: Team, check: ParityCheck | None
 ) -> tuple[list[Config], ParityCheck | None]:
-    """The configs to measure again: the fastest contenders that train like the baseline (unchecked: the fastest)."""
+    """The configs to measure again: the fastest contenders that train like the baseline (unchecked: the fastest).
+
+    None when nothing faster may win: the baseline is then the answer, and the study keeps why
+    (``autotune.study.answer``). Only a search whose baseline never completed ends here without one.
+    """
     if not setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        raise SearchError(f"no trial completed in study {setup.study_name!r}; the failures above say why.")
+        raise SearchError(answer.why_nothing_ran(setup.study, setup.options.time_budget_s, setup.elapsed(),
+                                                 setup.study_name))
+    answer.keep(setup.study, None)
     found = contenders(setup)
     if not (setup.options.parity_check and found):
         return with_rate_leader(setup, found, list(found)[: setup.options.finalists]), None
@@ -226,7 +232,7 @@ def choose(
         chosen = check.select(list(found), want=want, max_runs=want + PARITY_EXTRA_RUNS)
         chosen = with_rate_leader(setup, found, chosen, check)
     except ParityError as exc:
-        raise SearchError(f"{exc} Run with --no-parity-check to skip the check.") from exc
+        answer.keep(setup.study, answer.check_failed(str(exc)))
     except KeyboardInterrupt:
         stopped = True  # a check cut short has no cost worth stating ("0 config(s) checked ... took 7.4 s")
         raise
@@ -240,21 +246,11 @@ def choose(
                 )
         if not stopped:
             setup.echo(check.summary())
-    if not chosen and check.conclusive is False:
-        raise SearchError(
-            f"no config faster than the baseline may win: the parity check is inconclusive (the baseline learned "
-            f"too little in it to judge by), so only configs that differ from it in loader knobs, placement, "
-            f"cudnn_benchmark, channels_last or cuda_graph alone may (and decode or amp once their checks passed), "
-            f"and none of those ran faster. Narrow the search "
-            f"(e.g. --fix batch_size={setup.baseline.batch_size}), or skip the check with --no-parity-check."
-        )
-    if not chosen:
-        raise SearchError(
-            f"no config faster than the baseline trains like it: all {len(check.verdicts)} checked, the fastest "
-            f"first, were "
-            f"rejected (the lines above give the numbers). Narrow the search (e.g. --fix batch_size="
-            f"{setup.baseline.batch_size}), try --lr-scaling, or skip the check with --no-parity-check."
-        )
+    if not chosen and answer.kept(setup.study) is None:
+        checked = len(check.verdicts)
+        reason = answer.inconclusive(checked) if check.conclusive is False else answer.all_rejected(
+            checked, str(setup.baseline.batch_size))
+        answer.keep(setup.study, reason)
     return chosen, check
 
 

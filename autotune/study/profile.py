@@ -19,7 +19,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import Config
 from autotune.parity.check import ParityCheck
-from autotune.study import sharing
+from autotune.study import answer, sharing
 from autotune.study.finalists import Results, learning_rate, run_s
 from autotune.study.setup import SearchError, Setup
 from autotune.text import rate
@@ -88,10 +88,19 @@ def steady_choice(setup: Setup, best: Config, results: Results) -> dict[str, Any
     }
 
 
-def write(setup: Setup, best: Config, results: Results, check: ParityCheck | None) -> SearchResult:
-    """Write the winner's profile into the tuned file, and say what it states."""
-    # The baseline needs no check, but a check that could not judge is stated whatever wins.
-    record = check.record(best) if check is not None and (best != setup.baseline or check.conclusive is False) else None
+def write(setup: Setup, best: Config, results: Results, check: ParityCheck | Any | None) -> SearchResult:
+    """Write the winner's profile into the tuned file, and say what it states.
+
+    `check`: the parity check, or the one a run that could not write kept (``autotune.study.ending.StoredCheck``).
+    """
+    # The baseline needs no check, but a check that could not judge is stated whatever wins, and so is why the
+    # workload's own settings are the answer when faster configs ran but none may win.
+    kept = answer.kept(setup.study) if best == setup.baseline else None
+    record = None
+    if check is not None and (best != setup.baseline or check.conclusive is False or kept is not None):
+        record = check.record(best)
+        if kept is not None:
+            record = answer.parity_record(record, kept, conclusive=check.conclusive is True)
     made = profile(setup, best, results, record)
     tuned_file.write_profile(setup.ref.tuned_path, setup.ref.name, setup.machine.hardware, made)
     setup.echo(
@@ -106,7 +115,9 @@ def write(setup: Setup, best: Config, results: Results, check: ParityCheck | Non
             f"{rate(made['baseline_tokens_per_s'])}/s{padding}"
         )
     parity = made["parity"]
-    if parity.get("conclusive") is False:  # the check could not tell: the winner passed on keeping the baseline's math
+    if kept is not None:
+        setup.echo(f"parity: kept the workload's own settings (1.0x is the answer): {kept}")
+    elif parity.get("conclusive") is False:  # the check could not tell: the winner passed on keeping its math
         setup.echo(f"parity: inconclusive; the winner passed on its math alone: {parity.get('reason')}")
     elif parity.get("checked") and "deviation" not in parity:
         setup.echo(f"parity: the winner trains like the baseline: {parity.get('reason')}")

@@ -19,13 +19,15 @@ import warnings
 from collections.abc import Callable, Iterator
 
 import optuna
+from optuna.trial import TrialState
 
 from autotune.config import Config
 from autotune.options import SearchOptions
 from autotune.parity.check import ParityCheck
 from autotune.procs.pool import TrialPool
-from autotune.study import finalists, memory, profile, sharing
+from autotune.study import answer, ending, finalists, memory, profile, sharing, tickets
 from autotune.study.claim import wait_for_writer
+from autotune.study.ending import StoredCheck
 from autotune.study.finalists import Results
 from autotune.study.pools import SOLO, SearchPools, Team
 from autotune.study.profile import SearchResult
@@ -64,8 +66,17 @@ def run_steps(setup: Setup, pools: SearchPools, team: Team = SOLO) -> SearchResu
         with _writer_claim(setup) as claimed:
             if not claimed:
                 return None
-            chosen, results, check = _finalists(setup, pools, team, check)
-            return _write(setup, chosen, results, check)
+            ended = ending.load(setup)
+            if ended is not None:
+                chosen, results, check = ended
+                setup.echo("finalists: reusing the parity verdicts and rounds of the run whose tuned file was not "
+                           "written; nothing is measured again")
+            else:
+                chosen, results, check = _finalists(setup, pools, team, check)
+                ending.save(setup, chosen, results, check)  # a failed write loses none of it
+            written = _write(setup, chosen, results, check)
+            ending.clear(setup)
+            return written
     except KeyboardInterrupt:
         pools.kill()
         raise
@@ -78,9 +89,9 @@ def _setup(recipe: str, options: SearchOptions, echo: Callable[[str], None]) -> 
     announce(prepared)
     setup = open_study(prepared)
     trials = setup.study.get_trials(deepcopy=False)
-    done, total = len(sharing.finished(trials)), len(sharing.counted(trials))
+    done, total = len(sharing.finished(trials)), tickets.target(setup.study, options.trials)
     if done:
-        echo(f"resuming study {setup.study_name!r}: {done} trial(s) already finished, {total - done} to go")
+        echo(f"resuming study {setup.study_name!r}: {done} trial(s) already finished, {max(0, total - done)} to go")
     return setup
 
 
@@ -93,6 +104,10 @@ def _trials(setup: Setup, pools: SearchPools, team: Team) -> ParityCheck | None:
     if team.round_devices and writes:
         pools.prestart_rounds()  # under --gpus, the other devices' round processes start beside the first trials
     learned = run_trials(setup, pools.trials)
+    # How much was searched: configs valued from their parts, measured end to end, families judged.
+    setup.echo(learned.valuation.summary())
+    if setup.options.parity_check:
+        setup.echo(learned.families.summary())
     if learned.loader is not None and (learned.loader.skipped or learned.loader.wrong):
         setup.echo(learned.loader.summary())
     too_large = memory.summary(str(t.user_attrs.get("reason") or "") for t in setup.study.get_trials(deepcopy=False))
@@ -100,15 +115,17 @@ def _trials(setup: Setup, pools: SearchPools, team: Team) -> ParityCheck | None:
         setup.echo(too_large)
     if not writes:
         return None
-    pools.prestart_rounds()
+    if setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        pools.prestart_rounds()  # no round runs without a complete trial: the search ends saying why
     began: list[ParityCheck | None] = []
 
     def check_while_waiting() -> None:
-        if team.round_devices and setup.options.parity_check:
+        # Under --gpus, idle time for the check; none is left to make where the trials judged the families already.
+        if team.round_devices and setup.options.parity_check and learned.families.check is None:
             began.append(finalists.check_early(setup, pools, team))
 
     wait_for_other_workers(setup, pools.trials, learned, check_while_waiting)
-    return began[0] if began else None
+    return began[0] if began else learned.families.check  # the verdicts made during the trials stand
 
 
 @contextlib.contextmanager
@@ -147,6 +164,9 @@ def _finalists(
         setup.echo(
             f"finalists: measuring {len(chosen)} config(s) against the baseline, {rounds} round(s), fresh processes"
         )
+    elif (why := answer.kept(setup.study)) is not None:
+        # Faster configs ran, but none may win: the workload's own settings are the answer, at a speed-up of 1.
+        setup.echo(f"keeping the workload's own settings: {why}; measuring them, {rounds} round(s), fresh processes")
     else:
         # Nothing beat the workload's own settings: they are the result, at a speed-up of 1.
         setup.echo(f"no config ran faster than the baseline; measuring it, {rounds} round(s), fresh processes")
@@ -154,7 +174,9 @@ def _finalists(
     return chosen, finalists.measure_rounds(setup, pools, chosen), check
 
 
-def _write(setup: Setup, chosen: list[Config], results: Results, check: ParityCheck | None) -> SearchResult:
+def _write(
+    setup: Setup, chosen: list[Config], results: Results, check: ParityCheck | StoredCheck | None
+) -> SearchResult:
     best = profile.winner(setup, chosen, results)
     written = profile.write(setup, best, results, check)
     keep_rounds(setup, best, chosen, results, written)

@@ -3,9 +3,10 @@
 ``prepare`` needs no study: it loads the workload, reads what its data set
 allows, and builds the space. A ``--gpus`` searcher prepares while the search
 that started it sets the study up. ``open_study`` then opens or creates the
-study, and under its lock checks that it measures this hardware and queues
-its tickets (the seeds first). The result is a frozen ``Setup``: state lives in
-the study, not on an object others patch.
+study, and under its lock checks that it measures this hardware and records its
+target and seeds (``autotune.study.tickets`` queues them as they are taken). The
+result is a frozen ``Setup``: state lives in the study, not on an object others
+patch.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from autotune.config import Config, LrRule, scaled_lr
 from autotune.errors import AutotuneError
 from autotune.knobs import DataFacts, Machine, SpaceError, detect_machine
 from autotune.options import SearchOptions
-from autotune.study import content, sharing
+from autotune.study import content, sharing, tickets
 from autotune.study.pruner import ClearlyWorsePruner
 from autotune.study.seeds import seed_configs
 from autotune.study.space import Space, build_space
@@ -189,7 +190,7 @@ def announce(p: Prepared) -> None:
 
 
 def open_study(p: Prepared, storage_url: str | None = None, study_name: str | None = None) -> Setup:
-    """Open or create the study (another process's, when named); under its lock, bind it and queue its tickets."""
+    """Open or create the study (another process's, when named); under its lock, bind it and record its target."""
     if storage_url is not None and study_name is not None:  # a --gpus searcher joins the study its search set up
         p = dataclasses.replace(
             p,
@@ -227,7 +228,7 @@ def open_study(p: Prepared, storage_url: str | None = None, study_name: str | No
                 {"params": p.space.params(c) or {}, "user_attrs": {"role": "baseline" if c == p.baseline else "seed"}}
                 for c in seed_configs(p.workload, p.machine, p.space)
             ]
-            sharing.queue_tickets(study, p.options.trials, seeds)
+            tickets.record(study, p.options.trials, seeds)  # queued one by one as workers take them
     except (SearchError, SpaceError):
         raise
     except Exception as exc:

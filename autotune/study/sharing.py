@@ -1,9 +1,10 @@
 """Many searchers, one study: tickets, heartbeats and a setup lock.
 
 Searchers (processes on one host, or on many through PostgreSQL) share one Optuna
-study. The study holds exactly as many trials as ``--trials`` asks: each one is
-a *ticket*, a WAITING trial, queued once under a lock (the seeds with their
-configs, the rest empty for the sampler to fill). A searcher takes a ticket by
+study. The study holds as many trials as ``--trials`` asks: each one is a
+*ticket*, a WAITING trial, queued under a lock as a searcher needs it (the seeds
+with their configs first, the rest empty for the sampler to fill;
+``autotune.study.tickets``). A searcher takes a ticket by
 moving it from WAITING to RUNNING, which the storage does atomically, so no
 two searchers measure the same ticket and, with no ticket left, nobody starts a
 surplus trial. A searcher that dies leaves its trial RUNNING with a heartbeat
@@ -178,16 +179,23 @@ def take_ticket(study: optuna.Study, storage: optuna.storages.RDBStorage) -> Tic
     waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
     # Configs given back by interrupted trials first: they were due before the rest.
     for ticket in sorted(waiting, key=lambda t: (not t.system_attrs.get("retry_history"), t.number)):
-        ticket_id = trial_id(storage, study, ticket.number)
-        try:
-            if not storage.set_trial_state_values(ticket_id, state=TrialState.RUNNING):
-                continue  # another searcher took it first
-        except UpdateFinishedTrialError:
-            continue
-        # A heartbeat now, before anything can go wrong: a trial without one is never found stale.
-        storage.record_heartbeat(ticket_id)
-        return Ticket(optuna.Trial(study, ticket_id), ticket_id)
+        taken = take_waiting(study, storage, ticket)
+        if taken is not None:
+            return taken
     return None
+
+
+def take_waiting(study: optuna.Study, storage: optuna.storages.RDBStorage, ticket: FrozenTrial) -> Ticket | None:
+    """Move the waiting `ticket` to RUNNING; None when another searcher took it first."""
+    ticket_id = trial_id(storage, study, ticket.number)
+    try:
+        if not storage.set_trial_state_values(ticket_id, state=TrialState.RUNNING):
+            return None  # another searcher took it first
+    except UpdateFinishedTrialError:
+        return None
+    # A heartbeat now, before anything can go wrong: a trial without one is never found stale.
+    storage.record_heartbeat(ticket_id)
+    return Ticket(optuna.Trial(study, ticket_id), ticket_id)
 
 
 def trial_id(storage: optuna.storages.BaseStorage, study: optuna.Study, number: int) -> int:

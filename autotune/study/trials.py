@@ -24,11 +24,13 @@ from autotune.parity.verdict import run_length
 from autotune.procs import lifecycle
 from autotune.procs.pool import TrialPool
 from autotune.procs.trial_process import GAVE_UP, Outcome
-from autotune.study import memory, sharing
+from autotune.study import memory, seed_retry, sharing, tickets
 from autotune.study.failures import Finished, Hopeless, blocks, hopeless_values
+from autotune.study.families import SKIPPED, FamilyGate
 from autotune.study.finalists import baseline_rate, check_budget, trial_run_s
 from autotune.study.predict import PREDICTED, LoaderModel
 from autotune.study.setup import SearchError, Setup
+from autotune.study.valuation import VALUATION_ATTRIBUTE, VALUED, Valuation
 from autotune.text import elapsed, rate
 
 KEPT_RESULT = (
@@ -63,6 +65,8 @@ class Learned:
     hopeless: list[Hopeless] = dataclasses.field(default_factory=list)
     sampler: optuna.samplers.BaseSampler | None = None  # the study's own, before any value was fixed
     loader: LoaderModel | None = None  # each streaming config's loader ceiling (autotune.study.predict)
+    families: FamilyGate = dataclasses.field(default_factory=FamilyGate)  # parity verdicts so far, by math family
+    valuation: Valuation = dataclasses.field(default_factory=Valuation)  # the loop valued from its parts
 
 
 def loader_model(setup: Setup) -> LoaderModel:
@@ -79,10 +83,13 @@ def run_trials(setup: Setup, pool: TrialPool, learned: Learned | None = None) ->
     while not out_of_time(setup):
         check_baseline(setup)
         learn_failures(setup, learned)
-        ticket = sharing.take_ticket(setup.study, setup.storage)
+        seed_retry.queue_retries(setup.study, setup.storage, learned.hopeless, setup.baseline)
+        ticket = tickets.take(setup.study, setup.storage, setup.options.trials,
+                              adjust=lambda params: seed_retry.without(params, learned.hopeless, setup.baseline))
         if ticket is None:
             break
-        _run_trial(setup, ticket, pool, learned.hopeless, learned.loader)
+        _run_trial(setup, ticket, pool, learned.hopeless, learned.loader, learned.families, learned.valuation)
+        learned.families.judge(setup, pool)  # a new contender's family is judged now, while it can steer the search
     check_baseline(setup)
     return learned
 
@@ -142,7 +149,9 @@ def wait_for_other_workers(setup: Setup, pool: TrialPool, learned: Learned, whil
 
 
 def _run_trial(
-    setup: Setup, ticket: sharing.Ticket, pool: TrialPool, hopeless: list[Hopeless], loader: LoaderModel | None = None
+    setup: Setup, ticket: sharing.Ticket, pool: TrialPool, hopeless: list[Hopeless], loader: LoaderModel | None = None,
+    families: FamilyGate | None = None,
+    valuation: Valuation | None = None,
 ) -> None:
     """Measure the config a ticket holds (or the sampler fills in) and tell the study how it went."""
     study, storage, trial = setup.study, setup.storage, ticket.trial
@@ -167,8 +176,15 @@ def _run_trial(
                 trial.set_user_attr("duplicate_of", same.number)
             elif blocked is not None:  # known not to work: record it, spend no time on it
                 outcome = Outcome("failed", reason=f"skipped: {blocked.short()}")
+            elif trial.user_attrs.get("role") != "baseline" and families is not None and (
+                    skip := families.why_skip(setup, config)) is not None:  # its math family cannot win: not run
+                outcome = Outcome("pruned", reason=skip)
+                if trial.user_attrs.get("role") == "seed":
+                    families.queue_same_math(setup, config)  # the guess's other knobs, measured next
             elif (skip := _predicted(setup, trial, config, loader)) is not None:  # cannot win: not run
                 outcome = Outcome("pruned", reason=skip)
+            elif valuation is not None and (skip := _valued(setup, trial, config, lr, pool, valuation)) is not None:
+                outcome = Outcome("pruned", reason=skip)  # its predicted rate is clearly worse: not run
             else:
 
                 def on_window(i: int, samples_per_s: float) -> bool:
@@ -205,7 +221,7 @@ def _run_trial(
     if outcome.result:
         trial.set_user_attr("result", {k: outcome.result.get(k) for k in KEPT_RESULT})
     trial.set_user_attr("reason", outcome.reason)  # None: nothing went wrong
-    _progress(setup, trial.number, config, outcome, same)
+    _progress(setup, trial.number, config, outcome, same, trial.user_attrs.get("predicted_samples_per_s"))
     if outcome.state == "complete" and loader is not None and same is None:
         assert outcome.result is not None
         wrong = loader.check(config, float(outcome.result["samples_per_s"]))
@@ -213,6 +229,11 @@ def _run_trial(
             setup.echo(wrong)
     if outcome.state == "complete":
         assert outcome.result is not None
+        if valuation is not None and same is None:
+            error = valuation.learn(config, float(outcome.result["samples_per_s"]))
+            if error is not None:
+                trial.set_user_attr("prediction_error", round(error, 4))
+            study.set_user_attr(VALUATION_ATTRIBUTE, valuation.record())
         study.tell(trial, float(outcome.result["samples_per_s"]))
     else:
         study.tell(trial, state=TrialState.PRUNED if outcome.state == "pruned" else TrialState.FAIL)
@@ -260,6 +281,34 @@ def _predicted(setup: Setup, trial: optuna.Trial, config: Config, loader: Loader
     return loader.why_skip(config, max(values, default=None))
 
 
+def _valued(setup: Setup, trial: optuna.Trial, config: Config, lr: float, pool: TrialPool,
+            valuation: Valuation) -> str | None:
+    """Value `config` from its parts (measuring those not known yet) and say why it need not run end to end, if so.
+
+    Its predicted rate is kept on the trial, labelled as predicted. The baseline and the seeds always run: every
+    speed-up is stated against the one, and the others are what the interference factor is learned from first.
+    """
+    missing = valuation.missing(config)
+    if missing:
+        timeout = setup.options.trial_timeout_s
+        measured = pool.parts(config, lr, missing, timeout)
+        if measured.state != "complete" or measured.result is None:
+            trial.set_user_attr("parts_failed", measured.reason)  # it is measured end to end, as before
+            return None
+        valuation.add(config, measured.result)
+    predicted = valuation.predict(config)
+    if predicted is None:
+        return None
+    valuation.valued += 1
+    trial.set_user_attr("predicted_samples_per_s", round(predicted, 1))
+    if trial.user_attrs.get("role") in ("baseline", "seed"):
+        return None
+    values = [t.value for t in setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value]
+    why = valuation.why_skip(config, max(values, default=None), getattr(setup.study.pruner, "ratio", 0.5))
+    setup.study.set_user_attr(VALUATION_ATTRIBUTE, valuation.record())
+    return why
+
+
 def earlier_trial_of(setup: Setup, number: int, config: Config) -> FrozenTrial | None:
     """An earlier trial of the same config: its outcome stands for this one, so no config is measured twice.
 
@@ -294,9 +343,11 @@ def _outcome_of(trial: FrozenTrial) -> Outcome:
     )
 
 
-def _progress(setup: Setup, number: int, config: Config, outcome: Outcome, same: FrozenTrial | None) -> None:
+def _progress(setup: Setup, number: int, config: Config, outcome: Outcome, same: FrozenTrial | None,
+              predicted: float | None = None) -> None:
     trials = setup.study.get_trials(deepcopy=False)
-    done, total = len(sharing.finished(trials)) + 1, len(sharing.counted(trials))
+    done = len(sharing.finished(trials)) + 1
+    total = max(done, tickets.target(setup.study, setup.options.trials))
     head = f"[{done:>3}/{total}] {elapsed(setup.elapsed())}"
     if outcome.state == "complete":
         assert outcome.result is not None
@@ -309,7 +360,9 @@ def _progress(setup: Setup, number: int, config: Config, outcome: Outcome, same:
                 " time-limited" if outcome.result.get("time_limited") else "")
             what = f"{rate(value):>12}/s ±{outcome.result['spread']:.1%}{flag}"
         tail = f"best {rate(best)}/s"
-    elif outcome.state == "pruned" and (outcome.reason or "").startswith((PREDICTED, GAVE_UP)):
+        if predicted and same is None:
+            tail += f"; predicted {rate(predicted)}/s"
+    elif outcome.state == "pruned" and (outcome.reason or "").startswith((PREDICTED, GAVE_UP, SKIPPED, VALUED)):
         what, _, tail = (outcome.reason or "").partition(": ")  # what was done, then why it cannot win
     elif outcome.state == "pruned":
         windows = outcome.windows
@@ -327,7 +380,8 @@ def trained(trial: FrozenTrial) -> bool:
     """The trial built its config and trained: complete, or pruned while it ran. One skipped by prediction never
     built its config, so it shows nothing of its values."""
     reason = str(trial.user_attrs.get("reason") or "")
-    return trial.state == TrialState.COMPLETE or (trial.state == TrialState.PRUNED and not reason.startswith(PREDICTED))
+    return trial.state == TrialState.COMPLETE or (
+        trial.state == TrialState.PRUNED and not reason.startswith((PREDICTED, SKIPPED, VALUED)))
 
 
 def learn_failures(setup: Setup, learned: Learned) -> None:

@@ -5,7 +5,8 @@ Requests arrive as plain dicts (``autotune.procs.trial_process`` sends them):
 (``autotune.parity.run.train``), ``inputs`` compares the device decode
 path's images with the host pipeline's (``autotune.parity.images.compare``),
 ``numerics`` a config's gradients with the baseline's
-(``autotune.parity.gradients.compare``),
+(``autotune.parity.gradients.compare``), ``parts`` its step and its loader
+apart (``autotune.trial.parts``),
 ``release`` lets go of device memory,
 ``quit`` ends. Events go back through `send`. A request that fails ends the
 process: a CUDA context that saw an error or an OOM is not trusted again.
@@ -115,6 +116,11 @@ class _Answer:
 
             baseline = Config.from_dict(request["baseline"])
             self.send(event="numerics", found=gradients.compare(self.runner.build, baseline, config, request["lr"]))
+            return
+        if request.get("cmd") == "parts":
+            from autotune.trial import parts
+
+            self.send(event="parts", found=parts.measure(self.runner, config, request["lr"], request["which"]))
             return
         if request.get("cmd") == "parity":
             if self.probe_set is None:

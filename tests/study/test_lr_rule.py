@@ -242,6 +242,9 @@ class FakePool:
         return Outcome("complete", result=ParityRun(config.batch_size, lr, 2.0, loss, (samples,), (loss,), True, 0.1)
                        .as_dict())
 
+    def parts(self, config: Config, lr: float, which: list[str], timeout_s: float) -> Outcome:
+        return Outcome("failed", reason="error: no parts in this fake")  # every config runs end to end
+
     def prestart(self, n: int) -> None:
         pass
 

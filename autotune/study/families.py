@@ -1,0 +1,142 @@
+"""Parity inside the search: a math family is judged as soon as one of its configs is a contender.
+
+A math family is what a config trains with apart from the knobs that keep the
+baseline's arithmetic (``autotune.parity.verdict.SAME_MATH_KNOBS``): its batch size
+with its learning rate, amp, decode, bucketing, padding, and any later knob that
+changes the arithmetic (compile). Checked only after the trials, the verdicts came
+too late to steer anything: on an H200, a text workload's check spent its whole
+share on six batch-4096 configs, all "same numerics", never reached the fast
+batch-1024 and 256 ones, and the search ended without a file. Here:
+
+- after each trial, every new contender's family is judged (its twins reuse the
+  verdict without a run);
+- a rejected family is not measured again: its configs are skipped at no cost, and
+  so is every other batch size while the check is inconclusive (no run can judge
+  one), which leaves the rest of the search to configs with the baseline's math;
+- a batch size rejected at every learning rate sends the search to the batch sizes
+  between it and the baseline's, nearest the baseline first, with the rejected
+  config's other knobs;
+- a seed skipped so is measured with the baseline's math instead, its other knobs
+  kept (the loader's, placement, channels_last, the graph).
+
+The check made here is the one the finalists use (``autotune.study.finalists.choose``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotune.config import Config
+from autotune.parity.check import ParityCheck
+from autotune.parity.verdict import SAME_MATH_KNOBS, ParityError
+from autotune.procs.pool import TrialPool
+from autotune.study import sharing, tickets
+from autotune.study.finalists import PARITY_EXTRA_RUNS, contenders, new_parity_check
+from autotune.study.pools import SOLO
+from autotune.study.setup import Setup
+
+SKIPPED = "skipped by parity"  # how a trial's reason begins when its family can no longer win
+
+
+def math_family(config: Config) -> tuple[tuple[str, Any], ...]:
+    """The knobs in which a config may train otherwise than another: every knob outside SAME_MATH_KNOBS."""
+    return tuple((k, v) for k, v in config.as_dict().items() if k not in SAME_MATH_KNOBS)
+
+
+def between(baseline: int, rejected: int, domain: list[int]) -> list[int]:
+    """The batch sizes of `domain` strictly between the baseline's and a rejected one, nearest the baseline first.
+
+    >>> between(16, 256, [4, 8, 16, 32, 64, 128, 256, 512])
+    [32, 64, 128]
+    >>> between(64, 8, [4, 8, 16, 32, 64])
+    [32, 16]
+    """
+    inside = [b for b in domain if min(baseline, rejected) < b < max(baseline, rejected)]
+    return sorted(inside, key=lambda b: abs(b - baseline))
+
+
+class FamilyGate:
+    """The parity verdicts the search has so far, by math family; what they rule out, and what they send it to."""
+
+    def __init__(self) -> None:
+        self.check: ParityCheck | None = None
+        self.rejected: dict[tuple[tuple[str, Any], ...], Config] = {}  # family -> the config its verdict was made on
+        self.bisected: set[int] = set()  # rejected batch sizes whose in-between batch sizes were queued
+        self.failed: str | None = None  # the check could not run (its baseline run failed): nothing is ruled out
+
+    def judge(self, setup: Setup, pool: TrialPool) -> None:
+        """Judge the family of every contender not judged yet; queue the batch sizes a rejection sends the search to."""
+        if not setup.options.parity_check or self.failed is not None:
+            return
+        found = contenders(setup)
+        new = [c for c in found if self.check is None or c not in self.check.verdicts]
+        if not new:
+            return
+        if self.check is None:
+            largest = max(setup.space.domains["batch_size"])
+            self.check = new_parity_check(setup, pool, list(found), SOLO, max_batch=largest)
+        cap = setup.options.finalists + PARITY_EXTRA_RUNS  # candidate runs in all, as the check after the trials
+        try:
+            self.check.select(new, want=len(new), max_runs=max(0, cap - self.check.runs))
+        except ParityError as exc:
+            self.failed = str(exc)  # the check after the trials says it, and keeps the baseline
+            return
+        for config in new:
+            verdict = self.check.verdicts.get(config)
+            # A verdict made by a comparison, not a crash of the run: that says nothing of the family.
+            if verdict is None or verdict.passed or not verdict.conclusive or verdict.deviation is None:
+                continue
+            self.rejected.setdefault(math_family(config), config)
+            if verdict.family == "batch_size" and config.batch_size not in self.bisected:
+                self.bisected.add(config.batch_size)
+                self._queue_between(setup, config)
+
+    def summary(self) -> str:
+        """How many math families the search judged, and how many it ruled out."""
+        judged = {math_family(c) for c in self.check.verdicts} if self.check is not None else set()
+        return f"parity: {len(judged)} math family(ies) judged during the trials, {len(self.rejected)} rejected"
+
+    def why_skip(self, setup: Setup, config: Config) -> str | None:
+        """Why `config` cannot win on the verdicts so far; None to measure it."""
+        if self.check is None or self.failed is not None or config == setup.baseline:
+            return None
+        twin = self.rejected.get(math_family(config))
+        if twin is not None:
+            return f"{SKIPPED}: its math family was rejected: see {twin.describe()}"
+        if self.check.conclusive is False and config.batch_size != setup.baseline.batch_size:
+            return (f"{SKIPPED}: the check is inconclusive, so no run can judge batch {config.batch_size} against the "
+                    f"baseline's {setup.baseline.batch_size}")
+        hopeless = self.check.why_hopeless(config)
+        return None if hopeless is None else f"{SKIPPED}: {hopeless}"
+
+    def queue_same_math(self, setup: Setup, config: Config) -> Config | None:
+        """Queue, next, a skipped seed's twin with the baseline's math and the seed's other knobs; None if measured.
+
+        A seed is an informed guess at the loop's knobs, and most of its speed is in them (on an H200, batch 128 on
+        the device, eager, ran 2.05x with random labels, where the seeds that found it changed the batch size too).
+        """
+        math = {k: getattr(setup.baseline, k) for k, _ in math_family(config)}
+        twin = setup.space.normalise(setup.space.clip(Config(**{**config.as_dict(), **math})))
+        params = setup.space.params(twin)
+        seen = {setup.config_of(t) for t in setup.study.get_trials(deepcopy=False) if "config" in t.user_attrs}
+        if params is None or twin == setup.baseline or twin in seen:
+            return None
+        with sharing.study_lock(setup.storage, setup.study_name):
+            tickets.insert_next(setup.study, [{"params": params,
+                                               "user_attrs": {"role": "seed", "same_math_of": config.describe()}}])
+        return twin
+
+    def _queue_between(self, setup: Setup, rejected: Config) -> None:
+        """Queue, next, the rejected config at each batch size between the baseline's and its own."""
+        seeds = []
+        for batch in between(setup.baseline.batch_size, rejected.batch_size, setup.space.domains["batch_size"]):
+            config = setup.space.clip(Config(**{**rejected.as_dict(), "batch_size": batch}))
+            params = setup.space.params(config)
+            if params is not None and math_family(config) not in self.rejected:
+                seeds.append({"params": params, "user_attrs": {"role": "seed", "between_of": rejected.describe()}})
+        if not seeds:
+            return
+        with sharing.study_lock(setup.storage, setup.study_name):
+            tickets.insert_next(setup.study, seeds)
+        setup.echo(f"  parity: batch {rejected.batch_size} fails at every rate; trying batch "
+                   f"{', '.join(str(s['params']['batch_size']) for s in seeds)} next")

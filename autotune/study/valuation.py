@@ -1,0 +1,137 @@
+"""The loop valued from its parts: a predicted rate per config, and an interference factor learned from the trials.
+
+A loop runs at about the slower of its step on batches already on the device and
+its loader alone (the second seed's stage 2), where the two overlap: DataLoader
+workers, or data kept on the device. Where one process does both in turn (no
+workers), at their harmonic sum. Both parts are cheap to measure
+(``autotune.trial.parts``), and a step rate serves every config with the same step
+knobs (batch size, amp, channels_last, cuda_graph, and any later knob of the
+step), a loader rate every config with the same loader knobs. What the parts miss
+(a worker that takes a core from the loop's own process, the copy competing with
+the step) is learned as one interference factor: the median, over the configs
+measured end to end, of measured over predicted. Plumber (MLSys'22) and tf.data's
+AUTOTUNE value a pipeline from per-stage rates the same way; DeepSpeed's autotuner
+measures only what such a model ranks high.
+
+A predicted rate is labelled so wherever it is stated: the trial's
+``predicted_samples_per_s`` attribute, the trial line, the study's ``valuation``
+attribute. Every stated rate of a winner comes from an end-to-end measurement.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from typing import Any
+
+from autotune.config import LOADER_KNOBS, Config
+from autotune.text import rate
+
+VALUATION_ATTRIBUTE = "valuation"  # the study's user attribute: Valuation.record()
+VALUED = "skipped, valued from its parts"  # how a trial's reason begins when its predicted rate ruled it out
+TRUSTED_ERROR = 0.25  # the prediction rules configs out only while its median error on measured ones is within this
+# The loader's side of a config: what decides how fast batches are made and handed over. Every other knob is the
+# step's (batch size, amp, channels_last, cuda_graph, and whatever knob of the step comes later, compile).
+LOADER_SIDE = (*LOADER_KNOBS, "batch_size", "placement", "decode", "bucketing", "pad_multiple")
+
+
+def step_key(config: Config) -> tuple[tuple[str, Any], ...]:
+    """What a step rate depends on: every knob of the step, and where the batch comes from (its layout, dtype)."""
+    return tuple((k, v) for k, v in config.as_dict().items() if k not in LOADER_KNOBS or k == "device_normalize")
+
+
+def loader_key(config: Config) -> tuple[tuple[str, Any], ...]:
+    return tuple((k, getattr(config, k)) for k in LOADER_SIDE) + (("channels_last", config.channels_last),)
+
+
+def combine(config: Config, step: float, loader: float) -> float:
+    """The loop's rate from its parts, before interference: overlapped where workers or the device make batches."""
+    if config.placement == "stream" and config.num_workers == 0:
+        return 1.0 / (1.0 / step + 1.0 / loader)  # one process loads, then steps, in turn
+    return min(step, loader)
+
+
+@dataclasses.dataclass
+class Valuation:
+    """Every part measured so far, and what the end-to-end trials said of the predictions made from them."""
+
+    steps: dict[tuple[tuple[str, Any], ...], float] = dataclasses.field(default_factory=dict)
+    loaders: dict[tuple[tuple[str, Any], ...], float] = dataclasses.field(default_factory=dict)
+    ratios: list[float] = dataclasses.field(default_factory=list)  # measured / raw prediction, per measured config
+    errors: list[float] = dataclasses.field(default_factory=list)  # predicted / measured - 1, before learning it
+    valued: int = 0  # configs given a predicted rate
+    ruled_out: int = 0  # of them, not measured end to end because of it
+
+    def missing(self, config: Config) -> list[str]:
+        """The parts of `config` not measured yet."""
+        return [name for name, known, key in (("step", self.steps, step_key(config)),
+                                               ("loader", self.loaders, loader_key(config))) if key not in known]
+
+    def add(self, config: Config, parts: dict[str, dict[str, float]]) -> None:
+        if "step" in parts:
+            self.steps[step_key(config)] = float(parts["step"]["samples_per_s"])
+        if "loader" in parts:
+            self.loaders[loader_key(config)] = float(parts["loader"]["samples_per_s"])
+
+    def raw(self, config: Config) -> float | None:
+        step, loader = self.steps.get(step_key(config)), self.loaders.get(loader_key(config))
+        if not step or not loader:
+            return None
+        return combine(config, step, loader)
+
+    def factor(self) -> float:
+        """The interference factor: measured over predicted, the median over configs measured end to end; 1 before."""
+        return statistics.median(self.ratios) if self.ratios else 1.0
+
+    def predict(self, config: Config) -> float | None:
+        raw = self.raw(config)
+        return None if raw is None else raw * self.factor()
+
+    def learn(self, config: Config, measured: float) -> float | None:
+        """Fold an end-to-end measurement in; the prediction's error on it, made before it was known."""
+        raw = self.raw(config)
+        if raw is None or measured <= 0:
+            return None
+        error = raw * self.factor() / measured - 1.0
+        self.errors.append(error)
+        self.ratios.append(measured / raw)
+        return error
+
+    def trusted(self) -> bool:
+        """The prediction may rule configs out: its median error on the measured ones is within TRUSTED_ERROR."""
+        return bool(self.errors) and statistics.median(abs(e) for e in self.errors) <= TRUSTED_ERROR
+
+    def why_skip(self, config: Config, best: float | None, clearly_worse: float) -> str | None:
+        """Why `config` need not be measured end to end: its predicted rate is clearly worse than the best measured."""
+        predicted = self.predict(config)
+        if predicted is None or best is None or not self.trusted() or predicted >= clearly_worse * best:
+            return None
+        self.ruled_out += 1
+        return (f"{VALUED}: predicted {rate(predicted)}/s (step {rate(self.steps[step_key(config)])}/s, loader "
+                f"{rate(self.loaders[loader_key(config)])}/s, x{self.factor():.2f}), under {clearly_worse:.0%} of "
+                f"the best measured {rate(best)}/s")
+
+    def record(self) -> dict[str, Any]:
+        """The study's `valuation` attribute: how much was valued, measured, and how far off the prediction was."""
+        return {
+            "configs_valued": self.valued,
+            "configs_ruled_out": self.ruled_out,
+            "configs_measured": len(self.errors),
+            "interference_factor": round(self.factor(), 3),
+            "median_abs_error": round(statistics.median(abs(e) for e in self.errors), 4) if self.errors else None,
+            "errors": [round(e, 4) for e in self.errors],
+            "step_rates": len(self.steps),
+            "loader_rates": len(self.loaders),
+        }
+
+    def summary(self) -> str:
+        made = self.record()
+        if not self.errors:
+            return (f"valuation: {self.valued} config(s) valued from their parts ({len(self.steps)} step rate(s), "
+                    f"{len(self.loaders)} loader rate(s)); none measured end to end to compare with")
+        worst = max(self.errors, key=abs)
+        return (f"valuation: {self.valued} config(s) valued from their parts ({len(self.steps)} step rate(s) on "
+                f"device-resident batches, {len(self.loaders)} loader rate(s) alone), {self.ruled_out} ruled out by "
+                f"their predicted rate, {len(self.errors)} measured end to end; interference factor "
+                f"{self.factor():.2f} (measured over predicted, median); the prediction's error on the measured ones: "
+                f"median {made['median_abs_error']:.0%}, worst {worst:+.0%}")

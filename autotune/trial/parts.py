@@ -1,0 +1,57 @@
+"""A loop's two parts, measured apart in a trial process: its step on device-resident batches, and its loader alone.
+
+A loop runs at about the slower of the two where they overlap (DataLoader workers, a
+GPU's queue), and at their harmonic sum where one process does both in turn (no
+workers on a CPU). These are the feeds ``autotune diagnose`` times (``(a)`` and
+``(b)``, ``autotune.trial.probe``): the step fed synthetic batches of the
+workload's own structure already on the device, and the loader with the model
+removed, each batch copied to the device. Each takes seconds where an end-to-end
+trial of a heavy model takes most of a minute; ``autotune.study.valuation`` turns
+them into a predicted rate per config.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotune.batch import to_device
+from autotune.config import Config
+from autotune.trial.probe import Repeat, probe, synthetic
+from autotune.trial.timing import Windows
+
+# Short windows, as a diagnosis's: a part is a guide to which configs to measure, and the interference factor
+# learned from the end-to-end trials absorbs what is systematic in its error.
+PART_WINDOWS = Windows(warmup_steps=5, window_s=0.2, min_windows=4, max_windows=8, rel_tol=0.05, boundaries=1)
+
+
+def step_rate(runner: Any, config: Config, lr: float, windows: Windows = PART_WINDOWS) -> dict[str, float]:
+    """Samples/s of `config`'s step on synthetic batches of the workload's structure, already on the device."""
+    loader, step, _ = runner.build(config, lr)
+    first = next(iter(loader))
+    on_device = to_device(first, runner.device)
+    del loader
+    fed = Repeat(synthetic(on_device), count=runner.workload.count)
+    p = probe("step", step, fed, runner.device, windows, runner.workload.count)
+    return {"samples_per_s": p.samples_per_s, "spread": p.spread, "seconds": round(p.seconds, 3)}
+
+
+def loader_rate(runner: Any, config: Config, lr: float, windows: Windows = PART_WINDOWS) -> dict[str, float]:
+    """Samples/s of `config`'s loader alone, each batch copied to the device; each epoch's start-up spread over it."""
+    loader, _, _ = runner.build(config, lr)
+    non_blocking = config.pin_memory and runner.device.type == "cuda"
+
+    def copy(batch: Any) -> Any:
+        return to_device(batch, runner.device, non_blocking)
+
+    p = probe("loader", copy, loader, runner.device, windows, runner.workload.count)
+    return {"samples_per_s": p.end_to_end, "spread": p.spread, "seconds": round(p.seconds, 3)}
+
+
+def measure(runner: Any, config: Config, lr: float, which: list[str]) -> dict[str, dict[str, float]]:
+    """The parts named in `which` ("step", "loader") of `config`, each measured once."""
+    made: dict[str, dict[str, float]] = {}
+    if "step" in which:
+        made["step"] = step_rate(runner, config, lr)
+    if "loader" in which:
+        made["loader"] = loader_rate(runner, config, lr)
+    return made

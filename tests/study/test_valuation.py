@@ -1,0 +1,127 @@
+"""The loop valued from its parts: the prediction against the end-to-end measurement on a loader-bound and a
+step-bound CPU fixture, and what the valuation learns and states."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import pytest
+import torch
+
+from autotune.config import Config
+from autotune.study.valuation import VALUED, Valuation, combine, loader_key, step_key
+from autotune.trial import parts
+from autotune.trial.runner import Runner
+from autotune.trial.timing import Windows
+from autotune.workloads import RecipeRef, load
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("fixture", "bound"), [("heavy_reads", "loader"), ("heavy_step", "step")])
+def test_the_prediction_from_the_parts_is_within_25_percent_of_the_loop(
+    fixture: str, bound: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As the search uses it: the interference factor learned from one config measured end to end (the workload's
+    own), the prediction made for another (twice its batch) before that one is measured."""
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    torch.set_num_threads(1)  # one core's work, as a trial process beside another on a shared host
+    path = FIXTURES / f"{fixture}.py"
+    workload = load(RecipeRef(fixture, path, path.with_suffix(".tuned.toml"), False))
+    runner = Runner(workload, torch.device("cpu"), cpu_share=1)
+    lr, bs = float(workload.defaults["lr"]), workload.defaults["batch_size"]
+    learned_on, predicted_for = Config(batch_size=bs), Config(batch_size=2 * bs)
+    # Three rounds, each part beside its loop, medians of each: on a shared host the cores' speed drifts by a third
+    # within a minute (the load of other processes), and a part measured in one minute, the loop in another, would
+    # compare two hosts.
+    rounds: dict[Config, list[tuple[dict[str, dict[str, float]], float]]] = {learned_on: [], predicted_for: []}
+    for _ in range(3):
+        for config in rounds:
+            found = parts.measure(runner, config, lr, ["step", "loader"])
+            rounds[config].append((found, runner.run(config, lr, Windows())["samples_per_s"]))
+    valuation = Valuation()
+    measured = {}
+    for config, made in rounds.items():
+        valuation.add(config, {part: {"samples_per_s": statistics.median(f[part]["samples_per_s"] for f, _ in made)}
+                               for part in ("step", "loader")})
+        measured[config] = statistics.median(m for _, m in made)
+    step, loader = valuation.steps[step_key(predicted_for)], valuation.loaders[loader_key(predicted_for)]
+    assert (step < loader) == (bound == "step"), rounds
+    valuation.learn(learned_on, measured[learned_on])
+    predicted = valuation.predict(predicted_for)
+    assert predicted is not None
+    error = predicted / measured[predicted_for] - 1
+    with capsys.disabled():
+        print(f"\n{fixture} ({bound}-bound), bs={predicted_for.batch_size}: step {step:,.0f}/s, "
+              f"loader {loader:,.0f}/s, "
+              f"interference factor {valuation.factor():.2f} (from bs={bs}), predicted {predicted:,.0f}/s, measured "
+              f"{measured[predicted_for]:,.0f}/s end to end: error {error:+.1%}")
+    assert abs(error) <= 0.25
+
+
+def test_a_step_rate_serves_every_loader_and_a_loader_rate_every_step() -> None:
+    a = Config(batch_size=64, num_workers=2, persistent_workers=True, prefetch_factor=2)
+    b = Config(batch_size=64, num_workers=4, persistent_workers=True, prefetch_factor=4)
+    c = Config(batch_size=64, num_workers=2, persistent_workers=True, prefetch_factor=2, amp="bf16")
+    assert step_key(a) == step_key(b) and loader_key(a) != loader_key(b)
+    assert step_key(a) != step_key(c) and loader_key(a) == loader_key(c)
+    assert step_key(a) != step_key(Config(batch_size=128, num_workers=2))
+
+
+def test_the_interference_factor_is_learned_and_rules_out_only_once_trusted() -> None:
+    v = Valuation()
+    a = Config(batch_size=64, num_workers=2, prefetch_factor=2)
+    b = Config(batch_size=64, num_workers=1, prefetch_factor=2)
+    v.add(a, {"step": {"samples_per_s": 1000.0}, "loader": {"samples_per_s": 800.0}})
+    v.add(b, {"loader": {"samples_per_s": 300.0}})
+    assert (v.predict(a), v.predict(b)) == (800.0, 300.0)  # overlapped: the slower part
+    assert v.why_skip(b, 800.0, 0.5) is None, "no end-to-end trial yet: nothing is ruled out"
+    assert v.learn(a, 640.0) == pytest.approx(0.25)  # predicted 800, measured 640: workers took the loop's cores
+    assert v.factor() == 0.8 and v.predict(b) == pytest.approx(240.0)
+    assert v.why_skip(b, 640.0, 0.5) == (f"{VALUED}: predicted 240/s (step 1,000/s, loader 300/s, x0.80), under 50% "
+                                         f"of the best measured 640/s")
+    serial = Config(batch_size=64)
+    assert combine(serial, 1000.0, 1000.0) == 500.0  # no workers: one process loads, then steps
+    assert v.record()["configs_measured"] == 1 and v.record()["interference_factor"] == 0.8
+
+
+@pytest.mark.steady
+def test_a_search_values_configs_from_their_parts_and_labels_every_predicted_rate(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from study.test_search import FakePool
+
+    from autotune.options import SearchOptions
+    from autotune.procs.trial_process import Outcome
+    from autotune.study import pools, search
+    from autotune.study.setup import open_study, prepare
+
+    FakePool.runs = []
+    monkeypatch.setattr(pools, "TrialPool", FakePool)
+
+    def fake_parts(self: FakePool, config: Config, lr: float, which: list[str], timeout_s: float) -> Outcome:
+        # The fake loop's rate is its step's; its loader is ten times faster. Loop and parts agree: error 0.
+        step = FakePool.rate(config)
+        made = {"step": {"samples_per_s": step}, "loader": {"samples_per_s": 10 * step}}
+        return Outcome("complete", result={part: made[part] for part in which})
+
+    monkeypatch.setattr(FakePool, "parts", fake_parts)
+    lines: list[str] = []
+    search("tiny", SearchOptions(trials=30, seed=3, finalists=1, rounds=1, parity_check=False), echo=lines.append)
+    trials = open_study(prepare("tiny", SearchOptions(trials=30, parity_check=False), echo=lambda line: None)).study
+    valued = [t for t in trials.trials if str(t.user_attrs.get("reason") or "").startswith(VALUED)]
+    measured = [t for t in trials.trials if "prediction_error" in t.user_attrs]
+    assert valued and measured
+    assert all(t.state.name == "PRUNED" and "duration_s" not in t.user_attrs and t.value is None for t in valued)
+    assert all(t.user_attrs["predicted_samples_per_s"] > 0 for t in valued + measured)
+    record = trials.user_attrs["valuation"]
+    assert record["configs_ruled_out"] == len(valued) and record["configs_measured"] == len(measured)
+    # Measured over predicted: 1 where the loader overlaps the step (workers, or the data on the device), 1.1 where
+    # one process does both in turn (the fake loop does not pay for its loader); most measured configs overlap.
+    ratios = sorted(1 / (1 + t.user_attrs["prediction_error"]) for t in measured)
+    assert record["interference_factor"] == pytest.approx(statistics.median(ratios), abs=2e-3) == 1.0
+    said = [line for line in lines if line.startswith("valuation: ")]
+    assert len(said) == 1 and f"{len(valued)} ruled out by their predicted rate" in said[0]
+    assert any(line.startswith("[") and VALUED in line for line in lines)
