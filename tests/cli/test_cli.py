@@ -105,8 +105,8 @@ def test_bad_input_is_one_message_and_exit_status_2(project: Path) -> None:
     assert (
         result.stderr.strip().splitlines()[-1]
         == "Error: --fix names unknown knob 'turbo'; the knobs are: placement, batch_size, num_workers, pin_memory, "
-        "persistent_workers, prefetch_factor, decode, device_normalize, bucketing, pad_multiple, cudnn_benchmark, "
-        "channels_last, amp, cuda_graph."
+        "persistent_workers, prefetch_factor, decode, decode_share, device_normalize, bucketing, pad_multiple, "
+        "cudnn_benchmark, channels_last, amp, cuda_graph, compile."
     )
     assert "Traceback" not in result.stderr
     assert not (project / ".autotune").exists()

@@ -338,10 +338,10 @@ def test_under_gpus_the_writer_checks_while_another_searcher_ends_its_last_trial
 
     monkeypatch.setattr(FakePool, "parity_run", run_and_say)
 
-    def finish() -> None:  # the other searcher's trial ends once the check has run and it has begun, or after 30 s
+    def finish() -> None:  # the other searcher's trial ends once the check has run and the writer waits for it
         checked.wait(30)
         deadline = time.monotonic() + 30
-        while not others and time.monotonic() < deadline:
+        while not any(line.startswith("waiting for 1 trial") for line in lines) and time.monotonic() < deadline:
             time.sleep(0.05)
         setup.study.tell(others[0], state=optuna.trial.TrialState.FAIL)
 

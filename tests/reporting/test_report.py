@@ -151,6 +151,7 @@ def test_report_tables_failures_and_importances(stored: str, tmp_path: Path) -> 
         "amp",
         "cuda_graph",
         "channels_last",
+        "compile",
     }
     assert rep.notes == (NO_ROUNDS,)
 
