@@ -32,7 +32,7 @@ from autotune.parity.verdict import SAME_MATH_KNOBS, ParityError
 from autotune.procs.pool import TrialPool
 from autotune.study import sharing, tickets
 from autotune.study.finalists import PARITY_EXTRA_RUNS, contenders, new_parity_check
-from autotune.study.pools import SOLO
+from autotune.study.pools import SOLO, Team
 from autotune.study.setup import Setup
 
 SKIPPED = "skipped by parity"  # how a trial's reason begins when its family can no longer win
@@ -58,7 +58,8 @@ def between(baseline: int, rejected: int, domain: list[int]) -> list[int]:
 class FamilyGate:
     """The parity verdicts the search has so far, by math family; what they rule out, and what they send it to."""
 
-    def __init__(self) -> None:
+    def __init__(self, team: Team = SOLO) -> None:
+        self.team = team  # under --gpus: a searcher may be making the baseline's parity run for this check
         self.check: ParityCheck | None = None
         self.rejected: dict[tuple[tuple[str, Any], ...], Config] = {}  # family -> the config its verdict was made on
         self.bisected: set[int] = set()  # rejected batch sizes whose in-between batch sizes were queued
@@ -73,8 +74,12 @@ class FamilyGate:
         if not new:
             return
         if self.check is None:
+            if self.team.baseline_run_pending():
+                # A --gpus searcher is making the baseline's run for this very check: judge once it is stored and
+                # adopted, not with a second baseline run of our own (minutes on a heavy model).
+                return
             largest = max(setup.space.domains["batch_size"])
-            self.check = new_parity_check(setup, pool, list(found), SOLO, max_batch=largest)
+            self.check = new_parity_check(setup, pool, list(found), self.team, max_batch=largest)
         cap = setup.options.finalists + PARITY_EXTRA_RUNS  # candidate runs in all, as the check after the trials
         try:
             self.check.select(new, want=len(new), max_runs=max(0, cap - self.check.runs))

@@ -103,7 +103,7 @@ def _trials(setup: Setup, pools: SearchPools, team: Team) -> ParityCheck | None:
     writes = setup.options.write_tuned_file
     if team.round_devices and writes:
         pools.prestart_rounds()  # under --gpus, the other devices' round processes start beside the first trials
-    learned = run_trials(setup, pools.trials)
+    learned = run_trials(setup, pools.trials, team=team if writes else SOLO)
     # How much was searched: configs valued from their parts, measured end to end, families judged.
     setup.echo(learned.valuation.summary())
     if setup.options.parity_check:

@@ -28,6 +28,7 @@ from autotune.study import memory, seed_retry, sharing, tickets
 from autotune.study.failures import Finished, Hopeless, blocks, hopeless_values
 from autotune.study.families import SKIPPED, FamilyGate
 from autotune.study.finalists import baseline_rate, check_budget, trial_run_s
+from autotune.study.pools import SOLO, Team
 from autotune.study.predict import PREDICTED, LoaderModel
 from autotune.study.setup import SearchError, Setup
 from autotune.study.valuation import VALUATION_ATTRIBUTE, VALUED, Valuation
@@ -75,9 +76,13 @@ def loader_model(setup: Setup) -> LoaderModel:
     return LoaderModel(setup.facts.load_cpu_s, setup.machine.cpu_share, ratio)
 
 
-def run_trials(setup: Setup, pool: TrialPool, learned: Learned | None = None) -> Learned:
-    """Take tickets until none is left or the time budget is spent; returns what was learned on the way."""
-    learned = learned or Learned(sampler=setup.study.sampler)
+def run_trials(setup: Setup, pool: TrialPool, learned: Learned | None = None, team: Team = SOLO) -> Learned:
+    """Take tickets until none is left or the time budget is spent; returns what was learned on the way.
+
+    `team`: under --gpus, the writer's, so the parity verdicts made during the trials adopt the baseline's run a
+    searcher makes for them.
+    """
+    learned = learned or Learned(sampler=setup.study.sampler, families=FamilyGate(team))
     if learned.loader is None:
         learned.loader = loader_model(setup)
     while not out_of_time(setup):

@@ -48,11 +48,13 @@ def test_search_writes_the_recipe_then_resumes_and_show_prints_it(project: Path)
             "  amp: off",
         ][:8]
     )
-    assert lines[8:15] == [
+    assert lines[8:17] == [
         "  pin_memory: left out (needs CUDA)",
         "  cudnn_benchmark: left out (needs CUDA)",
         "  cuda_graph: left out (needs CUDA)",
+        "  compile: left out (needs CUDA)",
         "  decode: left out (needs CUDA)",
+        "  decode_share: left out (needs CUDA)",
         "  device_normalize: left out (needs CUDA)",
         "  bucketing: left out (the workload gives no sample_lengths(dataset))",
         "  pad_multiple: left out (the workload gives no collate_fn, and DataLoader's default_collate pads nothing)",
@@ -75,7 +77,8 @@ def test_search_writes_the_recipe_then_resumes_and_show_prints_it(project: Path)
         "pin_memory": "needs CUDA",
         "cudnn_benchmark": "needs CUDA",
         "cuda_graph": "needs CUDA",
-        "decode": "needs CUDA", "device_normalize": "needs CUDA",
+        "compile": "needs CUDA",
+        "decode": "needs CUDA", "decode_share": "needs CUDA", "device_normalize": "needs CUDA",
         "bucketing": "the workload gives no sample_lengths(dataset)",
         "pad_multiple": "the workload gives no collate_fn, and DataLoader's default_collate pads nothing",
     }
