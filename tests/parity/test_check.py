@@ -318,12 +318,12 @@ def test_under_gpus_the_writer_checks_while_another_searcher_ends_its_last_trial
     others: list[optuna.Trial] = []
     own_tickets = run.run_trials
 
-    def then_another_worker_takes_one(*args: Any) -> Any:
-        learned = own_tickets(*args)
-        others.append(setup.study.ask())  # another worker's last trial, still running when this worker's are done
+    def then_another_searcher_takes_one(*args: Any, **kwargs: Any) -> Any:
+        learned = own_tickets(*args, **kwargs)
+        others.append(setup.study.ask())  # another searcher's last trial, still running when this one's are done
         return learned
 
-    monkeypatch.setattr(run, "run_trials", then_another_worker_takes_one)
+    monkeypatch.setattr(run, "run_trials", then_another_searcher_takes_one)
     team = pools.Team(round_devices=("cpu", "cpu"))  # under --gpus: this process writes
     search_pools = pools.SearchPools(setup, team=team)
     checked = threading.Event()
