@@ -16,6 +16,7 @@ from autotune.tuned import file as tuned_file
 JOB = Path(__file__).parent / "torchrun_job.py"
 
 
+@pytest.mark.e2e  # a real torchrun job: two ranks in processes of their own
 @pytest.mark.slow
 def test_two_ranks_see_disjoint_samples_and_agree_after_a_step(project: Path) -> None:
     tuned_file.write_profile(

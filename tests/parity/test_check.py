@@ -40,6 +40,7 @@ def run(rule: str, check: bool = True) -> tuple[list[str], dict[str, Any]]:
     return lines, result.profile
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_a_rejected_config_cannot_win_and_without_the_check_it_does(project: Path) -> None:
     # Batch 128 at the batch-16 learning rate learns far less in the same samples: rejected, and nothing else is

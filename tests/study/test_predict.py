@@ -51,6 +51,7 @@ def test_a_trial_above_its_ceiling_shows_the_model_wrong_and_nothing_is_skipped_
     assert model.summary().startswith("prediction: found wrong (bs=64 workers=1")
 
 
+@pytest.mark.e2e  # a whole search in real processes
 @pytest.mark.alone  # which trials are skipped follows measured rates
 def test_a_search_skips_streaming_configs_whose_loader_cannot_reach_the_best(project: Path) -> None:
     shutil.copy(FIXTURES / "heavy_reads.py", project / "recipes" / "heavy_reads.py")
