@@ -1,7 +1,12 @@
 """The training loop a config describes, shared by the trials and the user's own training code.
 
 - ``loader``: the DataLoader, or the ``DeviceLoader`` that keeps the data set on the device;
+- ``sourced``: a loader that makes its batches from a DataLoader's, and the arguments both share;
+- ``buckets``: batches of similar length, padding to a multiple;
+- ``device_normalize``, ``device_decode``, ``hybrid_decode``, ``crops``: the pipeline's tail, or its
+  JPEG decoding and augmentation, on the device (whole or a share of each batch);
 - ``step``: one training step, eager or captured in a CUDA graph, with its hooks (``hooks``);
+- ``compiled``: the step's loss under ``torch.compile``, its compile time counted, its failures named;
 - ``lr``: learning rates on the device, which a scheduler reaches under a graph.
 """
 

@@ -3,10 +3,13 @@
 ``search()`` (``run``) is four steps, each in a module of its own:
 
 - ``setup``: the workload, the machine, the ``space`` of knobs, the study and its ``seeds``;
-- ``trials``: take tickets (``sharing``), measure each config, learn hopeless values (``failures``),
+- ``trials``: take tickets (``tickets``, ``sharing``) one at a time, measure each config, value the
+  next from its parts (``valuation``, ``predict``), judge each new contender's math family
+  (``families``), learn hopeless values (``failures``) and retry seeds without them (``seed_retry``),
   stop clearly worse trials early (``pruner``);
 - ``finalists``: the parity check (``autotune.parity``) and the rounds measured again;
-- ``profile``: the winner and its profile, written to the tuned file.
+- ``profile``: the winner and its profile, written to the tuned file (``answer``: the workload's own
+  settings when nothing faster may win; ``ending``: what a rerun reuses when only the write failed).
 
 Around them: ``storage`` (SQLite or PostgreSQL), ``claim`` (which searcher
 writes), ``pools`` (the search's trial processes), ``baseline_run``,
