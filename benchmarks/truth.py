@@ -100,6 +100,25 @@ def _configs(cores: int, bs: int) -> dict[str, dict[str, Config]]:
                 **({"channels_last": True, "amp": "bf16"} if bf16 else {}))
             for w in (8, 12, cores - 1, cores) for bf16 in (False, True)
         },
+        # The hand sweep a search's winner is held against (issue 44): workers 8 to all cores, each with six loops
+        # across device_normalize, decode (host, device, half and half), amp, channels_last and compile. 24 rows.
+        "wide": {
+            f"{w} workers, {name}": Config(bs, num_workers=w, prefetch_factor=4, persistent_workers=True,
+                                           pin_memory=True, cudnn_benchmark=True, **knobs)
+            for w in sorted({8, 12, cores - 1, cores})
+            for name, knobs in (
+                ("fp32", {}),
+                ("fp32+CL, uint8 normalized on the device", dict(channels_last=True, device_normalize=True)),
+                ("bf16+CL, uint8 normalized on the device", dict(channels_last=True, amp="bf16",
+                                                                 device_normalize=True)),
+                ("bf16+CL, uint8, compiled", dict(channels_last=True, amp="bf16", device_normalize=True,
+                                                  compile="default")),
+                ("bf16+CL, gpu decode, compiled", dict(channels_last=True, amp="bf16", decode="gpu",
+                                                       compile="default")),
+                ("bf16+CL, half gpu decode, compiled", dict(channels_last=True, amp="bf16", decode="gpu",
+                                                            decode_share=0.5, compile="default")),
+            )
+        },
         # The two decode paths side by side, with as many workers as the cores leave one for the loop.
         "decode": {
             f"{cores - 1} workers, {where} decode, bf16+CL": Config(
@@ -544,7 +563,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--recipe", default="imagenet_resnet50")
     parser.add_argument("--configs", default="default",
-                        help="default, sweep, decode, hybrid, pixels, gpu_workers, or tuned (the tuned file's profile)")
+                        help="default, sweep, wide, decode, hybrid, pixels, gpu_workers, or tuned (the tuned file's profile)")
     parser.add_argument("--seconds", type=float, default=30.0, help="how long the hand-written loop is timed")
     parser.add_argument("--only", type=int, help="the first N configs of the set only")
     parser.add_argument("--match", default="", help="only the configs whose name this regular expression finds")

@@ -117,26 +117,38 @@ def graph_broken_by_a_sync(trials: Iterable[Finished]) -> list[Hopeless]:
     return [Hopeless((("cuda_graph", True),), (first.number,), first.reason or "", rule)]
 
 
+# What a Dynamo trace of the step sees of the batch besides its shape: where it comes from, its memory format and
+# its dtype. A graph break can come from one of them: on an H200, mnist_cnn's `out.view(...)` broke the graph on a
+# streamed channels_last batch, while the same CNN compiled on a device-resident contiguous one.
+BATCH_LAYOUT = ("placement", "channels_last", "device_normalize")
+
+
 def compile_failed(trials: Iterable[Finished]) -> list[Hopeless]:
     """The compile values a failed compile rules out, from the first failure of each kind; none before one.
 
-    A graph break rules out every mode; recompilations every mode at the failed trial's pad_multiple and bucketing;
-    a compiler error its own mode.
+    A graph break rules out every mode with that batch layout (BATCH_LAYOUT), and every mode at all once a
+    second layout broke too; recompilations every mode at the failed trial's pad_multiple and bucketing; a
+    compiler error its own mode.
     """
     found: list[Hopeless] = []
     modes = COMPILE_CHOICES[1:]
     for kind, rule in ((GRAPH_BREAK, "cannot compile this workload's step as one graph"),
                        (RECOMPILED, "recompiles past Dynamo's limit at these shapes"),
                        (COMPILER_ERROR, "failed to compile")):
-        first = min((t for t in trials if not t.ran and (t.reason or "").startswith(kind)),
-                    key=lambda t: t.number, default=None)
-        if first is None:
+        failed = sorted((t for t in trials if not t.ran and (t.reason or "").startswith(kind)), key=lambda t: t.number)
+        if not failed:
             continue
-        shapes: tuple[tuple[str, Any], ...] = ()
+        first = failed[0]
+        scope: tuple[tuple[str, Any], ...] = ()
         if kind == RECOMPILED:
-            shapes = tuple((k, first.config[k]) for k in ("pad_multiple", "bucketing") if k in first.config)
+            scope = tuple((k, first.config[k]) for k in ("pad_multiple", "bucketing") if k in first.config)
+        if kind == GRAPH_BREAK:
+            layouts = {tuple((k, _key(t.config.get(k))) for k in BATCH_LAYOUT): t for t in reversed(failed)}
+            if len(layouts) == 1:  # one layout broke: others may not (a view of a channels_last batch)
+                scope = tuple((k, first.config[k]) for k in BATCH_LAYOUT if k in first.config)
+            # else two layouts broke: the break is the model's, and every mode goes
         for mode in (first.config.get("compile"),) if kind == COMPILER_ERROR else modes:
-            found.append(Hopeless((("compile", mode), *shapes), (first.number,), first.reason or "", rule))
+            found.append(Hopeless((("compile", mode), *scope), (first.number,), first.reason or "", rule))
     return found
 
 

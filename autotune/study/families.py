@@ -96,6 +96,10 @@ class FamilyGate:
                 self.bisected.add(config.batch_size)
                 self._queue_between(setup, config)
 
+    def spent_s(self) -> float:
+        """Seconds the check has taken so far, its baseline run included: the trials' reserve for it is that less."""
+        return self.check.budget.seconds if self.check is not None else 0.0
+
     def summary(self) -> str:
         """How many math families the search judged, and how many it ruled out."""
         judged = {math_family(c) for c in self.check.verdicts} if self.check is not None else set()

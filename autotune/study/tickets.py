@@ -47,9 +47,14 @@ def target(study: optuna.Study, default: int) -> int:
     return int(study.user_attrs.get(TARGET_ATTRIBUTE, default))
 
 
+VALUED_ROLE = "valued"  # a config the plan valued from its parts and recorded without measuring (autotune.study.plan)
+
+
 def started(trials: list[FrozenTrial]) -> list[FrozenTrial]:
-    """The counted trials that a worker took: running or finished; an interrupted one's retry stands for it."""
-    return [t for t in sharing.counted(trials) if t.state != TrialState.WAITING]
+    """The counted trials that a worker took: running or finished; an interrupted one's retry stands for it. A
+    config the plan valued and recorded without measuring is no trial taken: --trials counts measurements."""
+    return [t for t in sharing.counted(trials)
+            if t.state != TrialState.WAITING and t.user_attrs.get("role") != VALUED_ROLE]
 
 
 def waiting(trials: list[FrozenTrial]) -> list[FrozenTrial]:

@@ -24,7 +24,7 @@ from autotune.parity.verdict import run_length
 from autotune.procs import lifecycle
 from autotune.procs.pool import TrialPool
 from autotune.procs.trial_process import GAVE_UP, Outcome
-from autotune.study import memory, seed_retry, sharing, tickets
+from autotune.study import memory, plan, seed_retry, sharing, tickets
 from autotune.study.failures import Finished, Hopeless, blocks, hopeless_values
 from autotune.study.families import SKIPPED, FamilyGate
 from autotune.study.finalists import baseline_rate, check_budget, trial_run_s
@@ -85,10 +85,12 @@ def run_trials(setup: Setup, pool: TrialPool, learned: Learned | None = None, te
     learned = learned or Learned(sampler=setup.study.sampler, families=FamilyGate(team))
     if learned.loader is None:
         learned.loader = loader_model(setup)
-    while not out_of_time(setup):
+    while not out_of_time(setup, learned.families.spent_s()):
         check_baseline(setup)
         learn_failures(setup, learned)
         seed_retry.queue_retries(setup.study, setup.storage, learned.hopeless, setup.baseline)
+        if learned.valuation is not None and setup.options.write_tuned_file and baseline_done(setup):
+            plan.make(setup, pool, learned.valuation)  # once: the grid valued, its fastest queued next
         ticket = tickets.take(setup.study, setup.storage, setup.options.trials,
                               adjust=lambda params: seed_retry.without(params, learned.hopeless, setup.baseline))
         if ticket is None:
@@ -99,7 +101,13 @@ def run_trials(setup: Setup, pool: TrialPool, learned: Learned | None = None, te
     return learned
 
 
-def out_of_time(setup: Setup) -> bool:
+def baseline_done(setup: Setup) -> bool:
+    """The baseline's trial is complete: the plan's parts then have a rate to be compared with."""
+    return any(t.user_attrs.get("role") == "baseline"
+               for t in setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+
+
+def out_of_time(setup: Setup, check_spent_s: float = 0.0) -> bool:
     """No trial may start: the time left in the budget would not cover the end of the search.
 
     The end is the parity check (the baseline's run at its trial's rate, each candidate's guessed at
@@ -125,9 +133,14 @@ def out_of_time(setup: Setup) -> bool:
     finalists = min(setup.options.finalists, max(1, len(complete) - 1))
     check_s = 0.0
     rate = baseline_rate(setup)
-    if setup.options.parity_check and rate:
+    # Training runs judge a new batch size only: a config at the baseline's batch that changes amp or compile is
+    # judged by its gradients, in seconds (autotune.parity.numerics), and the rest keep the baseline's math. On an
+    # H200 the reserved baseline run (72 s) of a ResNet-50 search whose configs all kept batch 256 cost it a trial.
+    new_batch = any(setup.config_of(t).batch_size != setup.baseline.batch_size for t in complete if "config" in t.user_attrs)
+    if setup.options.parity_check and rate and new_batch:
         samples, _ = run_length(setup.baseline.batch_size, max(setup.space.domains["batch_size"]), rate)
         check_s = min(samples / rate * (1 + 0.5 * finalists), check_budget(setup) or float("inf"))
+        check_s = max(0.0, check_s - check_spent_s)  # what the check made during the trials is spent already
     rounds_s = (finalists + 1) * min(setup.options.rounds, 1) * trial_s
     return setup.elapsed() + trial_s + check_s + rounds_s >= budget
 
@@ -179,6 +192,8 @@ def _run_trial(
             if same is not None:  # the sampler proposed a config already measured: reuse its outcome
                 outcome = _outcome_of(same)
                 trial.set_user_attr("duplicate_of", same.number)
+                if "predicted_samples_per_s" in same.user_attrs:  # a config the plan valued: its prediction stands
+                    trial.set_user_attr("predicted_samples_per_s", same.user_attrs["predicted_samples_per_s"])
             elif blocked is not None:  # known not to work: record it, spend no time on it
                 outcome = Outcome("failed", reason=f"skipped: {blocked.short()}")
             elif trial.user_attrs.get("role") != "baseline" and families is not None and (
@@ -290,8 +305,9 @@ def _valued(setup: Setup, trial: optuna.Trial, config: Config, lr: float, pool: 
             valuation: Valuation) -> str | None:
     """Value `config` from its parts (measuring those not known yet) and say why it need not run end to end, if so.
 
-    Its predicted rate is kept on the trial, labelled as predicted. The baseline and the seeds always run: every
-    speed-up is stated against the one, and the others are what the interference factor is learned from first.
+    Its predicted rate is kept on the trial, labelled as predicted. The baseline always runs: every speed-up is
+    stated against it. A seed runs unless the prediction, trusted by then (``Valuation.trusted``), puts it clearly
+    under the best measured: the plan's queued configs (``autotune.study.plan``) are seeds too, and they come first.
     """
     missing = valuation.missing(config)
     if missing:
@@ -306,7 +322,7 @@ def _valued(setup: Setup, trial: optuna.Trial, config: Config, lr: float, pool: 
         return None
     valuation.valued += 1
     trial.set_user_attr("predicted_samples_per_s", round(predicted, 1))
-    if trial.user_attrs.get("role") in ("baseline", "seed"):
+    if trial.user_attrs.get("role") == "baseline":  # every speed-up is stated against it
         return None
     values = [t.value for t in setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value]
     why = valuation.why_skip(config, max(values, default=None), getattr(setup.study.pruner, "ratio", 0.5))
@@ -351,7 +367,7 @@ def _outcome_of(trial: FrozenTrial) -> Outcome:
 def _progress(setup: Setup, number: int, config: Config, outcome: Outcome, same: FrozenTrial | None,
               predicted: float | None = None) -> None:
     trials = setup.study.get_trials(deepcopy=False)
-    done = len(sharing.finished(trials)) + 1
+    done = len([t for t in tickets.started(trials) if t.state.is_finished()]) + 1
     total = max(done, tickets.target(setup.study, setup.options.trials))
     head = f"[{done:>3}/{total}] {elapsed(setup.elapsed())}"
     if outcome.state == "complete":

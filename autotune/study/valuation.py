@@ -30,9 +30,11 @@ from autotune.text import rate
 VALUATION_ATTRIBUTE = "valuation"  # the study's user attribute: Valuation.record()
 VALUED = "skipped, valued from its parts"  # how a trial's reason begins when its predicted rate ruled it out
 TRUSTED_ERROR = 0.25  # the prediction rules configs out only while its median error on measured ones is within this
+MIN_MARGIN = 0.15  # a config predicted within this share of the best measured is measured, however exact the model
 # The loader's side of a config: what decides how fast batches are made and handed over. Every other knob is the
 # step's (batch size, amp, channels_last, cuda_graph, and whatever knob of the step comes later, compile).
-LOADER_SIDE = (*LOADER_KNOBS, "batch_size", "placement", "decode", "bucketing", "pad_multiple")
+# decode_share too: the workers decode the share the device does not (autotune.loop.hybrid_decode).
+LOADER_SIDE = (*LOADER_KNOBS, "batch_size", "placement", "decode", "decode_share", "bucketing", "pad_multiple")
 
 
 def step_key(config: Config) -> tuple[tuple[str, Any], ...]:
@@ -101,14 +103,23 @@ class Valuation:
         """The prediction may rule configs out: its median error on the measured ones is within TRUSTED_ERROR."""
         return bool(self.errors) and statistics.median(abs(e) for e in self.errors) <= TRUSTED_ERROR
 
+    def margin(self, clearly_worse: float) -> float:
+        """How far under the best measured a prediction must be to rule its config out: twice the prediction's
+        median error on the measured ones, at least MIN_MARGIN, at most what the pruner calls clearly worse."""
+        error = statistics.median(abs(e) for e in self.errors) if self.errors else 1.0
+        return min(1.0 - clearly_worse, max(MIN_MARGIN, 2.0 * error))
+
     def why_skip(self, config: Config, best: float | None, clearly_worse: float) -> str | None:
-        """Why `config` need not be measured end to end: its predicted rate is clearly worse than the best measured."""
+        """Why `config` need not be measured end to end: its predicted rate is clearly under the best measured."""
         predicted = self.predict(config)
-        if predicted is None or best is None or not self.trusted() or predicted >= clearly_worse * best:
+        if predicted is None or best is None or not self.trusted():
+            return None
+        floor = 1.0 - self.margin(clearly_worse)
+        if predicted >= floor * best:
             return None
         self.ruled_out += 1
         return (f"{VALUED}: predicted {rate(predicted)}/s (step {rate(self.steps[step_key(config)])}/s, loader "
-                f"{rate(self.loaders[loader_key(config)])}/s, x{self.factor():.2f}), under {clearly_worse:.0%} of "
+                f"{rate(self.loaders[loader_key(config)])}/s, x{self.factor():.2f}), under {floor:.0%} of "
                 f"the best measured {rate(best)}/s")
 
     def record(self) -> dict[str, Any]:

@@ -287,8 +287,10 @@ def test_no_trial_starts_once_the_time_left_would_not_cover_the_end_of_the_searc
     setup = open_study(prepare("tiny", SearchOptions(trials=2, time_budget_s=400.0), echo=lambda line: None))
     assert not out_of_time(setup)  # nothing measured yet: the budget alone
     baseline = {"config": setup.baseline.as_dict(), "duration_s": trial_s}
-    for _ in range(4):  # four complete trials: three besides the baseline, so the three finalists are costed
-        setup.study.add_trial(optuna.trial.create_trial(value=1000.0, user_attrs=baseline))
+    larger = {**baseline, "config": dataclasses.replace(setup.baseline, batch_size=2 * setup.baseline.batch_size)
+              .as_dict()}  # a new batch size: the check's training runs are reserved
+    for i in range(4):  # four complete trials: three besides the baseline, so the three finalists are costed
+        setup.study.add_trial(optuna.trial.create_trial(value=1000.0, user_attrs=baseline if i == 0 else larger))
     # The check: the baseline's 512 steps of 16 (8,192 samples) at its 1,000/s, and half that for each finalist:
     # 8.2 s x 2.5 = 20.5 s. 10 s trials: 10 + 20.5 + 40 = 70.5 s of the 400 left; 80 s: 80 + 20.5 + 320 = 420.5.
     assert out_of_time(setup) is out

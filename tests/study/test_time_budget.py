@@ -19,14 +19,17 @@ from autotune.study.trials import out_of_time
 BASELINE = Config(256, num_workers=4, pin_memory=True)
 
 
-def _setup(trials: list[tuple[TrialState, float]], elapsed_s: float, budget_s: float = 480.0) -> SimpleNamespace:
+def _setup(trials: list[tuple[TrialState, float]], elapsed_s: float, budget_s: float = 480.0,
+           larger_batch: bool = True) -> SimpleNamespace:
     """A search `elapsed_s` into its budget whose study holds `trials`: (state, seconds each took)."""
     study = optuna.create_study(direction="maximize")
-    for state, seconds in trials:
+    for i, (state, seconds) in enumerate(trials):
+        # The baseline first, then a larger batch: a config that needs a parity run, so the check is reserved.
+        config = BASELINE if i == 0 or not larger_batch else dataclasses.replace(BASELINE, batch_size=512)
         study.add_trial(create_trial(
             state=state, value=1_100.0 if state == TrialState.COMPLETE else None,
             params={"x": 0.0}, distributions={"x": FloatDistribution(0, 1)},
-            user_attrs={"duration_s": seconds, "config": dataclasses.asdict(BASELINE)},
+            user_attrs={"duration_s": seconds, "config": dataclasses.asdict(config)},
         ))
     return SimpleNamespace(
         options=SearchOptions(time_budget_s=budget_s),
@@ -51,6 +54,21 @@ def test_the_parity_check_is_reserved_at_most_its_share_of_the_budget() -> None:
     # capped at 15% of 480 s, 72 s: 122 s of end to reserve.
     assert not out_of_time(_setup([(TrialState.COMPLETE, 10.0)] * 4, elapsed_s=480.0 - 123.0))
     assert out_of_time(_setup([(TrialState.COMPLETE, 10.0)] * 4, elapsed_s=480.0 - 121.0))
+
+
+def test_no_parity_run_is_reserved_while_every_config_keeps_the_baselines_batch() -> None:
+    # Four complete trials at batch 256: amp and compile are judged by their gradients, the rest keep the math, so
+    # no training run is reserved: a first round of 4 configs at 10 s plus a trial, 50 s of end.
+    same = [(TrialState.COMPLETE, 10.0)] * 4
+    assert not out_of_time(_setup(same, elapsed_s=480.0 - 51.0, larger_batch=False))
+    assert out_of_time(_setup(same, elapsed_s=480.0 - 49.0, larger_batch=False))
+
+
+def test_what_the_check_spent_during_the_trials_is_not_reserved_again() -> None:
+    # The check's 72 s share, 60 s of it spent judging families during the trials: 12 s of it left to reserve.
+    setup = _setup([(TrialState.COMPLETE, 10.0)] * 4, elapsed_s=480.0 - 63.0)
+    assert not out_of_time(setup, check_spent_s=60.0)
+    assert out_of_time(setup, check_spent_s=58.0)
 
 
 def test_the_rounds_are_costed_for_no_more_finalists_than_configs_have_completed() -> None:

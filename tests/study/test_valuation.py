@@ -111,7 +111,9 @@ def test_a_search_values_configs_from_their_parts_and_labels_every_predicted_rat
     lines: list[str] = []
     search("tiny", SearchOptions(trials=30, seed=3, finalists=1, rounds=1, parity_check=False), echo=lines.append)
     trials = open_study(prepare("tiny", SearchOptions(trials=30, parity_check=False), echo=lambda line: None)).study
-    valued = [t for t in trials.trials if str(t.user_attrs.get("reason") or "").startswith(VALUED)]
+    # A config valued once is not valued again: a later trial of it is a duplicate that keeps its reason.
+    valued = [t for t in trials.trials if str(t.user_attrs.get("reason") or "").startswith(VALUED)
+              and "duplicate_of" not in t.user_attrs]
     measured = [t for t in trials.trials if "prediction_error" in t.user_attrs]
     assert valued and measured
     assert all(t.state.name == "PRUNED" and "duration_s" not in t.user_attrs and t.value is None for t in valued)
@@ -120,8 +122,10 @@ def test_a_search_values_configs_from_their_parts_and_labels_every_predicted_rat
     assert record["configs_ruled_out"] == len(valued) and record["configs_measured"] == len(measured)
     # Measured over predicted: 1 where the loader overlaps the step (workers, or the data on the device), 1.1 where
     # one process does both in turn (the fake loop does not pay for its loader); most measured configs overlap.
-    ratios = sorted(1 / (1 + t.user_attrs["prediction_error"]) for t in measured)
-    assert record["interference_factor"] == pytest.approx(statistics.median(ratios), abs=2e-3) == 1.0
+    # (Each error is against the factor known when it was made: after the baseline alone, 1.1.)
+    assert record["interference_factor"] == 1.0
+    assert sorted({round(e, 3) for e in record["errors"]}) == sorted({round(e, 3) for e in (
+        t.user_attrs["prediction_error"] for t in measured)})
     said = [line for line in lines if line.startswith("valuation: ")]
     assert len(said) == 1 and f"{len(valued)} ruled out by their predicted rate" in said[0]
     assert any(line.startswith("[") and VALUED in line for line in lines)

@@ -1,0 +1,229 @@
+"""The search's plan: a grid of configs valued from their parts, and the best of them measured end to end next.
+
+A trial of a heavy model costs most of a minute end to end (process, build, warm-up,
+the prefetched backlog, windows over epoch boundaries): on an H200, an 8-minute
+ResNet-50 search measured 4 configs, and the hand-written seeds decided. Its parts
+cost seconds (``autotune.trial.parts``), and one step rate serves every config with
+the same step knobs, one loader rate every config with the same loader knobs. So,
+once the baseline has run, the plan crosses each seed's step with a few step
+variants (the graph, compile, amp flipped) and its loader with a few loader variants
+(the workers at the seed's count, half the cores and all of them; two prefetch
+depths), measures the parts those configs need until its share of the budget is
+spent, and values every config of the grid (``autotune.study.valuation``). The
+fastest by prediction are queued to be measured end to end next; the others are
+recorded in the study as valued, not measured, each with its predicted rate, so the
+report, a dashboard and a resumed search see every config the search considered.
+This is DeepSpeed's autotuner's way: a model ranks the space, measurement decides
+among what it ranks high.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
+from optuna.trial import TrialState
+
+from autotune.config import Config
+from autotune.procs.pool import TrialPool
+from autotune.study import sharing, tickets
+from autotune.study.seeds import seed_configs
+from autotune.study.tickets import VALUED_ROLE
+from autotune.study.setup import Setup
+from autotune.study.space import Space
+from autotune.study.valuation import VALUED, Valuation, loader_key, step_key
+from autotune.text import rate
+
+PLAN_ATTRIBUTE = "plan"  # the study's user attribute: what the plan valued and queued; present once it was made
+PLAN_SHARE = 0.25  # of the time budget, the most the plan's parts may take: the rest is for measuring
+PLAN_S_WITHOUT_BUDGET = 120.0  # the plan's limit when the search has no time budget
+PLAN_MIN_TRIALS = 16  # a search asked for fewer trials (--trials) makes no plan: its queue would take them all
+PLAN_TRIALS = 3.0  # and no longer than this many of the baseline's end-to-end trial took
+PLAN_MIN_S = 20.0  # but never less than this
+MEASURE_AT_MOST = 8  # configs the plan queues to be measured end to end
+WITHIN = 0.7  # and only those predicted at least this share of the fastest prediction
+
+
+@dataclasses.dataclass
+class Plan:
+    """What the plan did: the grid it valued, what it queued, what its parts cost."""
+
+    valued: list[tuple[Config, float]] = dataclasses.field(default_factory=list)  # (config, predicted), fastest first
+    queued: list[Config] = dataclasses.field(default_factory=list)
+    parts_s: float = 0.0
+    cut_short: bool = False  # its share of the budget ran out before every group's parts were measured
+
+    def record(self) -> dict[str, Any]:
+        return {"valued": len(self.valued), "queued": len(self.queued), "parts_s": round(self.parts_s, 1),
+                "cut_short": self.cut_short}
+
+
+def step_variants(seed: Config, space: Space) -> list[dict[str, Any]]:
+    """The seed's step, and the step with one of its knobs that move the step most flipped: the graph, compile, amp."""
+    variants: list[dict[str, Any]] = [{}]
+    if len(space.domains["cuda_graph"]) > 1:
+        variants.append({"cuda_graph": not seed.cuda_graph})
+    if "default" in space.domains["compile"]:
+        variants.append({"compile": "off" if seed.compile != "off" else "default"})
+    amps = space.domains["amp"]
+    other = "off" if seed.amp != "off" else next((a for a in ("bf16", "fp16") if a in amps), "off")
+    if other != seed.amp and other in amps:
+        variants.append({"amp": other})
+    return variants
+
+
+def loader_variants(seed: Config, space: Space, cores: int) -> list[dict[str, Any]]:
+    """The seed's loader, and its workers at half the cores and at all of them, each at two prefetch depths."""
+    if seed.placement != "stream" or seed.num_workers == 0:
+        return [{}]
+    workers = space.domains["num_workers"]
+    counts = dict.fromkeys(min(max(n, workers[0]), workers[-1]) for n in (seed.num_workers, max(1, cores // 2), cores))
+    prefetch = space.domains["prefetch_factor"]
+    depths = dict.fromkeys(min(max(d, prefetch[0]), prefetch[-1]) for d in (seed.prefetch_factor or 2, 2))
+    return [{"num_workers": n, "prefetch_factor": d} for n in counts for d in depths]
+
+
+def grid(setup: Setup) -> list[list[Config]]:
+    """The configs the plan values, in groups that share a batch, its layout and where it is decoded: within a
+    group, every step variant meets every loader variant, so a group of s steps and l loaders costs s + l parts
+    and values s x l configs. The groups follow the seeds' order, the baseline's left out (it ran)."""
+    space, cores = setup.space, setup.machine.cpu_share
+    groups: list[list[Config]] = []
+    seen: set[Config] = set()
+    for seed in seed_configs(setup.workload, setup.machine, space):
+        if seed == setup.baseline:
+            continue
+        group = []
+        for step in step_variants(seed, space):
+            for loader in loader_variants(seed, space, cores):
+                config = space.clip(dataclasses.replace(seed, **step, **loader))
+                if config not in seen and config != setup.baseline and space.params(config) is not None:
+                    seen.add(config)
+                    group.append(config)
+        if group:
+            groups.append(group)
+    return groups
+
+
+def distributions(space: Space, params: dict[str, Any]) -> dict[str, BaseDistribution]:
+    """The distributions `Space.suggest` asks `params` from: a trial recorded without suggesting holds the same."""
+    made: dict[str, BaseDistribution] = {}
+    for knob in params:
+        domain = space.domains[knob]
+        made[knob] = (IntDistribution(domain[0], domain[-1]) if knob in ("num_workers", "prefetch_factor")
+                      else CategoricalDistribution(domain))
+    return made
+
+
+def time_limit(setup: Setup) -> float:
+    """Seconds the plan's parts may take: as long as PLAN_TRIALS end-to-end trials took (the baseline's), within
+    PLAN_SHARE of the budget. A small model's trial takes seconds, and so must its plan: a compile alone costs it
+    20 s (mnist_cnn on an H200), where a heavy model's trial takes most of a minute."""
+    budget = setup.options.time_budget_s
+    share = PLAN_SHARE * budget if budget is not None else PLAN_S_WITHOUT_BUDGET
+    took = [float(t.user_attrs["duration_s"]) for t in setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if t.user_attrs.get("role") == "baseline" and "duration_s" in t.user_attrs]
+    return min(share, max(PLAN_MIN_S, PLAN_TRIALS * took[0])) if took else share
+
+
+def order(groups: list[list[Config]], valuation: Valuation) -> Iterator[Config]:
+    """The grid's configs in the order their parts are measured: every group's uncompiled ones first, then the
+    compiled ones, the twin of the fastest uncompiled step first. A compile costs 20-40 s cold on an H200 where
+    another part costs seconds, and it is not always faster (mnist_cnn's CNN ran slower compiled than in a graph)."""
+    flat = [c for g in groups for c in g]
+    yield from (c for c in flat if c.compile == "off")
+
+    def twin_rate(config: Config) -> float:  # read once the uncompiled parts are measured: a generator's second half
+        return valuation.steps.get(step_key(dataclasses.replace(config, compile="off")), 0.0)
+
+    yield from sorted((c for c in flat if c.compile != "off"), key=lambda c: -twin_rate(c))
+
+
+def make(setup: Setup, pool: TrialPool, valuation: Valuation) -> Plan | None:
+    """Value the grid from its parts, queue the fastest to measure next, record the rest; None if made before."""
+    if PLAN_ATTRIBUTE in setup.study.user_attrs or setup.options.trials < PLAN_MIN_TRIALS:
+        return None  # a resumed search's plan was made (its queue is tickets or trials by now); or too few trials
+    plan = Plan()
+    limit = time_limit(setup)
+    began = time.monotonic()
+    groups = grid(setup)
+    setup.echo(f"plan: valuing {sum(len(g) for g in groups)} config(s) in {len(groups)} group(s) from their step and "
+               f"loader rates measured apart (at most {limit:.0f} s)")
+    failed: set[tuple[Any, ...]] = set()
+    for config in order(groups, valuation):
+        if time.monotonic() - began > limit:
+            plan.cut_short = True
+            break
+        missing = valuation.missing(config)
+        if not missing or step_key(config) in failed or loader_key(config) in failed:
+            continue
+        outcome = pool.parts(config, setup.lr(config), missing, setup.options.trial_timeout_s)
+        if outcome.state != "complete" or outcome.result is None:
+            # A part that fails (out of memory, a compile error) leaves its configs to the trials, which say why.
+            failed.add(step_key(config) if "step" in missing else loader_key(config))
+            continue
+        valuation.add(config, outcome.result)
+    plan.parts_s = time.monotonic() - began
+    measured = {setup.config_of(t) for t in setup.study.get_trials(deepcopy=False) if "config" in t.user_attrs}
+    for config in (c for g in groups for c in g):
+        predicted = valuation.predict(config)
+        if predicted is not None:
+            plan.valued.append((config, predicted))
+    valuation.valued += len(plan.valued)
+    plan.valued.sort(key=lambda cp: -cp[1])
+    top = plan.valued[0][1] if plan.valued else 0.0
+    plan.queued = [c for c, p in plan.valued if p >= WITHIN * top and c not in measured][:MEASURE_AT_MOST]
+    _queue(setup, plan)
+    _record_rest(setup, plan, valuation)
+    setup.study.set_user_attr(PLAN_ATTRIBUTE, plan.record())
+    setup.echo(summary(plan, valuation))
+    return plan
+
+
+def summary(plan: Plan, valuation: Valuation) -> str:
+    cut = "; its share of the budget ran out first" if plan.cut_short else ""
+    if not plan.queued:
+        return f"plan: {len(plan.valued)} config(s) valued in {plan.parts_s:.0f} s{cut}; none queued"
+    predicted = [p for c, p in plan.valued if c in plan.queued]
+    return (f"plan: {len(plan.valued)} config(s) valued in {plan.parts_s:.0f} s ({len(valuation.steps)} step and "
+            f"{len(valuation.loaders)} loader rate(s)){cut}; measuring the {len(plan.queued)} predicted fastest end to "
+            f"end next (predicted {rate(predicted[0])}/s down to {rate(predicted[-1])}/s, x{valuation.factor():.2f} "
+            f"interference)")
+
+
+def _queue(setup: Setup, plan: Plan) -> None:
+    seeds = []
+    for config, predicted in plan.valued:
+        if config in plan.queued:
+            params = setup.space.params(config)
+            assert params is not None
+            seeds.append({"params": params, "user_attrs": {"role": "seed", "planned": round(predicted, 1)}})
+    if seeds:
+        with sharing.study_lock(setup.storage, setup.study_name):
+            tickets.insert_next(setup.study, seeds)
+
+
+def _record_rest(setup: Setup, plan: Plan, valuation: Valuation) -> None:
+    """Record each valued config not queued as a trial of its own, pruned, with its predicted rate and why."""
+    queued = set(plan.queued)
+    made = []
+    for rank, (config, predicted) in enumerate(plan.valued, 1):
+        if config in queued:
+            continue
+        params = setup.space.params(config)
+        assert params is not None
+        reason = (f"{VALUED}: predicted {rate(predicted)}/s (step {rate(valuation.steps[step_key(config)])}/s, "
+                  f"loader {rate(valuation.loaders[loader_key(config)])}/s, x{valuation.factor():.2f}), "
+                  f"ranked {rank} of {len(plan.valued)}; the plan measures the {len(plan.queued)} fastest")
+        made.append(optuna.trial.create_trial(
+            state=TrialState.PRUNED, params=params, distributions=distributions(setup.space, params),
+            user_attrs={"role": VALUED_ROLE, "config": config.as_dict(), "lr": setup.lr(config),
+                        "predicted_samples_per_s": round(predicted, 1), "reason": reason,
+                        "searcher": sharing.owner()}))
+    if made:
+        setup.study.add_trials(made)
+    valuation.ruled_out += len(made)  # not measured end to end for their predicted rate

@@ -1,0 +1,128 @@
+"""The plan: a grid valued from its parts after the baseline, the fastest measured next, the rest recorded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from optuna.trial import TrialState
+
+from autotune.config import COMPILE_CHOICES, Config
+from autotune.options import SearchOptions
+from autotune.procs.trial_process import Outcome
+from autotune.study.space import Space, build_space
+from autotune.study.valuation import VALUED
+
+
+def step_rate(config: Config) -> float:
+    """A fake step: larger batches, the compiler and amp each faster."""
+    return 1000.0 + 10.0 * config.batch_size + (400.0 if config.compile != "off" else 0.0) + (
+        150.0 if config.amp != "off" else 0.0)
+
+
+def loader_rate(config: Config) -> float:
+    """A fake loader: each worker makes 700 samples/s; the device-resident data set is not a limit."""
+    return 1e9 if config.placement == "device" else 700.0 * max(1, config.num_workers) + 5.0 * config.prefetch_factor \
+        if config.prefetch_factor else 700.0 * max(1, config.num_workers)
+
+
+def true_rate(config: Config) -> float:
+    return 0.9 * min(step_rate(config), loader_rate(config))  # a tenth lost to interference, the same everywhere
+
+
+class Rates:
+    """A trial pool whose parts and whole loops run at the fake rates above."""
+
+    runs: list[Config] = []
+    parts_asked: list[tuple[Config, tuple[str, ...]]] = []
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    def run(self, config: Config, lr: float, *args: object, **kwargs: object) -> Outcome:
+        Rates.runs.append(config)
+        rate = true_rate(config)
+        return Outcome("complete", windows=(rate,), result=dict(
+            samples_per_s=rate, steady_samples_per_s=rate, spread=0.01, step_s=config.batch_size / rate,
+            epoch_s=512 / rate, setup_s=0.0, materialize_s=0.0, stopped_early=False))
+
+    def parts(self, config: Config, lr: float, which: list[str], timeout_s: float) -> Outcome:
+        Rates.parts_asked.append((config, tuple(which)))
+        made = {"step": step_rate(config), "loader": loader_rate(config)}
+        return Outcome("complete", result={w: {"samples_per_s": made[w], "spread": 0.01} for w in which})
+
+    def prestart(self, n: int) -> None:
+        pass
+
+    ask_to_exit = stop = kill = lambda self: None
+
+
+@pytest.fixture
+def rates(project: Path, monkeypatch: pytest.MonkeyPatch) -> type[Rates]:
+    from autotune.study import pools, setup
+
+    def with_compile(*args: object, **kwargs: object) -> Space:
+        space = build_space(*args, **kwargs)  # type: ignore[arg-type]
+        excluded = {k: v for k, v in space.excluded.items() if k != "compile"}
+        return Space({**space.domains, "compile": COMPILE_CHOICES}, excluded)
+
+    monkeypatch.setattr(setup, "build_space", with_compile)
+    monkeypatch.setattr(pools, "TrialPool", Rates)
+    Rates.runs, Rates.parts_asked = [], []
+    return Rates
+
+
+def test_the_plan_values_a_grid_measures_its_fastest_next_and_records_the_rest(rates: type[Rates]) -> None:
+    from autotune.study import search, setup
+    from autotune.study.plan import MEASURE_AT_MOST, PLAN_ATTRIBUTE
+
+    lines: list[str] = []
+    options = SearchOptions(trials=16, seed=1, parity_check=False, rounds=1, time_budget_s=None)
+    search("tiny", options, echo=lines.append)
+    study = setup.open_study(setup.prepare("tiny", options, echo=lambda line: None)).study
+    plan = study.user_attrs[PLAN_ATTRIBUTE]
+    valued = [t for t in study.get_trials() if t.user_attrs.get("role") == "valued"]
+    # Every grid config is valued; all but the queued ones are recorded unmeasured, pruned, with the predicted rate.
+    assert plan["valued"] == plan["queued"] + len(valued) and plan["valued"] >= 20, plan
+    assert 1 <= plan["queued"] <= MEASURE_AT_MOST
+    assert all(t.state == TrialState.PRUNED and str(t.user_attrs["reason"]).startswith(VALUED)
+               and t.user_attrs["predicted_samples_per_s"] > 0 for t in valued)
+    # The queued configs are measured right after the baseline, the fastest prediction first.
+    queued = Rates.runs[1:1 + plan["queued"]]
+    predicted = [true_rate(c) / 0.9 for c in queued]
+    assert predicted == sorted(predicted, reverse=True), [c.describe() for c in queued]
+    # Nothing recorded unmeasured is faster than what was measured: the prediction is exact here, up to its factor.
+    best_measured = max(true_rate(c) for c in Rates.runs)
+    assert all(t.user_attrs["predicted_samples_per_s"] <= best_measured * 1.001 for t in valued)
+    # --trials counts measurements: the recorded configs are not trials taken.
+    measured = [t for t in study.get_trials() if t.user_attrs.get("role") != "valued"]
+    assert len(measured) == 16
+    assert any(line.startswith(f"plan: {plan['valued']} config(s) valued in ") and
+               f"measuring the {plan['queued']} predicted fastest end to end next" in line for line in lines), lines
+    summary = next(line for line in lines if line.startswith("valuation: "))
+    valued_in_all = int(summary.split()[1])  # the plan's grid and the trials valued one by one after it
+    assert valued_in_all >= plan["valued"] and "interference factor 0.90" in summary, summary
+
+
+def test_a_search_asked_for_few_trials_makes_no_plan(rates: type[Rates]) -> None:
+    from autotune.study import search, setup
+    from autotune.study.plan import PLAN_ATTRIBUTE
+
+    options = SearchOptions(trials=6, seed=1, parity_check=False, rounds=1, time_budget_s=None)
+    search("tiny", options, echo=lambda line: None)
+    study = setup.open_study(setup.prepare("tiny", options, echo=lambda line: None)).study
+    assert PLAN_ATTRIBUTE not in study.user_attrs
+    assert not [t for t in study.get_trials() if t.user_attrs.get("role") == "valued"]
+
+
+def test_a_resumed_search_does_not_plan_again(rates: type[Rates]) -> None:
+    from autotune.study import search
+
+    options = SearchOptions(trials=16, seed=1, parity_check=False, rounds=1, time_budget_s=None)
+    search("tiny", options, echo=lambda line: None)
+    asked = len(Rates.parts_asked)
+    lines: list[str] = []
+    search("tiny", SearchOptions(trials=20, seed=1, parity_check=False, rounds=1, time_budget_s=None),
+           echo=lines.append)
+    assert not any(line.startswith("plan: valuing") for line in lines)
+    assert len(Rates.parts_asked) - asked <= 4 * 2  # only the new trials' own parts, two each at most
