@@ -45,7 +45,7 @@ PLAN_MIN_TRIALS = 16  # a search asked for fewer trials (--trials) makes no plan
 PLAN_TRIALS = 3.0  # and no longer than this many of the baseline's end-to-end trial took
 PLAN_MIN_S = 20.0  # but never less than this
 MEASURE_AT_MOST = 8  # configs the plan queues to be measured end to end
-WITHIN = 0.7  # and only those predicted at least this share of the fastest prediction
+WITHIN = 0.7  # and only those predicted at least this share of the fastest prediction (or the best measured)
 
 
 @dataclasses.dataclass
@@ -175,7 +175,10 @@ def make(setup: Setup, pool: TrialPool, valuation: Valuation) -> Plan | None:
             plan.valued.append((config, predicted))
     valuation.valued += len(plan.valued)
     plan.valued.sort(key=lambda cp: -cp[1])
-    top = plan.valued[0][1] if plan.valued else 0.0
+    # Against the fastest prediction, or the best measured where that is faster: a config predicted far under what
+    # already ran cannot win, however it ranks in the grid.
+    values = [t.value for t in setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value]
+    top = max([plan.valued[0][1] if plan.valued else 0.0, *values])
     plan.queued = [c for c, p in plan.valued if p >= WITHIN * top and c not in measured][:MEASURE_AT_MOST]
     _queue(setup, plan)
     _record_rest(setup, plan, valuation)
