@@ -7,7 +7,7 @@ the trial side (run inside a trial process, never importing Optuna) records:
 - ``check``: ``ParityCheck``, the check over a search's fastest configs;
 - ``budget``: how much of the search's time the check may take;
 - ``reasons``: the verdicts that need no run, and the words a verdict gives;
-- ``numerics``: amp judged by its gradients against the batch-to-batch noise;
+- ``numerics``: amp and compile judged by their gradients against the batch-to-batch noise, with no run;
 - ``inputs``: the device decode path judged by its images;
 - ``run``: a short training run recorded in a trial process (``ParityRun``);
 - ``gradients``: the gradients at warmed-up weights, in a trial process;

@@ -1,11 +1,13 @@
 """What a parity check's runs cost, against the time it may take.
 
 Every parity run of a check goes through ``ParityBudget.timed``, the baseline's
-included (and one adopted from elsewhere adds its own time), so ``seconds`` is
-the check's whole cost. A candidate's run is expected to take as long as the
-latest baseline run: none starts once the budget cannot pay for that, and an
-inconclusive baseline is run once longer only if the budget pays for it and a
-candidate's run after it. ``ParityCheck`` (``autotune.parity.check``)
+included (and one adopted from elsewhere adds its own time), and so does every
+check that needs no training run (the inputs check, the gradients), so
+``seconds`` is the check's whole cost. A candidate's run is expected to take as
+long as the latest baseline run: none starts once the budget cannot pay for
+that, and an inconclusive baseline is run once longer only if the budget pays
+for it and a candidate's run after it; a check that needs no run starts while
+any of the budget is left (``exhausted``). ``ParityCheck`` (``autotune.parity.check``)
 decides what to run; this only keeps the time.
 """
 
@@ -64,14 +66,25 @@ class ParityBudget:
         """
         if self.budget_s is None or runs == 0 or self.seconds + self.last_base_s <= self.budget_s:
             return False
+        self._tell_spent(self.budget_s)
+        return True
+
+    def exhausted(self) -> bool:
+        """Nothing of the budget is left, not even for a check that needs no training run (a config's gradients, a
+        few batches in a trial process); says so once."""
+        if self.budget_s is None or self.seconds < self.budget_s:
+            return False
+        self._tell_spent(self.budget_s)
+        return True
+
+    def _tell_spent(self, budget_s: float) -> None:
         if not self._told_spent:
             self._told_spent = True
             self.echo(
-                f"parity: the check's time is spent ({self.seconds:.1f} s of its {self.budget_s:.0f} s, "
+                f"parity: the check's time is spent ({self.seconds:.1f} s of its {budget_s:.0f} s, "
                 f"{CHECK_SHARE:.0%} of the search's budget); of the configs not yet checked, only those that keep "
                 f"the baseline's math can be finalists"
             )
-        return True
 
     def extension(self, samples: int) -> int | None:
         """The samples of the one longer run an inconclusive check may make instead of `samples`: EXTEND_FACTOR

@@ -10,9 +10,19 @@ rejected. A baseline that learns too little to judge by is run once more, longer
 if it still has, the check is inconclusive: configs with the baseline's math pass
 unrun (a run's deviations would be noise), and no other may. A config that decodes
 on the device passes only once the inputs check, made once per search, has shown
-that its images match the host pipeline's (``autotune.parity.inputs``); where
-the check is inconclusive, amp passes only once its gradients are shown to differ
-from fp32's by less than the batch's own noise (``autotune.parity.numerics``).
+that its images match the host pipeline's (``autotune.parity.inputs``).
+
+A config at the baseline's batch whose math differs from the baseline's only in
+amp and compile (decode aside, judged by its images) is judged by its gradients
+alone, with no training run, not even the baseline's: it passes once they are
+shown to differ from fp32's by less than the batch's own noise, and is rejected
+when they do not (``autotune.parity.numerics``). A training run of a heavy model
+costs more than the check's whole share of the search (ResNet-50 on an H200: the
+baseline's run alone took 82 s, and the fastest config, compiled bf16, was never
+judged), and compile changes kernels and fusion, not the model, as amp changes
+the rounding: both are judged by their gradients at the warmed-up weights against
+the batch-to-batch noise. Without a numerics check they are judged by runs, as a
+new batch size always is.
 Every parity run is made by a caller-given function (in a search, in a trial process); the check
 keeps what each cost and stops running once its budget is spent
 (``autotune.parity.budget``). The verdicts it states without a run, and the
@@ -31,6 +41,7 @@ from autotune.parity.budget import ParityBudget
 from autotune.parity.inputs import DecodeInputs, InputsVerdict
 from autotune.parity.numerics import AmpNumerics, NumericsVerdict
 from autotune.parity.reasons import (
+    by_gradients,
     explained,
     inconclusive_reason,
     same_as_baseline,
@@ -72,6 +83,10 @@ class ParityCheck:
     `lr_at(config, rule)`, a batch size that fails at it is tried at the gentler rules'.
     `budget_s` bounds the check's cost: its runs are sized to fit, and no run starts
     once it is spent.
+
+    `check_numerics(config)`: a config's gradients against the baseline's; with it, a config that changes only amp
+    and compile at the baseline's batch is judged by them, with no run. `check_inputs(config)`: the device decode
+    path's images against the host pipeline's.
     """
 
     def __init__(
@@ -105,6 +120,7 @@ class ParityCheck:
         self.extended = False
         self._base: ParityRun | None = None
         self._base_from = ""  # where an adopted baseline run was made, for the summary
+        self._base_needed = False  # a config needed the baseline's run (one judged by gradients alone needs none)
         self._by_numerics: dict[tuple[Any, ...], tuple[Config, ParityVerdict]] = {}
         # (batch size, learning rate) pairs rejected by a margin: every config with that batch at that rate fails too.
         self._batch_rejected: dict[tuple[int, float], tuple[Config, ParityVerdict]] = {}
@@ -142,6 +158,17 @@ class ParityCheck:
             elif (hopeless := self._hopeless(config)) is not None:
                 twin, verdict, why = hopeless
                 self.echo(f"  parity {verdict.word:<6}  ({why}: see {twin.describe()})  {config.describe()}")
+            elif self.amp.judges(config):
+                # amp and compile at the baseline's batch: judged by their gradients with no training run, so
+                # `max_runs` (which counts training runs) does not bound them. The check takes a few batches in a
+                # trial process and is timed by the budget; one starts while any of the budget is left, not only
+                # while a whole run's cost is (as `spent` asks of a run): on a heavy model a run costs the whole
+                # share, and the fastest config (compiled bf16) would again go unjudged. One already made serves
+                # every config with its numerics for free.
+                if self.budget.exhausted() and not self._measured(config):
+                    continue
+                verdict = self._by_gradients(config)
+                self._by_numerics[key] = (config, verdict)
             elif self.runs >= limit or self.budget.spent(self.runs):
                 if changes_math(self.baseline, config):
                     continue  # no run left for this one; a later config whose math is the baseline's needs none
@@ -176,6 +203,21 @@ class ParityCheck:
             return twin, verdict, f"batch {config.batch_size} at lr {verdict.lr:g} is too far whatever the numerics"
         return larger_than_rejected(self._batch_rejected, self.baseline, config, self._ladder, self.lr_of(config))
 
+    def _measured(self, config: Config) -> bool:
+        """Whether the checks that judge `config` without a run were made already (they cost nothing more)."""
+        inputs_made = config.decode == self.baseline.decode or self.inputs.verdict is not None
+        return inputs_made and self.amp.measured(config)
+
+    def _by_gradients(self, config: Config) -> ParityVerdict:
+        """`config`, which changes only amp and compile at the baseline's batch, judged by its gradients (and, when
+        it decodes on the device, first by its images), with no training run."""
+        inputs = self.inputs.of(config)  # decode = gpu: its images must match the host pipeline's, or nothing does
+        numerics = self.amp.of(config) if inputs is None or inputs.passed else None
+        verdict = by_gradients(self.baseline, config, inputs, numerics, self.lr_of(config), self.lr_of(self.baseline),
+                               self.samples, self.window)
+        self.echo(f"  parity {verdict.summary()}  {config.describe()}")
+        return verdict
+
     def _judge(self, config: Config, limit: int) -> ParityVerdict:
         """Run `config` at its rule's rate, then at the gentler ones while a batch size fails and a rate may help."""
         self._ensure_baseline()
@@ -183,10 +225,8 @@ class ParityCheck:
         inputs = self.inputs.of(config)  # decode = gpu: its images must match the host pipeline's, or nothing does
         if not self.conclusive or (inputs is not None and not inputs.passed):
             unjudged = None if self.conclusive else self._inconclusive_reason()
-            # amp, where no run can judge it: by its gradients against fp32's (once its images matched, for decode)
-            numerics = self.amp.of(config) if unjudged and (inputs is None or inputs.passed) else None
-            verdict = without_run(self.baseline, config, inputs, numerics, self.lr_of(config),
-                                  self.lr_of(self.baseline), self.samples, self.window, unjudged)
+            verdict = without_run(self.baseline, config, inputs, self.lr_of(config), self.lr_of(self.baseline),
+                                  self.samples, self.window, unjudged)
             self.echo(f"  parity {verdict.summary()}  {config.describe()}")
             return verdict
         failed: list[tuple[str | None, ParityVerdict]] = []
@@ -231,6 +271,7 @@ class ParityCheck:
 
     def _ensure_baseline(self) -> None:
         """Make the baseline's run if none was adopted, and judge whether it learned enough; extend it once if not."""
+        self._base_needed = True
         if self._base is None:
             self._base = self._baseline_run()
         if self.conclusive is not None:
@@ -282,6 +323,12 @@ class ParityCheck:
         where += ", then once longer" if self.extended else ""
         budget = self.budget
         bound = f" of its {budget.budget_s:.0f} s" if budget.budget_s is not None else ""
+        if self._base is None and not self._base_needed:
+            return (
+                f"parity: {len(self.verdicts)} config(s) checked, {rejected} rejected{of}; no training run was made, "
+                f"not even the baseline's: the checks that need none (gradients, images) took "
+                f"{budget.seconds:.1f} s{bound}"
+            )
         return (
             f"parity: {len(self.verdicts)} config(s) checked, {rejected} rejected{of}; {self.runs} run(s) and the "
             f"baseline's took {budget.seconds:.1f} s{bound} (baseline {budget.baseline_seconds:.1f} s{where}); each "

@@ -1,10 +1,14 @@
 """The numerics check, inside a trial process: a config's gradients against the baseline's.
 
-amp changes the arithmetic of training. A short training run judges it where
-the baseline learns measurably in the check's time; where it does not (ResNet-50
-on ImageNet-class data learns nothing from its inputs in the first minute), a
-run's deviations are noise. This judges amp without learning, by what every
-step is made of: the gradient. The baseline trains WARM_STEPS steps (fp32, its
+amp changes the arithmetic of training, and compile the kernels and their
+fusion. A short training run could judge them where the baseline learns
+measurably in the check's time, but on a heavy model it costs more than the
+check's share of the search (ResNet-50 on an H200: the baseline's run alone
+took 82 s), and where the baseline learns too little (ResNet-50 on ImageNet-class
+data learns nothing from its inputs in the first minute) a run's deviations are
+noise. This judges them without learning, by what every step is made of: the
+gradient; at the baseline's batch it is the only judge of them
+(``autotune.parity.check``). The baseline trains WARM_STEPS steps (fp32, its
 own loader and rate); at those weights, on the same BATCHES batches of the
 baseline's size, the baseline's step and the candidate's numerics (its autocast
 dtype and loss scale, its memory format) each compute each batch's gradient.

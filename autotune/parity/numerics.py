@@ -10,11 +10,22 @@ batch. Part of amp's error is a bias that averaging over batches does not
 remove; the ratio bounds it too, at one point of training. A ratio of at most
 LIMIT passes.
 
-Used only where a training run cannot judge (the baseline learns too little in
-the check's time: ResNet-50 on ImageNet-class data). Measured, 8 batches after
-50 steps: ResNet-50 on an H200 at batch 256, bf16 0.0023, fp16 0.0003, fp32 with
-channels_last (other TF32 kernels) 0.0001; on a CPU, tests/fixtures/tiny.py
-in bf16 0.0002. The bugs it is built to catch are far above the limit: a
+It judges, with no training run at all (not the baseline's either), every
+config at the baseline's batch whose math differs from the baseline's only in
+amp and compile (decode being judged by its images): ``judges``. A training run
+of a heavy model costs more than the check's whole share of the search
+(ResNet-50 on an H200: the baseline's run alone took 82 s, and the fastest
+config, compiled bf16, was never judged). amp changes the rounding, and compile
+the kernels and their fusion, not the model: both are judged by their gradients
+at the warmed-up weights against the batch-to-batch noise, as amp already was
+where a run cannot judge (the baseline learns too little in the check's time:
+ResNet-50 on ImageNet-class data). A new batch size is still judged by training
+runs. What this cannot see is an error that grows as training moves on (logits
+that outgrow what bf16 resolves): it judges one point of training.
+
+Measured, 8 batches after 50 steps: ResNet-50 on an H200 at batch 256, bf16
+0.0023, fp16 0.0003, fp32 with channels_last (other TF32 kernels) 0.0001; on a
+CPU, tests/fixtures/tiny.py in bf16 0.0002. The bugs it is built to catch are far above the limit: a
 gradient lost to fp16 underflow without a GradScaler (tests/fixtures/underflow.py)
 3.45, features that bf16 rounds away (tests/fixtures/tiny.py, TINY_OFFSET=256) 1.92. A lost
 gradient is an error of its whole square: at least (batches - 1) / batches,
@@ -32,8 +43,8 @@ from autotune.config import Config
 from autotune.parity.verdict import changes_math
 
 LIMIT = 0.25  # amp's error may add at most this share of the gradient's own sampling variance
-# What this check judges where no run can: amp, and compile (other kernels and fusion, so other rounding, the same
-# model); together, one check of both at once.
+# What this check judges, with no training run: amp, and compile (other kernels and fusion, so other rounding, the
+# same model); together, one check of both at once.
 GRADIENT_JUDGED = frozenset({"amp", "compile"})
 
 
@@ -86,8 +97,8 @@ class AmpNumerics:
     """The numerics checks of a search: one per autocast dtype and memory format, made when first needed.
 
     `check(config)` runs it (in a trial process, in a search); None: no check, amp is not judged without a run.
-    ``of`` runs it only where it decides: a config that changes amp and nothing else of the math (decode is judged
-    by its images).
+    ``of`` runs it only where it decides (``judges``): a config that changes amp, compile or both and nothing else of
+    the math (decode is judged by its images), its batch size included.
     """
 
     def __init__(self, baseline: Config, check: Callable[[Config], NumericsVerdict] | None,
@@ -95,16 +106,29 @@ class AmpNumerics:
         self.baseline, self.check, self.echo = baseline, check, echo
         self.verdicts: dict[tuple[str, bool, str], NumericsVerdict] = {}
 
-    def of(self, config: Config) -> NumericsVerdict | None:
-        """The verdict on `config`'s amp; None when it keeps the baseline's, changes more math than amp, or there is
-        no check to run (then amp cannot be judged without a run)."""
+    def judges(self, config: Config) -> bool:
+        """Whether `config` is judged by this check alone, with no training run: it changes amp or compile (or both)
+        and no other math but decode, and there is a check to run."""
         changed = set(changes_math(self.baseline, config)) - {"decode", "decode_share"}
-        if self.check is None or not changed or not changed <= GRADIENT_JUDGED:
+        return self.check is not None and bool(changed) and changed <= GRADIENT_JUDGED
+
+    def of(self, config: Config) -> NumericsVerdict | None:
+        """The verdict on `config`'s amp and compile; None when it keeps the baseline's, changes more math than
+        them, or there is no check to run (then they cannot be judged without a run)."""
+        if self.check is None or not self.judges(config):
             return None
-        key = (config.amp, config.channels_last, config.compile)
+        key = self._key(config)
         if key not in self.verdicts:
             verdict = self.check(config)
             self.verdicts[key] = verdict
             took = f"  [{verdict.seconds:.1f} s]" if verdict.batches else ""
             self.echo(f"  numerics {'pass' if verdict.passed else 'FAIL':<6} {verdict.summary()}{took}")
         return self.verdicts[key]
+
+    def measured(self, config: Config) -> bool:
+        """Whether `config`'s numerics were checked already: its verdict costs nothing more."""
+        return self._key(config) in self.verdicts
+
+    @staticmethod
+    def _key(config: Config) -> tuple[str, bool, str]:
+        return config.amp, config.channels_last, config.compile

@@ -3,9 +3,10 @@
 ``ParityCheck`` (``autotune.parity.check``) runs the candidates, and
 ``autotune.parity.verdict`` judges each run. Here is what the check states
 without a run (a config that differs in loader knobs alone; one that changes
-the math against a baseline that learned too little to judge by) and the words
-it adds to a verdict: the learning rule a rate came from and why, and why a
-check is inconclusive.
+the math against a baseline that learned too little to judge by; one that
+changes only amp and compile, judged by its gradients) and the words it adds to
+a verdict: the learning rule a rate came from and why, and why a check is
+inconclusive.
 """
 
 from __future__ import annotations
@@ -66,16 +67,17 @@ def cannot_judge(
 
 def same_math_unjudged(
     baseline: Config, config: Config, lr: float, samples: int, window: int, why: str,
-    inputs: InputsVerdict | None = None, numerics: NumericsVerdict | None = None,
+    inputs: InputsVerdict | None = None,
 ) -> ParityVerdict:
     """No run: against a baseline that learned nothing measurable (`why`), a config with the baseline's math
     (loader knobs, placement, cudnn.benchmark, channels_last, a graph; the device decode path whose images passed
-    the inputs check, `inputs`; amp whose gradients passed the numerics check, `numerics`) passes, inconclusively.
+    the inputs check, `inputs`) passes, inconclusively.
 
     A run could not judge it: its deviations would be in units of noise (ResNet-50 on an H200, the same math in a
     graph and channels_last: probe -26.6% of the baseline's 0.11 drop, a 0.03 difference in 6.9).
     """
     name = family(baseline, config)
+    decode = f"decode: {inputs.summary()}; otherwise " if inputs is not None else ""
     return ParityVerdict(
         True,
         name,
@@ -84,49 +86,67 @@ def same_math_unjudged(
         window,
         lr,
         lr,
-        reason=f"{_clauses(inputs, numerics)}it keeps the baseline's math, and {why}",
+        reason=f"{decode}it keeps the baseline's math, and {why}",
         conclusive=False,
     )
 
 
 def without_run(
-    baseline: Config, config: Config, inputs: InputsVerdict | None, numerics: NumericsVerdict | None, lr: float,
-    baseline_lr: float, samples: int, window: int, why: str | None,
+    baseline: Config, config: Config, inputs: InputsVerdict | None, lr: float, baseline_lr: float, samples: int,
+    window: int, why: str | None,
 ) -> ParityVerdict:
     """A verdict no run could change. A device decode path whose images differ from the host pipeline's (`inputs`)
     fails whatever a training run would show. Against a baseline that learned nothing measurable (`why`), a
     config that changes the math cannot be judged, and one that keeps it passes; decode, once its images match,
-    keeps it, and so does amp once its gradients are within the batch's noise (`numerics`); amp whose are not
-    fails."""
+    keeps it. (amp and compile at the baseline's batch are judged by their gradients instead: ``by_gradients``.)"""
     name = family(baseline, config)
     if inputs is not None and not inputs.passed:
         verdict = ParityVerdict(False, name, TOLERANCES[name], samples, window, lr, lr,
                                 reason=f"decode: {inputs.summary()}")
     elif why is None:
         raise ValueError("a config whose images match is judged by a run when the check is conclusive")
-    elif numerics is not None and not numerics.passed:
-        # Its gradients measured beyond the noise: rejected. Not measured (the check's run failed): unjudged.
-        verdict = ParityVerdict(False, name, TOLERANCES[name], samples, window, lr, lr,
-                                reason=f"amp: {numerics.summary()}", conclusive=numerics.batches > 0)
     elif changed := [k for k in changes_math(baseline, config)
-                     if not (k in ("decode", "decode_share") and inputs is not None)
-                     and not (k in ("amp", "compile") and numerics is not None)]:
+                     if not (k in ("decode", "decode_share") and inputs is not None)]:
         verdict = cannot_judge(baseline, config, changed, lr, baseline_lr, samples, window, why)
     else:
-        verdict = same_math_unjudged(baseline, config, lr, samples, window, why, inputs, numerics)
+        verdict = same_math_unjudged(baseline, config, lr, samples, window, why, inputs)
+    return with_checks(verdict, inputs)
+
+
+def by_gradients(
+    baseline: Config, config: Config, inputs: InputsVerdict | None, numerics: NumericsVerdict | None, lr: float,
+    baseline_lr: float, samples: int, window: int,
+) -> ParityVerdict:
+    """The verdict, with no training run, on a config at the baseline's batch that changes only amp and compile
+    (``autotune.parity.numerics.GRADIENT_JUDGED``; decode, judged by its images, `inputs`, aside).
+
+    Its gradients at the warmed-up weights against the batch-to-batch noise (`numerics`) decide: within it, it
+    passes; beyond it, it is rejected; a check that could not run leaves it unjudged (not passed, not conclusive).
+    A device decode path whose images differ from the host pipeline's fails it first, as it fails any config
+    (`numerics` None: not checked). Conclusive whatever the baseline's run would show: no run is made for it.
+    """
+    name = family(baseline, config)
+    decode = f"decode: {inputs.summary()}; " if inputs is not None else ""
+    if inputs is not None and not inputs.passed:
+        passed, conclusive, reason = False, True, f"decode: {inputs.summary()}"
+    elif numerics is None:
+        raise ValueError("a config judged by its gradients needs the numerics check's verdict")
+    elif not numerics.batches:  # it could not run (a crash, an OOM, a timeout): nothing was measured
+        passed, conclusive = False, False
+        reason = (f"{decode}{numerics.summary()}; only its gradients judge a change of amp or compile, with no "
+                  f"training run")
+    else:
+        passed, conclusive = numerics.passed, True
+        reason = f"{decode}judged by its gradients, with no training run: {numerics.summary()}"
+    verdict = ParityVerdict(passed, name, TOLERANCES[name], samples, window, lr, baseline_lr, reason=reason,
+                            conclusive=conclusive)
     return with_checks(verdict, inputs, numerics)
-
-
-def _clauses(inputs: InputsVerdict | None, numerics: NumericsVerdict | None) -> str:
-    clauses = [f"decode: {inputs.summary()}"] if inputs is not None else []
-    clauses += [f"amp: {numerics.summary()}"] if numerics is not None else []
-    return "".join(f"{c}; " for c in clauses) + ("otherwise " if clauses else "")
 
 
 def with_checks(verdict: ParityVerdict, inputs: InputsVerdict | None,
                 numerics: NumericsVerdict | None = None) -> ParityVerdict:
     """The verdict with the outcome and numbers of the checks that need no run: the inputs check, for a config
-    that decodes on the device, and the numerics check, for one whose amp no run could judge."""
+    that decodes on the device, and the numerics check, for one judged by its gradients (amp, compile)."""
     changes: dict[str, Any] = {}
     if inputs is not None:
         changes["inputs_passed"] = inputs.passed

@@ -21,8 +21,9 @@ targets are spread, not what its inputs say: ResNet-50 after 18,000 ImageNet
 samples), gives no unit to judge by: the check is inconclusive
 (``conclusive()``), and a config that changes the math (batch size, amp)
 cannot pass it. Device decode is judged by its images instead
-(``autotune.parity.inputs``), and amp alone by its gradients
-(``autotune.parity.numerics``): once they pass, it keeps the math.
+(``autotune.parity.inputs``): once they pass, it keeps the math. A config at
+the baseline's batch that changes only amp and compile gets no run at all: its
+gradients judge it (``autotune.parity.numerics``).
 docs/parity.md gives the measurements the tolerances were chosen from.
 ``ParityCheck`` (``autotune.parity.check``) runs the check over a
 search's fastest configs.
@@ -143,8 +144,8 @@ class ParityVerdict:
     inputs_passed: bool | None = None
     inputs_distance: float | None = None
     inputs_host_distance: float | None = None  # the host pipeline drawn twice: the noise level
-    # amp, where no run could judge it: whether its gradients' error was within the batch's own noise
-    # (autotune.parity.numerics), and that error as a share of the noise
+    # amp and compile at the baseline's batch, judged with no run: whether its gradients' error was within the
+    # batch's own noise (autotune.parity.numerics), and that error as a share of the noise
     numerics_passed: bool | None = None
     numerics_ratio: float | None = None
 

@@ -243,7 +243,7 @@ RECORD_KEYS: dict[str, tuple[tuple[type, ...], bool]] = {
     "inputs_passed": ((bool,), False),
     "inputs_distance": (_NUMBER, False),
     "inputs_host_distance": (_NUMBER, False),
-    # amp where no run could judge it: its gradients against fp32's (autotune.parity.numerics)
+    # amp and compile at the baseline's batch, judged with no run: its gradients against fp32's (parity.numerics)
     "numerics_passed": ((bool,), False),
     "numerics_ratio": (_NUMBER, False),
 }

@@ -67,7 +67,7 @@ def _parity_rows(profiles: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
         "parity deviation/probe": [],
         "parity loss (baseline)": [],
         "parity inputs (host)": [],  # decode = gpu: how far its images are from the host's (two host draws)
-        "parity numerics": [],  # amp, where no run could judge it: its gradients' error over the batch's noise
+        "parity numerics": [],  # amp and compile, judged with no run: its gradients' error over the batch's noise
         "parity check, s": [],
     }
     for p in profiles:

@@ -64,6 +64,13 @@ class FakePool:
         run = ParityRun(config.batch_size, lr, 2.0, 1.0, (samples,), (1.0,), True, 0.1)
         return Outcome("complete", result=run.as_dict())
 
+    def numerics_check(self, baseline: Config, config: Config, lr: float, timeout_s: float) -> Outcome:
+        # Every config's gradients are fp32's here: amp and compile at the baseline's batch pass it, with no run
+        # (tests/parity/test_by_gradients.py tests the check).
+        found = {"error": 0.0, "noise": 1.0, "signal": 0.5, "finite": True, "batches": 8,
+                 "batch_size": baseline.batch_size, "seconds": 0.1}
+        return Outcome("complete", result=found)
+
     def parts(self, config: Config, lr: float, which: list[str], timeout_s: float) -> Outcome:
         # No parts here unless a test gives them (tests/study/test_valuation.py): every config runs end to end.
         return Outcome("failed", reason="error: no parts in this fake")
