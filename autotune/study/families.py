@@ -88,8 +88,9 @@ class FamilyGate:
             return
         for config in new:
             verdict = self.check.verdicts.get(config)
-            # A verdict made by a comparison, not a crash of the run: that says nothing of the family.
-            if verdict is None or verdict.passed or not verdict.conclusive or verdict.deviation is None:
+            # A verdict made by a comparison (of runs, or of gradients), not a crash: a crash says nothing of the family.
+            judged = verdict is not None and (verdict.deviation is not None or verdict.numerics_passed is False)
+            if verdict is None or verdict.passed or not verdict.conclusive or not judged:
                 continue
             self.rejected.setdefault(math_family(config), config)
             if verdict.family == "batch_size" and config.batch_size not in self.bisected:
