@@ -88,7 +88,7 @@ class FamilyGate:
             return
         for config in new:
             verdict = self.check.verdicts.get(config)
-            # A verdict made by a comparison (of runs, or of gradients), not a crash: a crash says nothing of the family.
+            # A verdict made by a comparison (of runs or of gradients), not by a crash, which says nothing of it.
             judged = verdict is not None and (verdict.deviation is not None or verdict.numerics_passed is False)
             if verdict is None or verdict.passed or not verdict.conclusive or not judged:
                 continue

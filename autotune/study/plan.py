@@ -32,9 +32,9 @@ from autotune.config import Config
 from autotune.procs.pool import TrialPool
 from autotune.study import sharing, tickets
 from autotune.study.seeds import seed_configs
-from autotune.study.tickets import VALUED_ROLE
 from autotune.study.setup import Setup
 from autotune.study.space import Space
+from autotune.study.tickets import VALUED_ROLE
 from autotune.study.valuation import VALUED, Valuation, loader_key, step_key
 from autotune.text import rate
 
@@ -42,7 +42,7 @@ PLAN_ATTRIBUTE = "plan"  # the study's user attribute: what the plan valued and 
 PLAN_SHARE = 0.25  # of the time budget, the most the plan's parts may take: the rest is for measuring
 PLAN_S_WITHOUT_BUDGET = 120.0  # the plan's limit when the search has no time budget
 PLAN_MIN_TRIALS = 16  # a search asked for fewer trials (--trials) makes no plan: its queue would take them all
-PLAN_TRIALS = 3.0  # and no longer than this many of the baseline's end-to-end trial took
+PLAN_TRIALS = 8.0  # and no longer than this many of the baseline's end-to-end trial took
 PLAN_MIN_S = 20.0  # but never less than this
 MEASURE_AT_MOST = 8  # configs the plan queues to be measured end to end
 WITHIN = 0.7  # and only those predicted at least this share of the fastest prediction (or the best measured)
@@ -125,7 +125,8 @@ def time_limit(setup: Setup) -> float:
     20 s (mnist_cnn on an H200), where a heavy model's trial takes most of a minute."""
     budget = setup.options.time_budget_s
     share = PLAN_SHARE * budget if budget is not None else PLAN_S_WITHOUT_BUDGET
-    took = [float(t.user_attrs["duration_s"]) for t in setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    complete = setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    took = [float(t.user_attrs["duration_s"]) for t in complete
             if t.user_attrs.get("role") == "baseline" and "duration_s" in t.user_attrs]
     return min(share, max(PLAN_MIN_S, PLAN_TRIALS * took[0])) if took else share
 
@@ -153,18 +154,22 @@ def make(setup: Setup, pool: TrialPool, valuation: Valuation) -> Plan | None:
     groups = grid(setup)
     setup.echo(f"plan: valuing {sum(len(g) for g in groups)} config(s) in {len(groups)} group(s) from their step and "
                f"loader rates measured apart (at most {limit:.0f} s)")
-    failed: set[tuple[Any, ...]] = set()
+    loaders_failed: set[tuple[Any, ...]] = set()
     for config in order(groups, valuation):
         if time.monotonic() - began > limit:
             plan.cut_short = True
             break
         missing = valuation.missing(config)
-        if not missing or step_key(config) in failed or loader_key(config) in failed:
+        if not missing or step_key(config) in valuation.failed or loader_key(config) in loaders_failed:
             continue
         outcome = pool.parts(config, setup.lr(config), missing, setup.options.trial_timeout_s)
         if outcome.state != "complete" or outcome.result is None:
-            # A part that fails (out of memory, a compile error) leaves its configs to the trials, which say why.
-            failed.add(step_key(config) if "step" in missing else loader_key(config))
+            # A part that fails leaves its configs to the trials, which say why: a step out of memory fails them
+            # at once (the loop cannot fit where its step alone did not), another failure is measured end to end.
+            if "step" in missing:
+                valuation.failed[step_key(config)] = outcome.reason or "failed"
+            else:
+                loaders_failed.add(loader_key(config))
             continue
         valuation.add(config, outcome.result)
     plan.parts_s = time.monotonic() - began

@@ -31,8 +31,9 @@ from autotune.study.finalists import baseline_rate, check_budget, trial_run_s
 from autotune.study.pools import SOLO, Team
 from autotune.study.predict import PREDICTED, LoaderModel
 from autotune.study.setup import SearchError, Setup
-from autotune.study.valuation import VALUATION_ATTRIBUTE, VALUED, Valuation
+from autotune.study.valuation import VALUATION_ATTRIBUTE, VALUED, Valuation, step_key
 from autotune.text import elapsed, rate
+from autotune.trial.oom import OOM
 
 KEPT_RESULT = (
     "samples_per_s",
@@ -136,7 +137,8 @@ def out_of_time(setup: Setup, check_spent_s: float = 0.0) -> bool:
     # Training runs judge a new batch size only: a config at the baseline's batch that changes amp or compile is
     # judged by its gradients, in seconds (autotune.parity.numerics), and the rest keep the baseline's math. On an
     # H200 the reserved baseline run (72 s) of a ResNet-50 search whose configs all kept batch 256 cost it a trial.
-    new_batch = any(setup.config_of(t).batch_size != setup.baseline.batch_size for t in complete if "config" in t.user_attrs)
+    new_batch = any(setup.config_of(t).batch_size != setup.baseline.batch_size
+                    for t in complete if "config" in t.user_attrs)
     if setup.options.parity_check and rate and new_batch:
         samples, _ = run_length(setup.baseline.batch_size, max(setup.space.domains["batch_size"]), rate)
         check_s = min(samples / rate * (1 + 0.5 * finalists), check_budget(setup) or float("inf"))
@@ -203,8 +205,8 @@ def _run_trial(
                     families.queue_same_math(setup, config)  # the guess's other knobs, measured next
             elif (skip := _predicted(setup, trial, config, loader)) is not None:  # cannot win: not run
                 outcome = Outcome("pruned", reason=skip)
-            elif valuation is not None and (skip := _valued(setup, trial, config, lr, pool, valuation)) is not None:
-                outcome = Outcome("pruned", reason=skip)  # its predicted rate is clearly worse: not run
+            elif valuation is not None and (skip := _value_or_fail(setup, trial, config, lr, pool, valuation)):
+                outcome = skip  # its predicted rate is clearly worse, or its step alone ran out of memory: not run
             else:
 
                 def on_window(i: int, samples_per_s: float) -> bool:
@@ -301,6 +303,21 @@ def _predicted(setup: Setup, trial: optuna.Trial, config: Config, loader: Loader
     return loader.why_skip(config, max(values, default=None))
 
 
+class StepTooLarge(Exception):
+    """A config's step part ran out of memory: the reason, as the pool gave it."""
+
+
+def _value_or_fail(setup: Setup, trial: optuna.Trial, config: Config, lr: float, pool: TrialPool,
+                   valuation: Valuation) -> Outcome | None:
+    """The outcome that spares measuring `config` end to end, if any: pruned by its predicted rate, or failed for
+    memory its step alone could not have."""
+    try:
+        why = _valued(setup, trial, config, lr, pool, valuation)
+    except StepTooLarge as exc:
+        return Outcome("failed", reason=str(exc))
+    return None if why is None else Outcome("pruned", reason=why)
+
+
 def _valued(setup: Setup, trial: optuna.Trial, config: Config, lr: float, pool: TrialPool,
             valuation: Valuation) -> str | None:
     """Value `config` from its parts (measuring those not known yet) and say why it need not run end to end, if so.
@@ -310,11 +327,21 @@ def _valued(setup: Setup, trial: optuna.Trial, config: Config, lr: float, pool: 
     under the best measured: the plan's queued configs (``autotune.study.plan``) are seeds too, and they come first.
     """
     missing = valuation.missing(config)
-    if missing:
+    failed = valuation.failed.get(step_key(config))
+    if failed is not None and failed.startswith(OOM):  # the plan found its step too large
+        raise StepTooLarge(failed)
+    if missing and failed is None:
         timeout = setup.options.trial_timeout_s
         measured = pool.parts(config, lr, missing, timeout)
         if measured.state != "complete" or measured.result is None:
             trial.set_user_attr("parts_failed", measured.reason)  # it is measured end to end, as before
+            if "step" in missing:
+                valuation.failed[step_key(config)] = measured.reason or "failed"
+            if "step" in missing and (measured.reason or "").startswith(OOM):
+                # Its step alone, on one batch already on the device, did not fit (the pool tried it alone on the
+                # device): the whole loop cannot. On an H200, ResNet-50's batch-2048 seed then took 68 s more to
+                # run out of memory end to end, past the search's budget.
+                raise StepTooLarge(measured.reason or OOM)
             return None
         valuation.add(config, measured.result)
     predicted = valuation.predict(config)

@@ -61,6 +61,7 @@ class Valuation:
     loaders: dict[tuple[tuple[str, Any], ...], float] = dataclasses.field(default_factory=dict)
     ratios: list[float] = dataclasses.field(default_factory=list)  # measured / raw prediction, per measured config
     errors: list[float] = dataclasses.field(default_factory=list)  # predicted / measured - 1, before learning it
+    failed: dict[tuple[tuple[str, Any], ...], str] = dataclasses.field(default_factory=dict)  # step key -> why not
     valued: int = 0  # configs given a predicted rate
     ruled_out: int = 0  # of them, not measured end to end because of it
 

@@ -126,3 +126,34 @@ def test_a_resumed_search_does_not_plan_again(rates: type[Rates]) -> None:
            echo=lines.append)
     assert not any(line.startswith("plan: valuing") for line in lines)
     assert len(Rates.parts_asked) - asked <= 4 * 2  # only the new trials' own parts, two each at most
+
+
+def test_a_config_whose_step_alone_runs_out_of_memory_fails_without_running_end_to_end(
+        rates: type[Rates], monkeypatch: pytest.MonkeyPatch) -> None:
+    from autotune.study import search, setup
+
+    too_large = "oom: asked for 1.53 GiB more, holding 138.56 GiB; 1.20 GiB of 139.80 GiB free"
+
+    def parts(self: Rates, config: Config, lr: float, which: list[str], timeout_s: float) -> Outcome:
+        Rates.parts_asked.append((config, tuple(which)))
+        if "step" in which and config.batch_size >= 128:
+            return Outcome("failed", reason=too_large)
+        made = {"step": step_rate(config), "loader": loader_rate(config)}
+        return Outcome("complete", result={w: {"samples_per_s": made[w], "spread": 0.01} for w in which})
+
+    monkeypatch.setattr(Rates, "parts", parts)
+    options = SearchOptions(trials=16, seed=1, parity_check=False, rounds=1, time_budget_s=None)
+    search("tiny", options, echo=lambda line: None)
+    study = setup.open_study(setup.prepare("tiny", options, echo=lambda line: None)).study
+    large = [t for t in study.get_trials() if t.user_attrs.get("config", {}).get("batch_size", 0) >= 128
+             and "duplicate_of" not in t.user_attrs]
+    # The first fails for its step's memory; those that would hold as much are skipped for it (study.memory).
+    assert large[0].state == TrialState.FAIL and large[0].user_attrs["reason"] == too_large
+    assert all(t.state == TrialState.FAIL and t.user_attrs["reason"] == too_large or t.state == TrialState.PRUNED
+               and str(t.user_attrs["reason"]).startswith("skipped by prediction: it holds at least what trial")
+               for t in large), [(t.number, t.state.name, t.user_attrs.get("reason")) for t in large]
+    assert not [c for c in Rates.runs if c.batch_size >= 128], "none measured end to end"
+    # Each step is asked for once: the plan's failure stands for the trials of its configs.
+    steps = [c for c, which in Rates.parts_asked if "step" in which and c.batch_size >= 128]
+    from autotune.study.valuation import step_key
+    assert len(steps) == len({step_key(c) for c in steps})
