@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import time
 from types import SimpleNamespace
 
@@ -20,17 +21,20 @@ BASELINE = Config(256, num_workers=4, pin_memory=True)
 
 
 def _setup(trials: list[tuple[TrialState, float]], elapsed_s: float, budget_s: float = 480.0,
-           larger_batch: bool = True) -> SimpleNamespace:
+           larger_batch: bool = True, first_wall_s: float | None = None) -> SimpleNamespace:
     """A search `elapsed_s` into its budget whose study holds `trials`: (state, seconds each took)."""
     study = optuna.create_study(direction="maximize")
     for i, (state, seconds) in enumerate(trials):
         # The baseline first, then a larger batch: a config that needs a parity run, so the check is reserved.
         config = BASELINE if i == 0 or not larger_batch else dataclasses.replace(BASELINE, batch_size=512)
-        study.add_trial(create_trial(
+        trial = create_trial(
             state=state, value=1_100.0 if state == TrialState.COMPLETE else None,
             params={"x": 0.0}, distributions={"x": FloatDistribution(0, 1)},
             user_attrs={"duration_s": seconds, "config": dataclasses.asdict(config)},
-        ))
+        )
+        if i == 0 and first_wall_s is not None:  # the first trial's process started this long before it ended
+            trial.datetime_start = trial.datetime_complete - datetime.timedelta(seconds=first_wall_s)
+        study.add_trial(trial)
     return SimpleNamespace(
         options=SearchOptions(time_budget_s=budget_s),
         study=study,
@@ -227,3 +231,13 @@ def test_a_measurement_again_that_fails_is_not_named_as_measured_and_the_leader_
         f"measured again: {BASELINE.describe()}; the leader, {LEADER.describe()}, rests on 1 process(es), the "
         "baseline on 2",
     ]
+
+
+def test_a_round_is_costed_with_the_fresh_process_it_starts() -> None:
+    # The H200 ResNet-50 search: the baseline's trial took 43 s in the study, 15 s of it measuring; the rounds,
+    # each config in a fresh process, then took 131 s for four configs where four trials' 15 s had been reserved.
+    trials = [(TrialState.COMPLETE, 15.0)] * 4
+    # A first round of 4 configs at 15 s each plus a start of 28 s: 172 s, and a trial's 15 s: 187 s of end.
+    assert not out_of_time(_setup(trials, elapsed_s=480.0 - 188.0, larger_batch=False, first_wall_s=43.0))
+    assert out_of_time(_setup(trials, elapsed_s=480.0 - 186.0, larger_batch=False, first_wall_s=43.0))
+    assert not out_of_time(_setup(trials, elapsed_s=480.0 - 186.0, larger_batch=False)), "no start: 75 s of end"
