@@ -24,7 +24,7 @@ from autotune.parity.verdict import run_length
 from autotune.procs import lifecycle
 from autotune.procs.pool import TrialPool
 from autotune.procs.trial_process import GAVE_UP, Outcome
-from autotune.study import memory, plan, seed_retry, sharing, tickets
+from autotune.study import memory, patience, plan, seed_retry, sharing, tickets
 from autotune.study.failures import Finished, Hopeless, blocks, hopeless_values
 from autotune.study.families import SKIPPED, FamilyGate
 from autotune.study.finalists import baseline_rate, check_budget, trial_run_s
@@ -92,6 +92,10 @@ def run_trials(setup: Setup, pool: TrialPool, learned: Learned | None = None, te
         seed_retry.queue_retries(setup.study, setup.storage, learned.hopeless, setup.baseline)
         if learned.valuation is not None and setup.options.write_tuned_file and baseline_done(setup):
             plan.make(setup, pool, learned.valuation)  # once: the grid valued, its fastest queued next
+        stop = patience.why_stop(setup.study.get_trials(deepcopy=False), plan.PLAN_ATTRIBUTE in setup.study.user_attrs)
+        if stop is not None:
+            setup.echo(stop)
+            break
         ticket = tickets.take(setup.study, setup.storage, setup.options.trials,
                               adjust=lambda params: seed_retry.without(params, learned.hopeless, setup.baseline))
         if ticket is None:

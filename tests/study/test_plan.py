@@ -96,7 +96,8 @@ def test_the_plan_values_a_grid_measures_its_fastest_next_and_records_the_rest(r
     assert all(t.user_attrs["predicted_samples_per_s"] <= best_measured * 1.001 for t in valued)
     # --trials counts measurements: the recorded configs are not trials taken.
     measured = [t for t in study.get_trials() if t.user_attrs.get("role") != "valued"]
-    assert len(measured) == 16
+    ended = [line for line in lines if line.startswith("search: no trial of the last 12 found")]
+    assert len(measured) == 16 or (len(measured) < 16 and ended), (len(measured), ended)
     assert any(line.startswith(f"plan: {plan['valued']} config(s) valued in ") and
                f"measuring the {plan['queued']} predicted fastest end to end next" in line for line in lines), lines
     summary = next(line for line in lines if line.startswith("valuation: "))
