@@ -3,10 +3,12 @@
 ``search()`` (``run``) is four steps, each in a module of its own:
 
 - ``setup``: the workload, the machine, the ``space`` of knobs, the study and its ``seeds``;
-- ``trials``: take tickets (``tickets``, ``sharing``) one at a time, measure each config, value the
+- ``trials``: after the baseline, value a grid of configs from their parts and queue the fastest
+  (``plan``); take tickets (``tickets``, ``sharing``) one at a time, measure each config, value the
   next from its parts (``valuation``, ``predict``), judge each new contender's math family
   (``families``), learn hopeless values (``failures``) and retry seeds without them (``seed_retry``),
-  stop clearly worse trials early (``pruner``);
+  stop clearly worse trials early (``pruner``), and end once many in a row found nothing faster
+  (``patience``);
 - ``finalists``: the parity check (``autotune.parity``) and the rounds measured again;
 - ``profile``: the winner and its profile, written to the tuned file (``answer``: the workload's own
   settings when nothing faster may win; ``ending``: what a rerun reuses when only the write failed).

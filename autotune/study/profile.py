@@ -19,7 +19,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import Config
 from autotune.parity.check import ParityCheck
-from autotune.study import answer, sharing
+from autotune.study import answer, tickets
 from autotune.study.finalists import Results, learning_rate, run_s
 from autotune.study.setup import SearchError, Setup
 from autotune.text import rate
@@ -216,7 +216,8 @@ def autotuned_draws(setup: Setup, config: Config) -> list[float]:
 
 def _count(trials: list[FrozenTrial]) -> dict[str, int]:
     states = {"complete": TrialState.COMPLETE, "failed": TrialState.FAIL, "pruned": TrialState.PRUNED}
-    mine = sharing.counted(trials)  # an interrupted trial's retry stands for it
+    # An interrupted trial's retry stands for it; a config the plan valued without measuring is no trial taken.
+    mine = tickets.started(trials)
     return {name: sum(t.state == s for t in mine) for name, s in states.items()}
 
 

@@ -20,6 +20,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import COMPILE_ALLOWANCE_S, Config
+from autotune.errors import AutotuneError
 from autotune.parity.verdict import run_length
 from autotune.procs import lifecycle
 from autotune.procs.pool import TrialPool
@@ -319,7 +320,7 @@ def _predicted(setup: Setup, trial: optuna.Trial, config: Config, loader: Loader
     return loader.why_skip(config, max(values, default=None))
 
 
-class StepTooLarge(Exception):
+class StepTooLarge(AutotuneError, RuntimeError):
     """A config's step part ran out of memory: the reason, as the pool gave it."""
 
 

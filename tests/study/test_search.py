@@ -106,7 +106,9 @@ def test_search_learns_a_broken_value_and_writes_the_fastest_config(project: Pat
     ]
     assert len(warned) == 1
     trial_lines = [line for line in lines if line.startswith("[")]
-    assert len(trial_lines) == 20
+    # 20 trials, or fewer where 12 in a row after the plan found nothing faster (autotune.study.patience)
+    ended = any(line.startswith("search: no trial of the last 12 found") for line in lines)
+    assert len(trial_lines) == 20 or (len(trial_lines) < 20 and ended), (len(trial_lines), ended)
     # After the warning, no trial measures channels_last again.
     first_after = sum(1 for line in lines[: warned[0]] if line.startswith("["))
     assert not any(c.channels_last for c in ran[first_after:20])
@@ -118,7 +120,7 @@ def test_search_learns_a_broken_value_and_writes_the_fastest_config(project: Pat
     assert profile["samples_per_s"] == best
     assert profile["baseline_samples_per_s"] == FakePool.rate(Config(batch_size=16))
     assert profile["speedup"] == round(best / FakePool.rate(Config(batch_size=16)), 2)
-    assert profile["trials_complete"] + profile["trials_failed"] + profile["trials_pruned"] == 20
+    assert profile["trials_complete"] + profile["trials_failed"] + profile["trials_pruned"] == len(trial_lines)
     assert tuned_file.read(project / "recipes" / "tiny.tuned.toml")["profiles"]["cpu"] == profile
 
 
