@@ -22,7 +22,7 @@ def autotune(*args: str) -> subprocess.CompletedProcess[str]:
 TRIAL_LINE = re.compile(
     r"^\[ +(\d+)/4\] \d+:\d\d  trial (\d+) +"
     r"(?:[\d,]+/s ±[\d.]+%(?: unreliable)?(?: time-limited)?|[\d,]+/s = trial \d+"
-    r"|pruned at window \d+: [\d,]+/s|failed: .+?) +bs=\d+ .*$"
+    r"|pruned at window \d+: [\d,]+/s|failed: .+?|skipped, valued from its parts) +bs=\d+ .*$"
 )
 
 
