@@ -186,7 +186,7 @@ def make(setup: Setup, pool: TrialPool, valuation: Valuation) -> Plan | None:
     top = max([plan.valued[0][1] if plan.valued else 0.0, *values])
     plan.queued = [c for c, p in plan.valued if p >= WITHIN * top and c not in measured][:MEASURE_AT_MOST]
     _queue(setup, plan)
-    _record_rest(setup, plan, valuation)
+    _record_rest(setup, plan, valuation, measured)
     setup.study.set_user_attr(PLAN_ATTRIBUTE, plan.record())
     setup.echo(summary(plan, valuation))
     return plan
@@ -215,9 +215,10 @@ def _queue(setup: Setup, plan: Plan) -> None:
             tickets.insert_next(setup.study, seeds)
 
 
-def _record_rest(setup: Setup, plan: Plan, valuation: Valuation) -> None:
-    """Record each valued config not queued as a trial of its own, pruned, with its predicted rate and why."""
-    queued = set(plan.queued)
+def _record_rest(setup: Setup, plan: Plan, valuation: Valuation, measured: set[Config]) -> None:
+    """Record each valued config neither queued nor measured already as a trial of its own, pruned, with its
+    predicted rate and why."""
+    queued = set(plan.queued) | measured
     made = []
     for rank, (config, predicted) in enumerate(plan.valued, 1):
         if config in queued:
