@@ -563,7 +563,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--recipe", default="imagenet_resnet50")
     parser.add_argument("--configs", default="default",
-                        help="default, sweep, wide, decode, hybrid, pixels, gpu_workers, or tuned (the tuned file's profile)")
+                        help="default, sweep, wide, decode, hybrid, pixels, gpu_workers, or tuned "
+                             "(the tuned file's profile)")
     parser.add_argument("--seconds", type=float, default=30.0, help="how long the hand-written loop is timed")
     parser.add_argument("--only", type=int, help="the first N configs of the set only")
     parser.add_argument("--match", default="", help="only the configs whose name this regular expression finds")
