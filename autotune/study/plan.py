@@ -9,7 +9,8 @@ once the baseline has run, the plan crosses each seed's step with a few step
 variants (the graph, compile, amp flipped) and its loader with a few loader variants
 (the workers at the seed's count, half the cores and all of them; two prefetch
 depths), measures the parts those configs need until its share of the budget is
-spent, and values every config of the grid (``autotune.study.valuation``). The
+spent, and values every config of the grid, and every other config a measured step
+and a measured loader that agree make (``autotune.study.valuation``). The
 fastest by prediction are queued to be measured end to end next; the others are
 recorded in the study as valued, not measured, each with its predicted rate, so the
 report, a dashboard and a resumed search see every config the search considered.
@@ -109,6 +110,27 @@ def grid(setup: Setup) -> list[list[Config]]:
     return groups
 
 
+def combinations(space: Space, valuation: Valuation) -> list[Config]:
+    """Every config that a measured step rate and a measured loader rate make together: the two agree on what they
+    share (the batch, its layout, where it is decoded), and the config is in the space. The grid's groups follow
+    the seeds; a step of one group and a loader of another that agree are a config the parts value as well, at no
+    further cost."""
+    made: list[Config] = []
+    for step in valuation.steps:
+        for loader in valuation.loaders:
+            knobs = dict(step)
+            if any(knobs.get(k, v) != v for k, v in loader):
+                continue
+            knobs.update(loader)
+            try:
+                config = space.normalise(Config(**knobs))
+            except TypeError:  # a key from an older autotune's study: not a whole config
+                continue
+            if space.params(config) is not None and step_key(config) == step and loader_key(config) == loader:
+                made.append(config)
+    return made
+
+
 def distributions(space: Space, params: dict[str, Any]) -> dict[str, BaseDistribution]:
     """The distributions `Space.suggest` asks `params` from: a trial recorded without suggesting holds the same."""
     made: dict[str, BaseDistribution] = {}
@@ -174,7 +196,9 @@ def make(setup: Setup, pool: TrialPool, valuation: Valuation) -> Plan | None:
         valuation.add(config, outcome.result)
     plan.parts_s = time.monotonic() - began
     measured = {setup.config_of(t) for t in setup.study.get_trials(deepcopy=False) if "config" in t.user_attrs}
-    for config in (c for g in groups for c in g):
+    for config in dict.fromkeys([*(c for g in groups for c in g), *combinations(setup.space, valuation)]):
+        if config == setup.baseline:
+            continue
         predicted = valuation.predict(config)
         if predicted is not None:
             plan.valued.append((config, predicted))

@@ -8,6 +8,7 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune.config import COMPILE_CHOICES, Config
+from autotune.knobs import DataFacts, Machine
 from autotune.options import SearchOptions
 from autotune.procs.trial_process import Outcome
 from autotune.study.space import Space, build_space
@@ -158,3 +159,23 @@ def test_a_config_whose_step_alone_runs_out_of_memory_fails_without_running_end_
     steps = [c for c, which in Rates.parts_asked if "step" in which and c.batch_size >= 128]
     from autotune.study.valuation import step_key
     assert len(steps) == len({step_key(c) for c in steps})
+
+
+def test_a_step_and_a_loader_that_agree_make_a_config_the_parts_value() -> None:
+    from autotune.study.plan import combinations
+    from autotune.study.valuation import Valuation
+
+    machine = Machine("cpu", cuda=False, cpu_share=4, amp_dtypes=("bf16",), memory_bytes=2**34)
+    facts = DataFacts(size=4096, sample_bytes=3136, image_4d=True, static_shapes=True, deterministic=True,
+                      device_dataset=False)
+    space = build_space(16, machine, facts)
+    v = Valuation()
+    eager = Config(batch_size=16, num_workers=2, persistent_workers=True, prefetch_factor=2)
+    bf16 = Config(batch_size=16, num_workers=4, persistent_workers=True, prefetch_factor=4, amp="bf16")
+    other_batch = Config(batch_size=32, num_workers=3, persistent_workers=True, prefetch_factor=2)
+    for config in (eager, bf16, other_batch):
+        v.add(config, {"step": {"samples_per_s": 1000.0}, "loader": {"samples_per_s": 900.0}})
+    made = set(combinations(space, v))
+    # Each step with each loader of its batch: the two measured configs and their two crossings; batch 32's own.
+    assert made == {eager, bf16, other_batch, Config(**{**eager.as_dict(), "amp": "bf16"}),
+                    Config(**{**bf16.as_dict(), "amp": "off"})}
