@@ -4,8 +4,9 @@
 
 - ``setup``: the workload, the machine, the ``space`` of knobs, the study and its ``seeds``;
 - ``trials``: after the baseline, value a grid of configs from their parts and queue the fastest
-  (``plan``); take tickets (``tickets``, ``sharing``) one at a time, measure each config, value the
-  next from its parts (``valuation``, ``predict``), judge each new contender's math family
+  (``plan``); take tickets (``tickets``, ``sharing``) one at a time while the clock allows (``deadline``),
+  measure each config unless it need not run (``skip``: memory, the loader's ceiling, its value from its
+  parts, ``valuation``, ``predict``), judge each new contender's math family
   (``families``), learn hopeless values (``failures``) and retry seeds without them (``seed_retry``),
   stop clearly worse trials early (``pruner``), and end once many in a row found nothing faster
   (``patience``);

@@ -176,24 +176,13 @@ def make(setup: Setup, pool: TrialPool, valuation: Valuation) -> Plan | None:
     groups = grid(setup)
     setup.echo(f"plan: valuing {sum(len(g) for g in groups)} config(s) in {len(groups)} group(s) from their step and "
                f"loader rates measured apart (at most {limit:.0f} s)")
-    loaders_failed: set[tuple[Any, ...]] = set()
     for config in order(groups, valuation):
         if time.monotonic() - began > limit:
             plan.cut_short = True
             break
-        missing = valuation.missing(config)
-        if not missing or step_key(config) in valuation.failed or loader_key(config) in loaders_failed:
-            continue
-        outcome = pool.parts(config, setup.lr(config), missing, setup.options.trial_timeout_s)
-        if outcome.state != "complete" or outcome.result is None:
-            # A part that fails leaves its configs to the trials, which say why: a step out of memory fails them
-            # at once (the loop cannot fit where its step alone did not), another failure is measured end to end.
-            if "step" in missing:
-                valuation.failed[step_key(config)] = outcome.reason or "failed"
-            else:
-                loaders_failed.add(loader_key(config))
-            continue
-        valuation.add(config, outcome.result)
+        # A part that fails is not asked for again: a step out of memory fails its configs' trials at once (the loop
+        # cannot fit where its step alone did not), another failure leaves them to be measured end to end.
+        valuation.measure(pool, config, setup.lr(config), setup.options.trial_timeout_s)
     plan.parts_s = time.monotonic() - began
     measured = {setup.config_of(t) for t in setup.study.get_trials(deepcopy=False) if "config" in t.user_attrs}
     for config in dict.fromkeys([*(c for g in groups for c in g), *combinations(setup.space, valuation)]):

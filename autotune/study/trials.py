@@ -20,21 +20,18 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import COMPILE_ALLOWANCE_S, Config
-from autotune.errors import AutotuneError
-from autotune.parity.verdict import run_length
 from autotune.procs import lifecycle
 from autotune.procs.pool import TrialPool
 from autotune.procs.trial_process import GAVE_UP, Outcome
-from autotune.study import memory, patience, plan, seed_retry, sharing, tickets
+from autotune.study import patience, plan, seed_retry, sharing, skip, tickets
+from autotune.study.deadline import give_up_after, out_of_time
 from autotune.study.failures import Finished, Hopeless, blocks, hopeless_values
 from autotune.study.families import SKIPPED, FamilyGate
-from autotune.study.finalists import baseline_rate, check_budget, trial_run_s
 from autotune.study.pools import SOLO, Team
 from autotune.study.predict import PREDICTED, LoaderModel
 from autotune.study.setup import SearchError, Setup
-from autotune.study.valuation import VALUATION_ATTRIBUTE, VALUED, Valuation, step_key
+from autotune.study.valuation import VALUATION_ATTRIBUTE, VALUED, Valuation
 from autotune.text import elapsed, rate
-from autotune.trial.oom import OOM
 
 KEPT_RESULT = (
     "samples_per_s",
@@ -113,57 +110,6 @@ def baseline_done(setup: Setup) -> bool:
                for t in setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
 
 
-def out_of_time(setup: Setup, check_spent_s: float = 0.0) -> bool:
-    """No trial may start: the time left in the budget would not cover the end of the search.
-
-    The end is the parity check (the baseline's run at its trial's rate, each candidate's guessed at
-    half that, and never more than the check's own share of the budget, which bounds it) and the
-    finalists' first round (each config measured once, as long as a trial took: the median wall time
-    of the trials that completed), for as many finalists as there are complete configs so far. The rounds
-    after the first run on what is left (``autotune.study.finalists.measure_rounds``): reserved too, they
-    ended an H200 ResNet-50 search after 4 trials, and its second round was then not run, 79 s unused.
-    A failed or pruned trial's time is not what a round costs: on an H200, one ResNet-50 trial that ran
-    out of memory after a minute of filling batch 2048 made the median a round's cost and ended the
-    search after two trials.
-    """
-    budget = setup.options.time_budget_s
-    if budget is None:
-        return False
-    complete = setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    measured = [t.user_attrs["duration_s"] for t in complete if "duration_s" in t.user_attrs]
-    if not measured:
-        return setup.elapsed() >= budget
-    trial_s = statistics.median(measured)
-    # No more finalists than trials have completed besides the baseline's: costed at the full count, a heavy
-    # model's first two trials (ResNet-50 on 5 cores, 31 and 37 s) ended an H200 search of 338 s after 68 s.
-    finalists = min(setup.options.finalists, max(1, len(complete) - 1))
-    check_s = 0.0
-    rate = baseline_rate(setup)
-    # Training runs judge a new batch size only: a config at the baseline's batch that changes amp or compile is
-    # judged by its gradients, in seconds (autotune.parity.numerics), and the rest keep the baseline's math. On an
-    # H200 the reserved baseline run (72 s) of a ResNet-50 search whose configs all kept batch 256 cost it a trial.
-    new_batch = any(setup.config_of(t).batch_size != setup.baseline.batch_size
-                    for t in complete if "config" in t.user_attrs)
-    if setup.options.parity_check and rate and new_batch:
-        samples, _ = run_length(setup.baseline.batch_size, max(setup.space.domains["batch_size"]), rate)
-        check_s = min(samples / rate * (1 + 0.5 * finalists), check_budget(setup) or float("inf"))
-        check_s = max(0.0, check_s - check_spent_s)  # what the check made during the trials is spent already
-    # A round measures each config in a fresh process: its start and build too, which a trial in a process that
-    # served the one before does not pay. On an H200, ResNet-50's trials took 11-15 s and its first round 131 s for
-    # four configs, and the search ended 90 s past its budget. The first trial's start is that cost: its wall time
-    # in the study less its measurement's.
-    start_s = max(0.0, _wall_s(complete[0]) - float(complete[0].user_attrs.get("duration_s", 0.0))) if complete else 0.0
-    rounds_s = (finalists + 1) * min(setup.options.rounds, 1) * (trial_s + start_s)
-    return setup.elapsed() + trial_s + check_s + rounds_s >= budget
-
-
-def _wall_s(trial: FrozenTrial) -> float:
-    """Seconds from a trial's start to its end in the study: what its measurement took, and its process's start."""
-    if trial.datetime_start is None or trial.datetime_complete is None:
-        return 0.0
-    return (trial.datetime_complete - trial.datetime_start).total_seconds()
-
-
 def wait_for_other_workers(setup: Setup, pool: TrialPool, learned: Learned, while_waiting: Callable[[], None]) -> None:
     """Wait until no trial runs anywhere, taking tickets that appear late (a dead searcher's, queued again).
 
@@ -216,14 +162,14 @@ def _run_trial(
             elif blocked is not None:  # known not to work: record it, spend no time on it
                 outcome = Outcome("failed", reason=f"skipped: {blocked.short()}")
             elif trial.user_attrs.get("role") != "baseline" and families is not None and (
-                    skip := families.why_skip(setup, config)) is not None:  # its math family cannot win: not run
-                outcome = Outcome("pruned", reason=skip)
+                    rejected := families.why_skip(setup, config)) is not None:  # its family cannot win: not run
+                outcome = Outcome("pruned", reason=rejected)
                 if trial.user_attrs.get("role") == "seed":
                     families.queue_same_math(setup, config)  # the guess's other knobs, measured next
-            elif (skip := _predicted(setup, trial, config, loader)) is not None:  # cannot win: not run
-                outcome = Outcome("pruned", reason=skip)
-            elif valuation is not None and (skip := _value_or_fail(setup, trial, config, lr, pool, valuation)):
-                outcome = skip  # its predicted rate is clearly worse, or its step alone ran out of memory: not run
+            elif (why := skip.predicted(setup, trial, config, loader)) is not None:  # cannot win: not run
+                outcome = Outcome("pruned", reason=why)
+            elif valuation is not None and (spared := skip.valued(setup, trial, config, lr, pool, valuation)):
+                outcome = spared  # its predicted rate is clearly worse, or its step alone ran out of memory: not run
             else:
 
                 def on_window(i: int, samples_per_s: float) -> bool:
@@ -276,102 +222,6 @@ def _run_trial(
         study.tell(trial, float(outcome.result["samples_per_s"]))
     else:
         study.tell(trial, state=TrialState.PRUNED if outcome.state == "pruned" else TrialState.FAIL)
-
-
-# A trial is given up once it has taken this many times the best declared run so far, plus this many seconds:
-# however fast it would train after that, the best config finishes the whole run first. The margin keeps a
-# trial on a busy host, or one in a process that has just started, from being stopped on what noise costs.
-GIVE_UP_FACTOR = 2.0
-GIVE_UP_MARGIN_S = 30.0
-
-
-def give_up_after(setup: Setup, trial: optuna.Trial) -> tuple[float, str] | None:
-    """(seconds after which measuring `trial` is pointless, why); None while no trial is complete, or the baseline.
-
-    The window pruner judges a trial by its rate; one that is still starting (workers filling a large first batch,
-    cuDNN's autotuning, a data set materialised slowly) sends no window to judge. Its elapsed time is judged here:
-    a trial measures a part of the declared run, one-time costs included, so one that has taken longer than the
-    best config's whole run cannot finish that run first.
-    """
-    if trial.user_attrs.get("role") == "baseline":  # every speed-up is stated against it
-        return None
-    complete = setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    if not complete:
-        return None
-    best = min(complete, key=lambda t: trial_run_s(setup, t))
-    run_s = trial_run_s(setup, best)
-    epochs = setup.workload.defaults["epochs"]
-    why = f"the best so far (trial {best.number}) finishes the whole declared run ({epochs} epoch(s)) in {run_s:.1f} s"
-    return GIVE_UP_FACTOR * run_s + GIVE_UP_MARGIN_S, why
-
-
-def _predicted(setup: Setup, trial: optuna.Trial, config: Config, loader: LoaderModel | None) -> str | None:
-    """Why `config` cannot win (a config that ran out of memory holds less; the loader's ceiling is below the best
-    so far); None to measure it."""
-    if trial.user_attrs.get("role") == "baseline":  # every speed-up is stated against it
-        return None
-    failed = setup.study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
-    oom = [(t.number, setup.config_of(t), str(t.user_attrs.get("reason") or "")) for t in failed
-           if "config" in t.user_attrs]
-    why = memory.why_skip(config, oom)
-    if why is not None or loader is None:
-        return why
-    values = [t.value for t in setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value]
-    return loader.why_skip(config, max(values, default=None))
-
-
-class StepTooLarge(AutotuneError, RuntimeError):
-    """A config's step part ran out of memory: the reason, as the pool gave it."""
-
-
-def _value_or_fail(setup: Setup, trial: optuna.Trial, config: Config, lr: float, pool: TrialPool,
-                   valuation: Valuation) -> Outcome | None:
-    """The outcome that spares measuring `config` end to end, if any: pruned by its predicted rate, or failed for
-    memory its step alone could not have."""
-    try:
-        why = _valued(setup, trial, config, lr, pool, valuation)
-    except StepTooLarge as exc:
-        return Outcome("failed", reason=str(exc))
-    return None if why is None else Outcome("pruned", reason=why)
-
-
-def _valued(setup: Setup, trial: optuna.Trial, config: Config, lr: float, pool: TrialPool,
-            valuation: Valuation) -> str | None:
-    """Value `config` from its parts (measuring those not known yet) and say why it need not run end to end, if so.
-
-    Its predicted rate is kept on the trial, labelled as predicted. The baseline always runs: every speed-up is
-    stated against it. A seed runs unless the prediction, trusted by then (``Valuation.trusted``), puts it clearly
-    under the best measured: the plan's queued configs (``autotune.study.plan``) are seeds too, and they come first.
-    """
-    missing = valuation.missing(config)
-    failed = valuation.failed.get(step_key(config))
-    if failed is not None and failed.startswith(OOM):  # the plan found its step too large
-        raise StepTooLarge(failed)
-    if missing and failed is None:
-        timeout = setup.options.trial_timeout_s
-        measured = pool.parts(config, lr, missing, timeout)
-        if measured.state != "complete" or measured.result is None:
-            trial.set_user_attr("parts_failed", measured.reason)  # it is measured end to end, as before
-            if "step" in missing:
-                valuation.failed[step_key(config)] = measured.reason or "failed"
-            if "step" in missing and (measured.reason or "").startswith(OOM):
-                # Its step alone, on one batch already on the device, did not fit (the pool tried it alone on the
-                # device): the whole loop cannot. On an H200, ResNet-50's batch-2048 seed then took 68 s more to
-                # run out of memory end to end, past the search's budget.
-                raise StepTooLarge(measured.reason or OOM)
-            return None
-        valuation.add(config, measured.result)
-    predicted = valuation.predict(config)
-    if predicted is None:
-        return None
-    valuation.valued += 1
-    trial.set_user_attr("predicted_samples_per_s", round(predicted, 1))
-    if trial.user_attrs.get("role") == "baseline":  # every speed-up is stated against it
-        return None
-    values = [t.value for t in setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value]
-    why = valuation.why_skip(config, max(values, default=None), getattr(setup.study.pruner, "ratio", 0.5))
-    setup.study.set_user_attr(VALUATION_ATTRIBUTE, valuation.record())
-    return why
 
 
 def earlier_trial_of(setup: Setup, number: int, config: Config) -> FrozenTrial | None:

@@ -22,10 +22,14 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.config import LOADER_KNOBS, Config
 from autotune.text import rate
+from autotune.trial.oom import OOM
+
+if TYPE_CHECKING:
+    from autotune.procs.pool import TrialPool
 
 VALUATION_ATTRIBUTE = "valuation"  # the study's user attribute: Valuation.record()
 VALUED = "skipped, valued from its parts"  # how a trial's reason begins when its predicted rate ruled it out
@@ -61,7 +65,8 @@ class Valuation:
     loaders: dict[tuple[tuple[str, Any], ...], float] = dataclasses.field(default_factory=dict)
     ratios: list[float] = dataclasses.field(default_factory=list)  # measured / raw prediction, per measured config
     errors: list[float] = dataclasses.field(default_factory=list)  # predicted / measured - 1, before learning it
-    failed: dict[tuple[tuple[str, Any], ...], str] = dataclasses.field(default_factory=dict)  # step key -> why not
+    # ("step" or "loader", its key) -> why that part could not be measured: it is not asked for again
+    failed: dict[tuple[str, tuple[tuple[str, Any], ...]], str] = dataclasses.field(default_factory=dict)
     valued: int = 0  # configs given a predicted rate
     ruled_out: int = 0  # of them, not measured end to end because of it
 
@@ -69,6 +74,30 @@ class Valuation:
         """The parts of `config` not measured yet."""
         return [name for name, known, key in (("step", self.steps, step_key(config)),
                                                ("loader", self.loaders, loader_key(config))) if key not in known]
+
+    def failure(self, config: Config) -> str | None:
+        """Why a part of `config` could not be measured, if one could not."""
+        keys = (("step", step_key(config)), ("loader", loader_key(config)))
+        return next((self.failed[k] for k in keys if k in self.failed), None)
+
+    def too_large(self, config: Config) -> str | None:
+        """The out-of-memory reason of `config`'s step, measured alone on one batch on the device: the whole loop
+        cannot fit either (on an H200, ResNet-50's batch-2048 seed took 68 s more to run out end to end)."""
+        why = self.failed.get(("step", step_key(config)))
+        return why if why is not None and why.startswith(OOM) else None
+
+    def measure(self, pool: TrialPool, config: Config, lr: float, timeout_s: float) -> str | None:
+        """Measure the parts of `config` not known yet, in a trial process; why one could not be, if so."""
+        missing = self.missing(config)
+        if not missing or (why := self.failure(config)) is not None:
+            return self.failure(config)
+        outcome = pool.parts(config, lr, missing, timeout_s)
+        if outcome.state != "complete" or outcome.result is None:
+            why = outcome.reason or "failed"
+            self.failed[("step", step_key(config)) if "step" in missing else ("loader", loader_key(config))] = why
+            return why
+        self.add(config, outcome.result)
+        return None
 
     def add(self, config: Config, parts: dict[str, dict[str, float]]) -> None:
         if "step" in parts:

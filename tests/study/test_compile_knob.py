@@ -188,8 +188,8 @@ def test_a_search_names_a_graph_break_once_skips_compile_after_it_and_reports_it
     from autotune.procs.trial_process import Outcome
     from autotune.reporting.trials import failure_groups
     from autotune.study import pools, search, setup
+    from autotune.study.deadline import GIVE_UP_FACTOR, GIVE_UP_MARGIN_S
     from autotune.study.space import Space
-    from autotune.study.trials import GIVE_UP_FACTOR, GIVE_UP_MARGIN_S
 
     def with_compile(*args: object, **kwargs: object) -> Space:
         space = build_space(*args, **kwargs)  # type: ignore[arg-type]

@@ -291,7 +291,7 @@ def test_no_trial_starts_once_the_time_left_would_not_cover_the_end_of_the_searc
 ) -> None:
     """400 s budget, 3 finalists: a trial, the parity check, the first round's 4 measurements (a second round
     runs only on what is left)."""
-    from autotune.study.trials import out_of_time
+    from autotune.study.deadline import out_of_time
 
     setup = open_study(prepare("tiny", SearchOptions(trials=2, time_budget_s=400.0), echo=lambda line: None))
     assert not out_of_time(setup)  # nothing measured yet: the budget alone

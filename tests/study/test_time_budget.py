@@ -14,8 +14,8 @@ from optuna.trial import TrialState, create_trial
 from autotune.config import Config
 from autotune.options import SearchOptions
 from autotune.procs.trial_process import Outcome
+from autotune.study.deadline import out_of_time
 from autotune.study.finalists import measure_rounds
-from autotune.study.trials import out_of_time
 
 BASELINE = Config(256, num_workers=4, pin_memory=True)
 
@@ -93,7 +93,7 @@ def test_with_only_failures_the_search_runs_until_the_budget() -> None:
 
 
 def test_a_trial_is_given_up_after_twice_the_best_declared_run_and_a_margin() -> None:
-    from autotune.study.trials import give_up_after
+    from autotune.study.deadline import give_up_after
 
     setup = _setup([], elapsed_s=10.0)
     for seconds, epoch_s in ((3.0, 4.0), (1.0, 2.5)):  # declared runs of 10 epochs: 43 s and 26 s

@@ -1,0 +1,95 @@
+"""When a search's clock says stop: no trial may start, or a trial running is given up.
+
+A trial starts only while the time left covers the end of the search (the parity
+check's runs, the finalists' first round); one that runs longer than the best
+config's whole declared run is given up. Both are costed from measurements.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.parity.verdict import run_length
+from autotune.study.finalists import baseline_rate, check_budget, trial_run_s
+from autotune.study.setup import Setup
+
+
+def out_of_time(setup: Setup, check_spent_s: float = 0.0) -> bool:
+    """No trial may start: the time left in the budget would not cover the end of the search.
+
+    The end is the parity check (the baseline's run at its trial's rate, each candidate's guessed at
+    half that, and never more than the check's own share of the budget, which bounds it) and the
+    finalists' first round (each config measured once, as long as a trial took: the median wall time
+    of the trials that completed), for as many finalists as there are complete configs so far. The rounds
+    after the first run on what is left (``autotune.study.finalists.measure_rounds``): reserved too, they
+    ended an H200 ResNet-50 search after 4 trials, and its second round was then not run, 79 s unused.
+    A failed or pruned trial's time is not what a round costs: on an H200, one ResNet-50 trial that ran
+    out of memory after a minute of filling batch 2048 made the median a round's cost and ended the
+    search after two trials.
+    """
+    budget = setup.options.time_budget_s
+    if budget is None:
+        return False
+    complete = setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    measured = [t.user_attrs["duration_s"] for t in complete if "duration_s" in t.user_attrs]
+    if not measured:
+        return setup.elapsed() >= budget
+    trial_s = statistics.median(measured)
+    # No more finalists than trials have completed besides the baseline's: costed at the full count, a heavy
+    # model's first two trials (ResNet-50 on 5 cores, 31 and 37 s) ended an H200 search of 338 s after 68 s.
+    finalists = min(setup.options.finalists, max(1, len(complete) - 1))
+    check_s = 0.0
+    rate = baseline_rate(setup)
+    # Training runs judge a new batch size only: a config at the baseline's batch that changes amp or compile is
+    # judged by its gradients, in seconds (autotune.parity.numerics), and the rest keep the baseline's math. On an
+    # H200 the reserved baseline run (72 s) of a ResNet-50 search whose configs all kept batch 256 cost it a trial.
+    new_batch = any(setup.config_of(t).batch_size != setup.baseline.batch_size
+                    for t in complete if "config" in t.user_attrs)
+    if setup.options.parity_check and rate and new_batch:
+        samples, _ = run_length(setup.baseline.batch_size, max(setup.space.domains["batch_size"]), rate)
+        check_s = min(samples / rate * (1 + 0.5 * finalists), check_budget(setup) or float("inf"))
+        check_s = max(0.0, check_s - check_spent_s)  # what the check made during the trials is spent already
+    # A round measures each config in a fresh process: its start and build too, which a trial in a process that
+    # served the one before does not pay. On an H200, ResNet-50's trials took 11-15 s and its first round 131 s for
+    # four configs, and the search ended 90 s past its budget. The first trial's start is that cost: its wall time
+    # in the study less its measurement's.
+    start_s = max(0.0, _wall_s(complete[0]) - float(complete[0].user_attrs.get("duration_s", 0.0))) if complete else 0.0
+    rounds_s = (finalists + 1) * min(setup.options.rounds, 1) * (trial_s + start_s)
+    return setup.elapsed() + trial_s + check_s + rounds_s >= budget
+
+
+def _wall_s(trial: FrozenTrial) -> float:
+    """Seconds from a trial's start to its end in the study: what its measurement took, and its process's start."""
+    if trial.datetime_start is None or trial.datetime_complete is None:
+        return 0.0
+    return (trial.datetime_complete - trial.datetime_start).total_seconds()
+
+
+# A trial is given up once it has taken this many times the best declared run so far, plus this many seconds:
+# however fast it would train after that, the best config finishes the whole run first. The margin keeps a
+# trial on a busy host, or one in a process that has just started, from being stopped on what noise costs.
+GIVE_UP_FACTOR = 2.0
+GIVE_UP_MARGIN_S = 30.0
+
+
+def give_up_after(setup: Setup, trial: optuna.Trial) -> tuple[float, str] | None:
+    """(seconds after which measuring `trial` is pointless, why); None while no trial is complete, or the baseline.
+
+    The window pruner judges a trial by its rate; one that is still starting (workers filling a large first batch,
+    cuDNN's autotuning, a data set materialised slowly) sends no window to judge. Its elapsed time is judged here:
+    a trial measures a part of the declared run, one-time costs included, so one that has taken longer than the
+    best config's whole run cannot finish that run first.
+    """
+    if trial.user_attrs.get("role") == "baseline":  # every speed-up is stated against it
+        return None
+    complete = setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if not complete:
+        return None
+    best = min(complete, key=lambda t: trial_run_s(setup, t))
+    run_s = trial_run_s(setup, best)
+    epochs = setup.workload.defaults["epochs"]
+    why = f"the best so far (trial {best.number}) finishes the whole declared run ({epochs} epoch(s)) in {run_s:.1f} s"
+    return GIVE_UP_FACTOR * run_s + GIVE_UP_MARGIN_S, why
