@@ -280,12 +280,14 @@ def test_a_trial_states_the_cpu_its_workers_spent_a_sample() -> None:
     torch.set_num_threads(1)  # one intra-op thread, as the suite's workers run: two spin at barriers, which counts
     try:
         runner = Runner(load(resolve(str(FIXTURES / "heavy_reads.py"))), torch.device("cpu"))
-        result = runner.run(Config(batch_size=16, num_workers=2), 0.05, Windows(window_s=0.1))
+        result = runner.run(Config(batch_size=16, num_workers=2), 0.05, Windows(window_s=0.2))
     finally:
         torch.set_num_threads(threads)
-    # 2 ms of busy loop, and the batch's collation and hand-over besides (2.15-2.49 ms in eleven runs on two cores)
-    assert 2.0 <= result["workers_cpu_ms"] <= 3.0, result["workers_cpu_ms"]
-    assert 0 < result["main_cpu_ms"] < 1.0, result["main_cpu_ms"]  # 0.21-0.25 ms in three runs
+    # 2 ms of busy loop, and the batch's collation and hand-over besides: 2.02-2.18 ms in twelve runs on two cores,
+    # two at a time. A window's edges cut through batches in the making (32 ms of one worker each, about a dozen a
+    # window), so a reading may credit a batch whose CPU it did not see: 1.90 ms was read once with 0.1 s windows.
+    assert 1.8 <= result["workers_cpu_ms"] <= 3.0, result["workers_cpu_ms"]
+    assert 0 < result["main_cpu_ms"] < 1.0, result["main_cpu_ms"]  # 0.08-0.12 ms in twelve runs
 
 
 def test_a_drain_of_growth_left_uncounted_is_not_counted_either() -> None:
