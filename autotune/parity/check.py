@@ -116,7 +116,8 @@ class ParityCheck:
         self.samples, self.window = run_length(baseline.batch_size, largest, baseline_rate, run_seconds(budget_s))
         self.verdicts: dict[Config, ParityVerdict] = {}
         self.runs = 0  # candidates' runs; a config with the numerics (or hopeless batch) of a run reuses its verdict
-        self.conclusive: bool | None = None  # None until the baseline has run; False: only the same math may pass
+        self.conclusive: bool | None = None  # None until the baseline has run; False (it learned too little, or
+        # its run failed): only the same math may pass
         self.extended = False
         self._base: ParityRun | None = None
         self._base_from = ""  # where an adopted baseline run was made, for the summary
@@ -305,6 +306,7 @@ class ParityCheck:
             lr = self.lr_of(self.baseline)
             return self.budget.timed_baseline(lambda: self.make_run(self.baseline, lr, self.samples))
         except ParityRunFailed as exc:
+            self.conclusive = False  # with no baseline run, no training run can be judged: only the same math may pass
             raise ParityError(f"the baseline's parity run failed: {exc}") from exc
 
     def _inconclusive_reason(self) -> str:

@@ -52,10 +52,14 @@ def check_failed(error: str) -> str:
     return f"the parity check could not judge any faster config: {error.rstrip('.')}"
 
 
-def parity_record(record: dict[str, Any], reason: str, conclusive: bool) -> dict[str, Any]:
-    """The baseline's parity record, saying why it is the answer; an inconclusive check stays stated as one."""
+def parity_record(record: dict[str, Any], reason: str, conclusive: bool | None) -> dict[str, Any]:
+    """The baseline's parity record, saying why it is the answer; an inconclusive check stays stated as one.
+
+    `conclusive`: the check's (``ParityCheck.conclusive``). None when it never needed the baseline's training run:
+    its verdicts were by gradients or images, which are conclusive on their own.
+    """
     made = {**record, "reason": f"kept the workload's own settings: {reason}"}
-    if not conclusive:
+    if conclusive is False:
         made["conclusive"] = False
     return made
 

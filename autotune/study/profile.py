@@ -100,7 +100,7 @@ def write(setup: Setup, best: Config, results: Results, check: ParityCheck | Any
     if check is not None and (best != setup.baseline or check.conclusive is False or kept is not None):
         record = check.record(best)
         if kept is not None:
-            record = answer.parity_record(record, kept, conclusive=check.conclusive is True)
+            record = answer.parity_record(record, kept, conclusive=check.conclusive)
     made = profile(setup, best, results, record)
     tuned_file.write_profile(setup.ref.tuned_path, setup.ref.name, setup.machine.hardware, made)
     setup.echo(

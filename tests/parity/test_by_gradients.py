@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+
 from autotune.config import Config
 from autotune.parity.check import ParityCheck
 from autotune.parity.inputs import judge as judge_inputs
 from autotune.parity.numerics import LIMIT, NumericsVerdict, failed, judge, label
 from autotune.parity.run import ParityRun
+from autotune.parity.verdict import ParityError, ParityRunFailed
+from autotune.study import answer
 from autotune.tuned.schema import validate_parity
 
 BASE = Config(batch_size=16)
@@ -85,6 +89,23 @@ def test_compile_with_bf16_whose_gradients_are_beyond_the_noise_is_rejected_conc
         "of 16")
     assert gate.verdicts[twin].word == "REJECT" and gate.runs == 0
     assert f"  parity REJECT  {verdict.reason}  {both.describe()}" in lines
+    # The workload's own settings are then the answer, and their record says the check judged: it needed no run.
+    kept = answer.parity_record(gate.record(BASE), "every faster config was rejected", gate.conclusive)
+    assert (kept["passed"], kept["conclusive"], kept["family"]) == (True, True, "loader")
+    assert kept["reason"] == "kept the workload's own settings: every faster config was rejected"
+
+
+def test_a_failed_baseline_run_makes_the_check_inconclusive_and_the_kept_record_says_so() -> None:
+    def make_run(config: Config, lr: float, samples: int) -> ParityRun:
+        raise ParityRunFailed("timeout: no step in 90 s")
+
+    larger = Config(batch_size=64)
+    gate = ParityCheck(BASE, lambda c: 0.05 * c.batch_size / 16, make_run, [larger], lambda line: None)
+    with pytest.raises(ParityError, match="^the baseline's parity run failed: timeout: no step in 90 s$"):
+        gate.select([larger], want=1, max_runs=1)
+    assert gate.conclusive is False
+    kept = answer.parity_record(gate.record(BASE), "the check could not judge", gate.conclusive)
+    assert (kept["passed"], kept["conclusive"]) == (True, False)
 
 
 def test_a_numerics_check_that_failed_to_run_leaves_the_config_unjudged_with_no_run() -> None:
