@@ -6,7 +6,9 @@ whole chain of crops, resizes and flips ends as one box in the decoded image
 and a mirror flag: one ``roi_align`` then crops and resizes every image at
 once. Sizes are known on the host at every step (a random crop is always
 resized to a fixed size), so only the random offsets and extents live on the
-device, and nothing here waits for the device.
+device, and nothing here waits for the device: host numbers go over in pinned,
+queued copies (``queued``), not ``torch.tensor(..., device=...)``, whose copy
+synchronizes the stream.
 """
 
 from __future__ import annotations
@@ -19,6 +21,21 @@ import torch
 from autotune.workloads.decode import CenterCrop, Flip, GeometryStep, RandomResizedCrop, Resize
 
 ATTEMPTS = 10  # RandomResizedCrop.get_params tries this many draws before its central fallback
+
+
+def queued(values: list[int] | list[float] | tuple[float, ...], device: torch.device,
+           dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """Host numbers as a tensor on `device`, the copy queued on the current stream rather than waited for.
+
+    ``torch.tensor(values, device=cuda)`` copies from pageable memory and then synchronizes the stream; the device
+    decode runs a batch ahead on a side stream, and a batch makes a dozen such tensors besides one per image size,
+    so each would wait for the kernels queued before it. From pinned memory the copy is queued like a kernel, and
+    the pinned block is not reused before it has run (PyTorch's host allocator records the copy).
+    """
+    host = torch.tensor(values, dtype=dtype)
+    if device.type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
 
 
 def resized_crop_params(
@@ -98,14 +115,14 @@ class _Axis:
     def crop(self, start: torch.Tensor, length: torch.Tensor | list[int], new_extent: list[int], device: torch.device
              ) -> None:
         """Keep [start, start + length) of the current image, stretched to `new_extent`."""
-        length = torch.as_tensor(length, dtype=torch.float64, device=device)
-        new = torch.tensor(new_extent, dtype=torch.float64, device=device)
+        length = length if isinstance(length, torch.Tensor) else queued(length, device)
+        new = queued(new_extent, device)
         self.b = self.a * start + self.b
         self.a = self.a * length / new
         self.extent = new_extent
 
     def mirror(self, flipped: torch.Tensor, device: torch.device) -> None:
-        extent = torch.tensor(self.extent, dtype=torch.float64, device=device)
+        extent = queued(self.extent, device)
         self.b = torch.where(flipped, self.a * extent + self.b, self.b)
         self.a = torch.where(flipped, -self.a, self.a)
 
@@ -129,8 +146,8 @@ def boxes(
     for step in geometry:
         if isinstance(step, RandomResizedCrop):
             top, left, h, w = resized_crop_params(
-                torch.tensor(y.extent, dtype=torch.float64, device=device),
-                torch.tensor(x.extent, dtype=torch.float64, device=device),
+                queued(y.extent, device),
+                queued(x.extent, device),
                 step.scale, step.ratio, generator,
             )
             y.crop(top, h, [step.size[0]] * n, device)
@@ -143,15 +160,15 @@ def boxes(
         elif isinstance(step, CenterCrop):
             th, tw = step.size
             # torchvision's rounding; a crop larger than the image reaches past it (CenterCrop pads with 0 there).
-            tops = torch.tensor([int(round((hh - th) / 2.0)) for hh in y.extent], dtype=torch.float64, device=device)
-            lefts = torch.tensor([int(round((ww - tw) / 2.0)) for ww in x.extent], dtype=torch.float64, device=device)
+            tops = queued([int(round((hh - th) / 2.0)) for hh in y.extent], device)
+            lefts = queued([int(round((ww - tw) / 2.0)) for ww in x.extent], device)
             y.crop(tops, [th] * n, [th] * n, device)
             x.crop(lefts, [tw] * n, [tw] * n, device)
         elif isinstance(step, Flip):
             flipped = torch.rand(n, generator=generator, device=device) < step.p
             (x if step.axis == "horizontal" else y).mirror(flipped, device)
-    ends_x = (x.b, x.a * torch.tensor(x.extent, dtype=torch.float64, device=device) + x.b)
-    ends_y = (y.b, y.a * torch.tensor(y.extent, dtype=torch.float64, device=device) + y.b)
+    ends_x = (x.b, x.a * queued(x.extent, device) + x.b)
+    ends_y = (y.b, y.a * queued(y.extent, device) + y.b)
     box = torch.stack([torch.minimum(*ends_x), torch.minimum(*ends_y), torch.maximum(*ends_x), torch.maximum(*ends_y)],
                       dim=1)
     return box, x.a < 0, y.a < 0

@@ -28,7 +28,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from autotune.config import Config
-from autotune.loop.crops import boxes
+from autotune.loop.crops import boxes, queued
 from autotune.loop.hybrid_decode import SplitSamples, assemble, collate_split
 from autotune.loop.sourced import WrappedLoader, dataloader_args
 from autotune.workloads.decode import COLLATE_REFUSAL, DevicePipeline, NotTranslatable, collate_bytes, derive
@@ -45,18 +45,36 @@ def decode_batch(
 ) -> torch.Tensor:
     """Decode JPEG byte tensors on `device` and apply `pipeline` to each image: one N x 3 x H x W batch."""
     from torchvision.io import ImageReadMode, decode_jpeg
-    from torchvision.ops import roi_align
 
     # RGB as ImageFolder's loader converts (grey and CMYK files too); one call decodes the whole batch.
     images = decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
+    return augment(pipeline, images, device, generator, memory_format)
+
+
+def augment(
+    pipeline: DevicePipeline,
+    images: list[torch.Tensor],
+    device: torch.device,
+    generator: torch.Generator | None = None,
+    memory_format: torch.memory_format = torch.contiguous_format,
+) -> torch.Tensor:
+    """`pipeline`'s geometry and value map applied to decoded uint8 images (3 x h x w each, any sizes) on `device`.
+
+    Nothing here waits for the device: on CUDA it runs a batch ahead of the step on a side stream.
+    """
+    from torchvision.ops import roi_align
+
     heights, widths = [int(im.shape[1]) for im in images], [int(im.shape[2]) for im in images]
     box, mirror_x, mirror_y = boxes(pipeline.geometry, heights, widths, device, generator)
     out_h, out_w = pipeline.out_size
     out = torch.empty((len(images), 3, out_h, out_w), dtype=torch.float32, device=device)
-    for indices in _same_size(heights, widths).values():
+    groups = list(_same_size(heights, widths).values())
+    order = queued([i for indices in groups for i in indices], device, torch.int64)  # one copy, not one a size
+    start = 0
+    for indices in groups:
         # One roi_align per decoded size: images of one size stack without padding, so every sample
         # point near an edge reads that image's own edge pixels, as PIL's resampling does.
-        at = torch.tensor(indices, device=device)
+        at, start = order[start : start + len(indices)], start + len(indices)
         stacked = torch.stack([images[i] for i in indices]).to(torch.float32)
         rois = torch.cat([torch.arange(len(indices), device=device, dtype=torch.float64)[:, None], box[at]], dim=1)
         # sampling_ratio=-1: ceil(box / output) samples per output pixel and axis, averaged: a shrinking
@@ -64,8 +82,8 @@ def decode_batch(
         out[at] = roi_align(stacked, rois.to(torch.float32), (out_h, out_w), 1.0, -1, True)
     out = torch.where(mirror_x[:, None, None, None], out.flip(-1), out)
     out = torch.where(mirror_y[:, None, None, None], out.flip(-2), out)
-    scale = torch.tensor(pipeline.scale, dtype=torch.float32, device=device).view(1, 3, 1, 1)
-    shift = torch.tensor(pipeline.shift, dtype=torch.float32, device=device).view(1, 3, 1, 1)
+    scale = queued(pipeline.scale, device, torch.float32).view(1, 3, 1, 1)
+    shift = queued(pipeline.shift, device, torch.float32).view(1, 3, 1, 1)
     out = torch.addcmul(shift, out, scale)
     if pipeline.dtype == torch.uint8:  # PILToTensor without a float conversion: whole pixel values
         out = out.round_().clamp_(0, 255).to(torch.uint8)

@@ -10,11 +10,11 @@ import torch
 from torch.utils.data import DataLoader
 from torchvision import datasets
 from torchvision import transforms as T
-from torchvision.io import encode_jpeg
+from torchvision.io import ImageReadMode, decode_jpeg, encode_jpeg
 from torchvision.transforms import v2
 
 from autotune.config import Config
-from autotune.loop.device_decode import decode_batch, decoding_loader
+from autotune.loop.device_decode import augment, decode_batch, decoding_loader
 from autotune.trial import backlog
 from autotune.workloads.decode import (
     COLLATE_REFUSAL,
@@ -230,3 +230,22 @@ def test_cuda_decode_on_a_side_stream_matches_the_cpu_path(tmp_path: Path) -> No
     # nvJPEG and libjpeg-turbo may round a few pixels differently; the geometry is the same.
     assert (x.cpu() - cpu).abs().mean().item() < 0.02
     assert y.tolist() == [t for _, t in folder.samples]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("train", [True, False])
+def test_the_device_path_queues_its_work_and_never_waits_for_the_device(tmp_path: Path, train: bool) -> None:
+    """Crops, resizes, flips and normalisation after the decode make no synchronizing call: each would wait for the
+    side stream's kernels queued before it, a dozen a batch and one per image size besides."""
+    geometry = [T.RandomResizedCrop(64), T.RandomHorizontalFlip()] if train else [T.Resize(72), T.CenterCrop(64)]
+    tf = T.Compose([*geometry, T.ToTensor(), T.Normalize(MEAN, STD)])
+    folder = datasets.ImageFolder(str(_write_jpegs(tmp_path)), transform=tf)
+    device = torch.device("cuda")
+    images = decode_jpeg(_bytes_of(folder), mode=ImageReadMode.RGB, device=device)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out = augment(translate(tf), images, device, memory_format=torch.channels_last)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert out.shape == (len(images), 3, 64, 64) and out.is_contiguous(memory_format=torch.channels_last)
