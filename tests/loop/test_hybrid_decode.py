@@ -15,6 +15,7 @@ from torchvision.io import encode_jpeg
 
 from autotune.config import DECODE_SHARES, Config
 from autotune.knobs import DataFacts, Machine, SpaceError
+from autotune.loop import device_decode
 from autotune.loop.device_decode import decoding_loader
 from autotune.loop.hybrid_decode import on_device
 from autotune.parity.check import ParityCheck
@@ -65,6 +66,38 @@ def test_a_split_batch_holds_both_halves_with_their_own_targets_in_the_cpu_path_
         assert x.shape == (4, 3, 32, 32) and x.dtype == torch.float32
         assert x.is_contiguous(memory_format=torch.channels_last)
     assert any(on_device(i, 0.5) for b in order for i in b) and not all(on_device(i, 0.5) for b in order for i in b)
+
+
+def test_the_host_half_hands_over_uint8_pixels_and_makes_the_pipeline_s_own_images(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tf = T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip(), T.ToTensor(), T.Normalize(MEAN, STD)])
+    folder = datasets.ImageFolder(str(jpeg_folder(tmp_path)), transform=tf)
+    config = Config(batch_size=4, decode="gpu", decode_share=0.5)
+
+    def batches() -> tuple[object, list[torch.Tensor]]:
+        torch.manual_seed(0)
+        loader = decoding_loader(folder, config, shuffle=True, drop_last=False, device=torch.device("cpu"))
+        return loader, [x for x, _ in loader]
+
+    loader, cut = batches()
+    host_samples = loader.loader.dataset.dataset  # SplitSamples' own: the workers' copy of the data set
+    assert loader.host_cut is not None and host_samples is not folder
+    assert [type(t).__name__ for t in host_samples.transform.transforms][-1] == "PILToTensor"
+    assert host_samples[0][0].dtype == torch.uint8 and folder.transform is tf  # the user's data set is untouched
+    monkeypatch.setattr(device_decode, "uint8_host", lambda dataset: None)  # the whole pipeline in the workers
+    whole_loader, whole = batches()
+    assert whole_loader.host_cut is None
+    assert all(torch.equal(a, b) for a, b in zip(cut, whole, strict=True))  # to the bit on a CPU
+
+
+def test_a_pipeline_the_device_cannot_finish_leaves_the_host_half_whole(tmp_path: Path) -> None:
+    tf = T.Compose([T.RandomResizedCrop(32), T.ToTensor(), T.Lambda(lambda x: x * 2)])  # a tail of the user's own
+    folder = datasets.ImageFolder(str(jpeg_folder(tmp_path)), transform=tf)
+    assert device_decode.uint8_host(folder) is None
+    decode_tf = T.Compose([T.RandomResizedCrop(32), T.ToTensor()])
+    folder = datasets.ImageFolder(str(jpeg_folder(tmp_path)), transform=decode_tf)
+    assert device_decode.uint8_host(folder) is not None
 
 
 def test_the_knob_applies_with_device_decode_only() -> None:
