@@ -2,7 +2,9 @@
 
 With ``decode = gpu`` and ``decode_share`` below 1, a fixed share of the data set's samples
 is read as JPEG bytes and decoded and augmented on the device (``autotune.loop.device_decode``),
-and the rest goes through the data set's own pipeline in the workers, as with ``decode = cpu``.
+and the rest goes through the data set's own pipeline in the workers, as with ``decode = cpu``
+(as uint8 pixels that the device finishes, where ``device_normalize``'s cut of the pipeline holds:
+``autotune.loop.device_decode.uint8_host``).
 So the cores and the device both make images: where the host pipeline tops out (ResNet-50 on
 16 cores, near 3,700-4,000/s by hand on an H200) and the device path alone is slower still,
 their sum can keep up with a compiled step (issue 43).
