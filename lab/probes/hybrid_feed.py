@@ -1,0 +1,175 @@
+"""Probe: where the loop's own thread spends a hybrid-decode loader's time, batch by batch.
+
+Why: on an H200 host with 16 cores (lab/results/h200_plan_2026-12-04), ResNet-50's loader parts ran 4,422/s with
+15 workers decoding on the host and 3,111/s with the device decoding, but 2,992-3,228/s with half of each batch
+each way: below either half, where both making images at once should approach their sum. torchvision's
+`decode_jpeg(..., device="cuda")` waits on the host for its own stream (it ends in `cudaStreamSynchronize`), so
+the device half's decode holds the loop's thread; with 15 workers busy on 16 cores that thread may also wait for
+a core. This loop times, in the loop's thread, per batch: waiting for the workers' batch, nvJPEG's decode, the
+augmentation after it (queued work), the rest; and the thread's CPU seconds; with the host's busy cores.
+
+    python3 lab/probes/hybrid_feed.py --configs "share=1,workers=8;share=0.5,workers=15;share=1.0,workers=15,cpu"
+        [--seconds 20] [--step-ms 38] [--out hybrid.json]
+
+Each config: `share` (decode_share; `cpu` in it: decode=cpu with device_normalize), `workers`, `prefetch`
+(4 by default), batch 256, pinned, persistent. `--step-ms` queues a GPU sleep of that long per batch on the main
+stream, a stand-in for a compiled step (ResNet-50 at 256 in bf16 compiled: about 38 ms on an H200).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torchvision.io
+
+from autotune.config import Config
+from autotune.loop import device_decode
+from autotune.trial.runner import Runner
+from autotune.workloads import load, resolve
+
+PHASES = ("wait_workers", "decode", "augment", "rest")
+
+
+class Clock:
+    """Seconds each phase took in the loop's thread, summed while `on`."""
+
+    def __init__(self) -> None:
+        self.spent = dict.fromkeys(PHASES, 0.0)
+        self.on = False
+
+    def timed(self, phase: str, fn: Any) -> Any:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            begin = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                if self.on:
+                    self.spent[phase] += time.perf_counter() - begin
+        return wrapped
+
+
+class TimedLoader:
+    """The inner DataLoader, its `next` timed: how long the loop waited for the workers' batch."""
+
+    def __init__(self, loader: Any, clock: Clock) -> None:
+        self.loader, self.clock = loader, clock
+
+    def __iter__(self) -> Any:
+        source = iter(self.loader)
+        while True:
+            begin = time.perf_counter()
+            try:
+                batch = next(source)
+            except StopIteration:
+                return
+            if self.clock.on:
+                self.clock.spent["wait_workers"] += time.perf_counter() - begin
+            yield batch
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.loader, name)
+
+
+def parse(spec: str) -> list[Config]:
+    configs = []
+    for part in filter(None, spec.split(";")):
+        fields = dict(kv.split("=") if "=" in kv else (kv, "1") for kv in part.split(","))
+        share = float(fields.get("share", "1"))
+        common = dict(batch_size=int(fields.get("bs", "256")), num_workers=int(fields.get("workers", "15")),
+                      pin_memory=True, persistent_workers=True, prefetch_factor=int(fields.get("prefetch", "4")),
+                      channels_last=True)
+        if "cpu" in fields:
+            configs.append(Config(**common, device_normalize=True))
+        else:
+            configs.append(Config(**common, decode="gpu", decode_share=share))
+    return configs
+
+
+def busy_cores(stop: threading.Event, out: list[float]) -> None:
+    """The host's busy cores, once a second, from /proc/stat."""
+    def read() -> tuple[int, int]:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+        return sum(fields) - fields[3] - fields[4], sum(fields)
+
+    import os
+
+    busy0, total0 = read()
+    while not stop.wait(1.0):
+        busy1, total1 = read()
+        out.append((os.cpu_count() or 1) * (busy1 - busy0) / max(1, total1 - total0))
+        busy0, total0 = busy1, total1
+
+
+def run(runner: Runner, config: Config, seconds: float, step_ms: float, warmup: int) -> dict[str, Any]:
+    clock = Clock()
+    decode, augment = torchvision.io.decode_jpeg, device_decode.augment
+    torchvision.io.decode_jpeg = clock.timed("decode", decode)  # device_decode imports it at each call
+    device_decode.augment = clock.timed("augment", augment)
+    try:
+        loader, _, _ = runner.build(config, 0.1)
+        inner = getattr(loader, "loader", None)
+        if inner is not None:
+            loader.loader = TimedLoader(inner, clock)
+        device, cuda = runner.device, runner.device.type == "cuda"
+        stop, cores = threading.Event(), []
+        batches = samples = 0
+        begin = cpu0 = 0.0
+        watcher = threading.Thread(target=busy_cores, args=(stop, cores), daemon=True)
+        for n, batch in enumerate(loader):
+            x = batch[0].to(device, non_blocking=True)
+            if cuda and step_ms > 0:
+                torch.cuda._sleep(int(step_ms * 1.98e6))  # about 1.98 GHz: the sleep's cycles, a stand-in step
+            if n == warmup:
+                if cuda:
+                    torch.cuda.synchronize()
+                begin, cpu0 = time.perf_counter(), time.thread_time()
+                clock.on = True
+                watcher.start()
+            elif n > warmup:
+                batches, samples = batches + 1, samples + len(x)
+                if time.perf_counter() - begin > seconds:
+                    break
+        if cuda:
+            torch.cuda.synchronize()
+        wall, cpu = time.perf_counter() - begin, time.thread_time() - cpu0
+        stop.set()
+    finally:
+        torchvision.io.decode_jpeg, device_decode.augment = decode, augment
+    spent = {k: 1000 * v / max(1, batches) for k, v in clock.spent.items()}
+    spent["rest"] = 1000 * wall / max(1, batches) - sum(spent.values())
+    return {"config": config.describe(), "samples_per_s": samples / wall, "batches": batches,
+            "ms_per_batch": spent, "loop_thread_cpu_share": cpu / wall,
+            "host_busy_cores": sum(cores) / max(1, len(cores))}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--recipe", default="imagenet_resnet50")
+    parser.add_argument("--configs", default="share=1,workers=8;share=0.5,workers=15;share=0.5,workers=12;cpu")
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--warmup", type=int, default=10, help="batches before timing (the workers' backlog)")
+    parser.add_argument("--step-ms", type=float, default=0.0)
+    parser.add_argument("--device", default="cuda:0" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", type=Path, default=Path("hybrid_feed.json"))
+    args = parser.parse_args()
+    runner = Runner(load(resolve(args.recipe)), torch.device(args.device))
+    rows = []
+    heading = "ms a batch: " + " / ".join(PHASES)
+    print(f"{'samples/s':>10}  {heading:<44} {'loop thread':>11} {'host cores':>10}  config")
+    for config in parse(args.configs):
+        row = run(runner, config, args.seconds, args.step_ms, args.warmup)
+        rows.append(row)
+        ms = " / ".join(f"{row['ms_per_batch'][p]:.1f}" for p in PHASES)
+        print(f"{row['samples_per_s']:10,.0f}  {ms:<44} {row['loop_thread_cpu_share']:11.2f} "
+              f"{row['host_busy_cores']:10.1f}  {row['config']}", flush=True)
+    args.out.write_text(json.dumps({"step_ms": args.step_ms, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
