@@ -151,6 +151,7 @@ def test_the_study_lock_is_exclusive_and_a_dead_holders_lock_is_taken_over(
     # A holder that died holding it: the lock study exists, nobody will delete it.
     storage.create_new_study([optuna.study.StudyDirection.MINIMIZE], f"{study_name}#lock")
     monkeypatch.setattr(sharing, "LOCK_STALE_S", 0.3)
+    monkeypatch.setattr(sharing, "LOCK_WAIT_S", 8.0)  # only the takeover lets it in, however slow its first look
     entered = threading.Event()
 
     def enter() -> None:

@@ -576,12 +576,12 @@ def _counted(step):
 
 
 def _start_up_timed_mid_epoch(loader: torch.utils.data.DataLoader) -> Any:
-    """`loader` (an epoch of 150 batches) measured with windows that agree at once, so that its epoch start-up is
+    """`loader` (an epoch of 250 batches) measured with windows that agree at once, so that its epoch start-up is
     timed long before the epoch's end."""
     calls, step = _counted(_slow_model(5, 0.3, 0.004))
     agree_at_once = Windows(window_s=0.2, min_windows=2, rel_tol=1.0, boundaries=1)
     measured = measure(step, loader, agree_at_once)
-    assert calls[0] < measured.steps_per_epoch == 150  # the start-up was timed before the epoch's end
+    assert calls[0] < measured.steps_per_epoch == 250  # the start-up was timed before the epoch's end
     return measured
 
 
@@ -692,7 +692,7 @@ def test_an_epoch_start_timed_mid_epoch_costs_what_an_epochs_real_end_costs() ->
     an epoch's real end were used, not waited for: timed so, the start-up cost 0.59 s (two runs), where a
     real one costs about a batch (64 ms) less the 16 ms the loop waits for any batch (0.05-0.10 s measured).
     """
-    measured = _start_up_timed_mid_epoch(_prefetching(150, sample_s=0.004))
+    measured = _start_up_timed_mid_epoch(_prefetching(250, sample_s=0.004))
     assert measured.epoch_overhead_s < 0.25, measured
 
 
@@ -753,7 +753,7 @@ def test_an_epoch_start_timed_mid_epoch_receives_no_batch_only_to_throw_it_away(
     16 persistent workers feeding ResNet-50 held 64 pinned batches of 154 MB; the start-up timed mid-epoch
     cost 2.45 s, 1.71 s by hand.
     """
-    loader = torch.utils.data.DataLoader(SleepySamples(16 * 150, sample_s=0.001), batch_size=16, num_workers=4,
+    loader = torch.utils.data.DataLoader(SleepySamples(16 * 250, sample_s=0.001), batch_size=16, num_workers=4,
                                          prefetch_factor=8, persistent_workers=True, collate_fn=_slow_to_receive)
     measured = _start_up_timed_mid_epoch(loader)
     assert measured.epoch_overhead_s < 0.3, measured
