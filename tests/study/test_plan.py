@@ -179,3 +179,20 @@ def test_a_step_and_a_loader_that_agree_make_a_config_the_parts_value() -> None:
     # Each step with each loader of its batch: the two measured configs and their two crossings; batch 32's own.
     assert made == {eager, bf16, other_batch, Config(**{**eager.as_dict(), "amp": "bf16"}),
                     Config(**{**bf16.as_dict(), "amp": "off"})}
+
+
+def test_a_config_the_plan_only_valued_is_judged_again_when_proposed_not_taken_as_measured(
+        rates: type[Rates]) -> None:
+    from autotune.study import search, setup
+    from autotune.study.trials import earlier_trial_of
+
+    options = SearchOptions(trials=16, seed=1, parity_check=False, rounds=1, time_budget_s=None)
+    search("tiny", options, echo=lambda line: None)
+    made = setup.open_study(setup.prepare("tiny", options, echo=lambda line: None))
+    trials = made.study.get_trials()
+    valued = next(t for t in trials if t.user_attrs.get("role") == "valued")
+    measured = next(t for t in trials if t.state == TrialState.COMPLETE)
+    after = len(trials)
+    # Never run, so no outcome to reuse: its prediction is judged again, by what the search learned since.
+    assert earlier_trial_of(made, after, made.config_of(valued)) is None
+    assert earlier_trial_of(made, after, made.config_of(measured)).number == measured.number
