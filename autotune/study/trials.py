@@ -67,6 +67,7 @@ class Learned:
     loader: LoaderModel | None = None  # each streaming config's loader ceiling (autotune.study.predict)
     families: FamilyGate = dataclasses.field(default_factory=FamilyGate)  # parity verdicts so far, by math family
     valuation: Valuation = dataclasses.field(default_factory=Valuation)  # the loop valued from its parts
+    stopped: str | None = None  # why the trials ended early (autotune.study.patience), once said
 
 
 def loader_model(setup: Setup) -> LoaderModel:
@@ -92,7 +93,9 @@ def run_trials(setup: Setup, pool: TrialPool, learned: Learned | None = None, te
             plan.make(setup, pool, learned.valuation)  # once: the grid valued, its fastest queued next
         stop = patience.why_stop(setup.study.get_trials(deepcopy=False), plan.PLAN_ATTRIBUTE in setup.study.user_attrs)
         if stop is not None:
-            setup.echo(stop)
+            if learned.stopped is None:  # said once: the wait for other searchers' trials asks again
+                setup.echo(stop)
+            learned.stopped = stop
             break
         ticket = tickets.take(setup.study, setup.storage, setup.options.trials,
                               adjust=lambda params: seed_retry.without(params, learned.hopeless, setup.baseline))

@@ -98,7 +98,7 @@ def test_the_plan_values_a_grid_measures_its_fastest_next_and_records_the_rest(r
     # --trials counts measurements: the recorded configs are not trials taken.
     measured = [t for t in study.get_trials() if t.user_attrs.get("role") != "valued"]
     ended = [line for line in lines if line.startswith("search: no trial of the last 12 found")]
-    assert len(measured) == 16 or (len(measured) < 16 and ended), (len(measured), ended)
+    assert len(measured) == 16 or (len(measured) < 16 and len(ended) == 1), (len(measured), ended)  # said once
     assert any(line.startswith(f"plan: {plan['valued']} config(s) valued in ") and
                f"measuring the {plan['queued']} predicted fastest end to end next" in line for line in lines), lines
     summary = next(line for line in lines if line.startswith("valuation: "))
