@@ -61,6 +61,25 @@ def out_of_time(setup: Setup, check_spent_s: float = 0.0) -> bool:
     return setup.elapsed() + trial_s + check_s + rounds_s >= budget
 
 
+MIN_PART_S = 5.0  # a parts process's start and a few windows: shorter, a part could only time out
+
+
+def part_timeout(setup: Setup, stage_left_s: float | None = None) -> tuple[float, bool]:
+    """Seconds a part measurement may take, and whether the clock cut that short of the trial's own limit.
+
+    The trial's limit (``--trial-timeout``), or less where the budget ends first, or the stage that asks
+    (`stage_left_s`: the plan's share of the budget, say) does. On a busy 2-core CPU a 150 s search ran to 201 s:
+    a part given the trial's 90 s timed out at 60 s into it, then its config was measured whole.
+    """
+    limits = [setup.options.trial_timeout_s]
+    if setup.options.time_budget_s is not None:
+        limits.append(setup.options.time_budget_s - setup.elapsed())
+    if stage_left_s is not None:
+        limits.append(stage_left_s)
+    timeout = max(MIN_PART_S, min(limits))
+    return timeout, timeout < setup.options.trial_timeout_s
+
+
 def _wall_s(trial: FrozenTrial) -> float:
     """Seconds from a trial's start to its end in the study: what its measurement took, and its process's start."""
     if trial.datetime_start is None or trial.datetime_complete is None:

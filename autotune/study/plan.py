@@ -32,6 +32,7 @@ from optuna.trial import TrialState
 from autotune.config import Config
 from autotune.procs.pool import TrialPool
 from autotune.study import sharing, tickets
+from autotune.study.deadline import part_timeout
 from autotune.study.seeds import seed_configs
 from autotune.study.setup import Setup
 from autotune.study.space import Space
@@ -182,7 +183,7 @@ def make(setup: Setup, pool: TrialPool, valuation: Valuation) -> Plan | None:
             break
         # A part that fails is not asked for again: a step out of memory fails its configs' trials at once (the loop
         # cannot fit where its step alone did not), another failure leaves them to be measured end to end.
-        valuation.measure(pool, config, setup.lr(config), setup.options.trial_timeout_s)
+        valuation.measure(pool, config, setup.lr(config), *part_timeout(setup, limit - (time.monotonic() - began)))
     plan.parts_s = time.monotonic() - began
     measured = {setup.config_of(t) for t in setup.study.get_trials(deepcopy=False) if "config" in t.user_attrs}
     for config in dict.fromkeys([*(c for g in groups for c in g), *combinations(setup.space, valuation)]):

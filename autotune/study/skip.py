@@ -13,6 +13,7 @@ from autotune.config import Config
 from autotune.procs.pool import TrialPool
 from autotune.procs.trial_process import Outcome
 from autotune.study import memory
+from autotune.study.deadline import part_timeout
 from autotune.study.predict import LoaderModel
 from autotune.study.setup import Setup
 from autotune.study.valuation import VALUATION_ATTRIBUTE, Valuation
@@ -42,7 +43,7 @@ def valued(setup: Setup, trial: optuna.Trial, config: Config, lr: float, pool: T
     stated against it. A seed runs unless the prediction, trusted by then (``Valuation.trusted``), puts it clearly
     under the best measured: the plan's queued configs (``autotune.study.plan``) are seeds too, and they come first.
     """
-    why = valuation.measure(pool, config, lr, setup.options.trial_timeout_s)
+    why = valuation.measure(pool, config, lr, *part_timeout(setup))
     if why is not None:
         trial.set_user_attr("parts_failed", why)
         # Its step alone did not fit: the whole loop cannot. Any other failure: it is measured end to end, as before.

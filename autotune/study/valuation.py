@@ -86,15 +86,21 @@ class Valuation:
         why = self.failed.get(("step", step_key(config)))
         return why if why is not None and why.startswith(OOM) else None
 
-    def measure(self, pool: TrialPool, config: Config, lr: float, timeout_s: float) -> str | None:
-        """Measure the parts of `config` not known yet, in a trial process; why one could not be, if so."""
+    def measure(self, pool: TrialPool, config: Config, lr: float, timeout_s: float, shortened: bool = False
+                ) -> str | None:
+        """Measure the parts of `config` not known yet, in a trial process; why one could not be, if so.
+
+        `shortened`: the search's clock cut `timeout_s` short of a trial's; a part that times out then says nothing
+        of itself, and is not kept as failed.
+        """
         missing = self.missing(config)
         if not missing or (why := self.failure(config)) is not None:
             return self.failure(config)
         outcome = pool.parts(config, lr, missing, timeout_s)
         if outcome.state != "complete" or outcome.result is None:
             why = outcome.reason or "failed"
-            self.failed[("step", step_key(config)) if "step" in missing else ("loader", loader_key(config))] = why
+            if not (shortened and why.startswith("timeout")):
+                self.failed[("step", step_key(config)) if "step" in missing else ("loader", loader_key(config))] = why
             return why
         self.add(config, outcome.result)
         return None

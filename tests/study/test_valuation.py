@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from autotune.config import Config
+from autotune.procs.trial_process import Outcome
 from autotune.study.valuation import VALUED, Valuation, combine, loader_key, step_key
 from autotune.trial import parts
 from autotune.trial.runner import Runner
@@ -130,3 +131,34 @@ def test_a_search_values_configs_from_their_parts_and_labels_every_predicted_rat
     said = [line for line in lines if line.startswith("valuation: ")]
     assert len(said) == 1 and f"{len(valued)} ruled out by their predicted rate" in said[0]
     assert any(line.startswith("[") and VALUED in line for line in lines)
+
+
+class TimingOut:
+    """A pool whose every part measurement runs out of its time."""
+
+    asked: list[float] = []
+
+    def parts(self, config: Config, lr: float, which: list[str], timeout_s: float) -> Outcome:
+        TimingOut.asked.append(timeout_s)
+        return Outcome("failed", reason=f"timeout: no result within {timeout_s:g} s")
+
+
+def test_a_part_gets_the_time_the_budget_has_left_and_a_timeout_that_cut_short_is_not_its_failure() -> None:
+    from types import SimpleNamespace
+
+    from autotune.study.deadline import MIN_PART_S, part_timeout
+
+    def setup(budget_s: float | None, elapsed_s: float) -> SimpleNamespace:
+        return SimpleNamespace(options=SimpleNamespace(trial_timeout_s=90.0, time_budget_s=budget_s),
+                               elapsed=lambda: elapsed_s)
+
+    assert part_timeout(setup(None, 500.0)) == (90.0, False)
+    assert part_timeout(setup(150.0, 100.0)) == (50.0, True)
+    assert part_timeout(setup(150.0, 10.0), stage_left_s=12.5) == (12.5, True)  # the plan's own share left
+    assert part_timeout(setup(150.0, 149.0)) == (MIN_PART_S, True)
+    valuation, config = Valuation(), Config(batch_size=32)
+    why = valuation.measure(TimingOut(), config, 0.1, *part_timeout(setup(150.0, 100.0)))
+    assert why == "timeout: no result within 50 s" and valuation.failure(config) is None  # asked again later
+    assert valuation.measure(TimingOut(), config, 0.1, 90.0) == "timeout: no result within 90 s"
+    assert valuation.failure(config) == "timeout: no result within 90 s"  # a whole trial's time: it failed
+    assert TimingOut.asked == [50.0, 90.0]
