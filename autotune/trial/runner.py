@@ -8,8 +8,12 @@ seed for every config.
 from __future__ import annotations
 
 import gc
+import re
+import sysconfig
 import time
+import traceback
 from pathlib import Path
+from types import TracebackType
 from typing import Any, Callable
 
 import torch
@@ -28,6 +32,9 @@ from autotune.workloads import Workload
 from autotune.workloads.locate import data_root
 
 SEED = 0  # every trial starts from the same initial weights and data order
+_AUTOTUNE = Path(__file__).resolve().parents[1]  # autotune/: its frames are not where a workload failed
+_BUILTINS = _AUTOTUNE / "workloads" / "builtins"  # ... but the built-in workloads' are
+_STDLIB = Path(sysconfig.get_paths()["stdlib"]).resolve()
 KEEP_SHARE = 0.05  # an idle trial process keeps a device-resident data set smaller than this share of the GPU
 
 
@@ -45,12 +52,50 @@ def classify_failure(exc: BaseException) -> str:
         return oom.oom_reason(text, oom.free_at_failure())
     if "DataLoader worker" in text and ("exited unexpectedly" in text or "killed by signal" in text):
         return f"worker died: {first[:200]}"
+    raised = worker_raised(text)
+    if raised is not None:
+        return f"error: {raised[:300]}"
     sync = capture.host_sync_reason(exc)
     if sync is not None:
         return sync
     if "CUDA error" in text or "cuda runtime error" in text.lower():
         return f"cuda error: {first[:200]}"
-    return f"error: {type(exc).__name__}: {first[:200]}"
+    return f"error: {type(exc).__name__}: {first[:200]}{where(exc.__traceback__)}"
+
+
+def worker_raised(text: str) -> str | None:
+    """What a DataLoader worker raised, from the exception the loop re-raises (``Caught X in DataLoader worker
+    process N.`` and the worker's traceback): its last line and the workload's line that raised it.
+
+    The first line alone named the worker and the type, not the error: a data set with one corrupt row read
+    "Caught ValueError in DataLoader worker process 0." where its trace said "could not convert string to float".
+    """
+    head, _, trace = text.partition("\nOriginal Traceback (most recent call last):\n")
+    if not trace or not head.startswith("Caught "):
+        return None
+    lines = [line for line in trace.splitlines() if line.strip()]
+    files = re.findall(r'^  File "([^"]+)", line (\d+)', trace, flags=re.MULTILINE)
+    # The last line that is not indented: the exception, its type and message (a chained one's last too).
+    raised = next((line for line in reversed(lines) if not line.startswith(" ")), head)
+    where_ = next((f" ({Path(f).name}, line {n})" for f, n in reversed(files) if _own(f)), "")
+    return f"{raised} in {head.removeprefix('Caught ').split(' in ', 1)[-1].rstrip('.')}{where_}"
+
+
+def where(tb: TracebackType | None) -> str:
+    """ " (file.py, line N)": the innermost frame of the traceback in the workload's code, not torch's or ours."""
+    frames = [f for f in traceback.extract_tb(tb) if _own(f.filename)] if tb is not None else []
+    return f" ({Path(frames[-1].filename).name}, line {frames[-1].lineno})" if frames else ""
+
+
+def _own(filename: str) -> bool:
+    """A file of the workload's (the user's, or a built-in one), not the standard library's, an installed
+    package's (torch's) or autotune's own machinery."""
+    path = Path(filename)
+    if filename.startswith("<") or {"site-packages", "dist-packages"} & set(path.parts):
+        return False
+    if _STDLIB in path.parents:
+        return False
+    return _AUTOTUNE not in path.parents or _BUILTINS in path.parents
 
 
 class Runner:

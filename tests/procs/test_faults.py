@@ -42,7 +42,8 @@ QUICK = Windows(warmup_steps=2, window_s=0.05, min_windows=2, max_windows=3, bou
             "getitem_worker",
             Config(batch_size=16, num_workers=1),
             3.0,
-            r"error: ValueError: Caught ValueError in DataLoader worker process 0\.",
+            r"error: ValueError: cannot read sample \d+ in a worker in DataLoader worker process 0 "
+            r"\(tiny\.py, line 56\)",
         ),
     ],
     ids=[

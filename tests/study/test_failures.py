@@ -85,7 +85,7 @@ def test_between_values_that_explain_as_many_failures_the_error_s_origin_decides
             _t(2, False, VIEW, channels_last=True, prefetch_factor=4)]
     (found,) = hopeless_values(step)
     assert found.values == (("channels_last", True),)
-    worker = "error: ValueError: Caught ValueError in DataLoader worker process 0."
+    worker = "error: ValueError: cannot read sample 3 in DataLoader worker process 0 (tiny.py, line 56)"
     loader = [_t(0, True, channels_last=False, prefetch_factor=2),
               _t(1, False, worker, channels_last=True, prefetch_factor=4),
               _t(2, False, worker, channels_last=True, prefetch_factor=4)]

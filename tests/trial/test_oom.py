@@ -54,3 +54,28 @@ def test_a_reason_whose_first_line_heads_a_list_keeps_the_list() -> None:
     assert classify_failure(exc) == (
         "error: WorkloadError: workload /tmp/w.py has 2 problem(s): DEFAULTS lacks 'epochs'; no build_loss()")
     assert classify_failure(ValueError("bad value\nTraceback follows")) == "error: ValueError: bad value"
+
+
+def test_an_error_raised_in_a_dataloader_worker_is_named_with_the_workload_s_line(tmp_path) -> None:
+    """A real worker, a data set with one corrupt row: the reason says what the worker raised, and where."""
+    import importlib.util
+
+    source = tmp_path / "badrow.py"
+    source.write_text(
+        "import torch\n"
+        "from torch.utils.data import Dataset\n\n\n"
+        "class Rows(Dataset):\n"
+        "    def __len__(self):\n"
+        "        return 8\n\n"
+        "    def __getitem__(self, i):\n"
+        "        value = float('abc' if i == 5 else '1.5')\n"
+        "        return torch.tensor([value])\n"
+    )
+    spec = importlib.util.spec_from_file_location("badrow", source)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for workers, place in ((1, " in DataLoader worker process 0"), (0, "")):
+        with pytest.raises(ValueError) as raised:
+            list(torch.utils.data.DataLoader(module.Rows(), batch_size=2, num_workers=workers))
+        assert classify_failure(raised.value) == (
+            f"error: ValueError: could not convert string to float: 'abc'{place} (badrow.py, line 10)")
