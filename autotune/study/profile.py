@@ -24,6 +24,7 @@ from autotune.study.finalists import Results, learning_rate, run_s
 from autotune.study.setup import SearchError, Setup
 from autotune.text import rate
 from autotune.tuned import file as tuned_file
+from autotune.tuned import replaced
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,12 +103,17 @@ def write(setup: Setup, best: Config, results: Results, check: ParityCheck | Any
         if kept is not None:
             record = answer.parity_record(record, kept, conclusive=check.conclusive)
     made = profile(setup, best, results, record)
+    # The profile this one replaces, kept whole first: a narrower or noisier search must not lose a better answer.
+    old = replaced.keep(setup.ref.tuned_path, setup.ref.name, setup.machine.hardware,
+                        setup.options.state_dir / "replaced")
     tuned_file.write_profile(setup.ref.tuned_path, setup.ref.name, setup.machine.hardware, made)
     setup.echo(
         f"wrote {setup.ref.tuned_path}: {best.describe()}: {rate(made['samples_per_s'])}/s, "
         f"{made['speedup']}x the baseline's {rate(made['baseline_samples_per_s'])}/s "
         f"(noise ±{made['spread']:.1%}), search {made['search_s']:.0f} s"
     )
+    if old is not None:
+        setup.echo(replaced.said(*old, made))
     if "tokens_per_s" in made:
         padding = f"; {made['padding']:.0%} of its token positions are padding" if "padding" in made else ""
         setup.echo(

@@ -316,3 +316,21 @@ def test_a_window_length_that_is_not_seconds_is_refused(raw: str, monkeypatch: p
         window_seconds()
     monkeypatch.setenv("AUTOTUNE_WINDOW_S", "0.5")
     assert window_seconds() == 0.5
+
+
+def test_a_search_that_replaces_a_profile_keeps_the_old_one_and_says_where(
+    project: Path, fake_pool: type[FakePool]
+) -> None:
+    first = search("tiny", SearchOptions(trials=8, seed=3), echo=lambda line: None).profile
+    lines: list[str] = []
+    # A narrower search on the same hardware: its answer replaces the first one's in the recipe's tuned file.
+    second = search("tiny", SearchOptions(trials=2, seed=3, study="probe", fixes={"batch_size": (16,)}),
+                    echo=lines.append).profile
+    assert tuned_file.read(project / "recipes" / "tiny.tuned.toml")["profiles"]["cpu"] == second
+    kept = list((project / ".autotune" / "replaced").glob("tiny.cpu.*.tuned.toml"))
+    assert len(kept) == 1 and tuned_file.read(kept[0])["profiles"]["cpu"] == first  # whole, and readable as it was
+    said = [line for line in lines if line.startswith("replaced the profile of study ")]
+    slower = "; the new one states a smaller speed-up than the one it replaced" \
+        if second["speedup"] < first["speedup"] else ""
+    assert said == [f"replaced the profile of study 'tiny@cpu' ({first['speedup']}x, made {first['created']} by "
+                    f"`{first['command']}`){slower}; it is kept in {kept[0]}"], lines
