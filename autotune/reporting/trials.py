@@ -49,32 +49,38 @@ class FailureGroup:
     configs: tuple[str, ...]  # up to EXAMPLES of their configs, described
 
 
-def row_of(t: FrozenTrial, verdicts: dict[str, bool] | None = None) -> Row:
-    """A complete trial as a table row, marked with its config's parity verdict when `verdicts` has one."""
+def row_of(t: FrozenTrial, verdicts: dict[str, dict[str, Any]] | None = None) -> Row:
+    """A complete trial as a table row, marked with its config's parity verdict when `verdicts` has one.
+
+    A verdict's learning rate is the row's: the check may have judged a new batch size at several rates (the
+    trial's own first), and the one it passed at, or rejected last, is what the verdict says.
+    """
     result = t.user_attrs.get("result") or {}
     config = t.user_attrs["config"]
-    passed = (verdicts or {}).get(Config.from_dict(config).describe())
+    verdict = (verdicts or {}).get(Config.from_dict(config).describe())
+    lr = verdict.get("lr", t.user_attrs.get("lr")) if verdict is not None else t.user_attrs.get("lr")
     return Row(
         t.number,
         t.user_attrs.get("role", ""),
         float(t.value or 0.0),
         result.get("spread"),
         config,
-        t.user_attrs.get("lr"),
-        None if passed is None else "pass" if passed else "REJECT",
+        lr,
+        None if verdict is None else "pass" if verdict["passed"] else "REJECT",
     )
 
 
-def parity_verdicts(study: optuna.Study) -> dict[str, bool]:
-    """The parity check's verdicts, by config: the search keeps them on the study (finished trials are read-only)."""
+def parity_verdicts(study: optuna.Study) -> dict[str, dict[str, Any]]:
+    """The parity check's verdicts (passed, lr), by config: the search keeps them on the study (finished trials
+    are read-only)."""
     return {
-        v["config"]: bool(v["passed"])
+        v["config"]: {"passed": bool(v["passed"]), **({"lr": float(v["lr"])} if "lr" in v else {})}
         for k, v in study.user_attrs.items()
         if k.startswith("parity:trial-") and isinstance(v, dict) and "config" in v and "passed" in v
     }
 
 
-def fastest(complete: list[FrozenTrial], base_trial: FrozenTrial | None, verdicts: dict[str, bool],
+def fastest(complete: list[FrozenTrial], base_trial: FrozenTrial | None, verdicts: dict[str, dict[str, Any]],
             top: int) -> tuple[list[Row], list[str]]:
     """The `top` fastest distinct configs beside the baseline, and the notes they call for."""
     ranked: list[Row] = []

@@ -160,11 +160,14 @@ def test_report_marks_what_the_parity_check_rejected(stored: str, tmp_path: Path
     study = optuna.load_study(study_name=STUDY, storage=stored)
     # As the search keeps them: on the study, under the trial that found the config, with the config described.
     study.set_user_attr("parity:trial-7", {"passed": False, "config": "bs=128 device-resident graph bf16"})
+    # Trial 8 ran at the sqrt rule's rate (0.4); the check rejected that and passed the linear rule's 0.8: the row
+    # states the rate its verdict is for.
     study.set_user_attr(
-        "parity:trial-8", {"passed": True, "config": "bs=128 device-resident cudnn.benchmark graph bf16"}
+        "parity:trial-8", {"passed": True, "lr": 0.8, "config": "bs=128 device-resident cudnn.benchmark graph bf16"}
     )
     rep = report("tiny", storage=stored, out=tmp_path / "out", top=3, echo=lambda _: None)
     assert [(r.rank, r.trial, r.parity) for r in rep.best] == [(1, 7, "REJECT"), (2, 8, "pass"), (3, 2, None)]
+    assert [r.lr for r in rep.best] == [0.4, 0.8, 0.2]
     assert rep.notes == (
         "parity REJECT: the search's parity check found the config trains differently from the baseline; it cannot "
         "win.",
@@ -173,7 +176,7 @@ def test_report_marks_what_the_parity_check_rejected(stored: str, tmp_path: Path
     text = render(rep)
     assert re.search(r"  #1 +7 +60,000 +±2\.0% +bs=128 device-resident graph bf16 +0\.4 +REJECT\n", text), text
     assert (
-        "| #2 | 8 | 58,000 | ±2.0% | bs=128 device-resident cudnn.benchmark graph bf16 | 0.4 | pass |"
+        "| #2 | 8 | 58,000 | ±2.0% | bs=128 device-resident cudnn.benchmark graph bf16 | 0.8 | pass |"
         in rep.markdown.read_text()
     )
 
