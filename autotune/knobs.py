@@ -59,6 +59,7 @@ class Machine:
     amp_dtypes: tuple[str, ...]  # autocast dtypes the device supports
     memory_bytes: int  # device memory (CUDA) or host memory (CPU)
     compiler_missing: str = ""  # why torch.compile cannot compile for the device here (compiler_missing); "": it can
+    amp_missing: str = ""  # why amp is left out here (a CPU without bf16 instructions: cpu_bf16_missing); "": it is not
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,7 +115,26 @@ def detect_machine(device_index: int = 0, cpu_share: int | None = None) -> Machi
         return Machine(props.name, True, cores, dtypes, props.total_memory, compiler_missing())
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     # CPU autocast runs bf16; fp16 autocast on a CPU is slower than fp32 nearly everywhere.
-    return Machine("cpu", False, cores, ("bf16",), memory)
+    missing = cpu_bf16_missing()
+    return Machine("cpu", False, cores, () if missing else ("bf16",), memory, amp_missing=missing)
+
+
+def cpu_bf16_missing() -> str:
+    """Why bf16 autocast is left out on this CPU; "" where it has the instructions oneDNN runs bf16 with.
+
+    Without them bf16 is emulated: on a 2-core AVX2 host a conv net's bf16 step ran 21 samples/s against 681/s in
+    fp32, and a search spent 131 s of its 150 on one bf16 seed.
+    """
+    import torch
+
+    try:
+        supported = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # a build without oneDNN: cannot tell, so the trials measure it
+        return ""
+    if supported:
+        return ""
+    return (f"this CPU has no bf16 instructions (AVX-512 or AMX; it has {torch.backends.cpu.get_cpu_capability()}): "
+            f"bf16 would be emulated, far slower than fp32")
 
 
 def compiler_missing() -> str:

@@ -18,7 +18,7 @@ def seed_configs(workload: Workload, machine: Machine, space: Space) -> list[Con
     """The baseline and a few informed configs, queued first so a good config is measured early."""
     bs = workload.defaults["batch_size"]
     workers = min(8, machine.cpu_share)
-    amp = "bf16" if "bf16" in machine.amp_dtypes else machine.amp_dtypes[0]
+    amp = "bf16" if "bf16" in machine.amp_dtypes else next(iter(machine.amp_dtypes), "off")
     base = baseline_config(workload, machine.cuda)
     few_shapes: list[Config] = []
     if "bucketing" not in space.excluded or "pad_multiple" not in space.excluded:

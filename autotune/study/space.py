@@ -165,6 +165,8 @@ def build_space(
     domains["prefetch_factor"] = tuple(range(PREFETCH_RANGE[0], PREFETCH_RANGE[1] + 1))
     domains["persistent_workers"] = (False, True)
     domains["amp"] = ("off",) + tuple(d for d in AMP_CHOICES[1:] if d in machine.amp_dtypes)
+    if machine.amp_missing:
+        excluded["amp"] = machine.amp_missing
     for knob in ("pin_memory", "cudnn_benchmark", "cuda_graph"):
         domains[knob] = (False, True)
         if not machine.cuda:

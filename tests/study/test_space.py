@@ -275,3 +275,23 @@ def test_a_load_share_that_was_disturbed_is_measured_again_on_other_samples(monk
     assert load_cpu_share(Descheduled(), tries=1) < BUSY_SHARE
     data = Descheduled()
     assert load_cpu_share(data) >= BUSY_SHARE and data.calls == 16  # the second try showed a busy core, and ended it
+
+
+def test_a_cpu_without_bf16_instructions_leaves_amp_out_with_the_reason() -> None:
+    from autotune.knobs import cpu_bf16_missing, detect_machine
+    from autotune.study.seeds import seed_configs
+    from autotune.workloads import load, resolve
+
+    why = ("this CPU has no bf16 instructions (AVX-512 or AMX; it has AVX2): bf16 would be emulated, far slower "
+           "than fp32")
+    plain = Machine("cpu", False, 2, (), 2**34, amp_missing=why)
+    space = build_space(128, plain, MNIST)
+    assert (space.domains["amp"], space.excluded["amp"]) == (("off",), why)
+    assert all(c.amp == "off" for c in seed_configs(load(resolve("mnist_cnn")), plain, space))
+    if torch.cuda.is_available():
+        return  # a GPU machine's amp is the GPU's
+    # This host, as torch's oneDNN sees it: bf16 offered exactly where its instructions are.
+    here = detect_machine()
+    has = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    assert (here.amp_dtypes, here.amp_missing == "") == ((("bf16",), True) if has else ((), False))
+    assert cpu_bf16_missing() == here.amp_missing
