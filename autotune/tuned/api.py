@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
 
 from autotune.config import Config
+from autotune.knobs import STREAM_KNOBS
 from autotune.loop import DeviceLoader, Step, build_loader
 from autotune.loop.loader import USER_LOADER_ARGS
 from autotune.loop.sourced import WrappedLoader
@@ -178,6 +179,13 @@ def tuned_loader(
     if own_sampler and "sampler" not in user:
         user["sampler"] = workload.build_sampler(dataset)  # the workload's order, as its search measured it
     _refuse_conflicts(config, user, shuffle, recipe)
+    streamed = sorted(k for k in kwargs if k in STREAM_KNOBS and k != "placement")
+    if config.placement == "device" and streamed:
+        raise ValueError(
+            f"tuned_loader: {', '.join(f'{k}={kwargs[k]!r}' for k in streamed)} cannot apply: {recipe}'s profile "
+            "keeps the data set on the device (placement=device), where no DataLoader workers run; pass "
+            "placement='stream' as well to stream it with them."
+        )
     # Lengths are read only for a bucketing loader; a workload without sample_lengths then fails naming the hook.
     lengths = workload.lengths(dataset) if config.bucketing and config.placement == "stream" else None
     workers = min(4, len(os.sched_getaffinity(0)))

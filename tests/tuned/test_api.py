@@ -60,6 +60,13 @@ def test_device_placement_gives_a_device_loader_with_the_same_contract(project: 
     assert (loader.batch_size, loader.shuffle, loader.drop_last, len(loader)) == (64, True, False, 8)
     x, y = next(iter(loader))
     assert x.shape == (64, 1, 8, 8) and y.shape == (64,)
+    # Workers asked of a loader that runs none: one error, not a DeviceLoader that ignored them.
+    with pytest.raises(ValueError, match=r"^tuned_loader: num_workers=2, pin_memory=True cannot apply: tiny's profile "
+                                         r"keeps the data set on the device \(placement=device\), where no "
+                                         r"DataLoader workers run; pass placement='stream' as well"):
+        tuned_loader(_dataset(), recipe="tiny", device="cpu", num_workers=2, pin_memory=True)
+    streamed = tuned_loader(_dataset(), recipe="tiny", device="cpu", placement="stream", num_workers=2)
+    assert isinstance(streamed, torch.utils.data.DataLoader) and streamed.num_workers == 2
 
 
 def test_a_data_set_whose_pipeline_cannot_move_to_the_device_names_the_knob_that_keeps_it(project: Path) -> None:
