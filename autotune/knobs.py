@@ -123,10 +123,17 @@ def cpu_bf16_missing() -> str:
     """Why bf16 autocast is left out on this CPU; "" where it has the instructions oneDNN runs bf16 with.
 
     Without them bf16 is emulated: on a 2-core AVX2 host a conv net's bf16 step ran 21 samples/s against 681/s in
-    fp32, and a search spent 131 s of its 150 on one bf16 seed.
+    fp32, and a search spent 131 s of its 150 on one bf16 seed. ``AUTOTUNE_CPU_BF16=1`` offers it whatever this
+    finds (a CPU torch cannot read), ``=0`` leaves it out.
     """
     import torch
 
+    forced = os.environ.get("AUTOTUNE_CPU_BF16")
+    if forced is not None:
+        if forced not in ("0", "1"):
+            raise SpaceError(f"AUTOTUNE_CPU_BF16 must be 1 (offer bf16 on this CPU) or 0 (leave it out), but got "
+                             f"{forced!r}.")
+        return "" if forced == "1" else "left out by AUTOTUNE_CPU_BF16=0"
     try:
         supported = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):  # a build without oneDNN: cannot tell, so the trials measure it

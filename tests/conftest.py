@@ -143,9 +143,10 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("TINY_FAIL", raising=False)
     monkeypatch.delenv("AUTOTUNE_WINDOW_S", raising=False)
     monkeypatch.setattr("autotune.tuned.api._told", set())  # each test's first use of a profile is told afresh
-    # The CPU's space as on a host with bf16 instructions, whatever this host has: what a test asserts of a search
-    # may not depend on the machine it runs on (tests/study/test_space.py tests the detection).
-    monkeypatch.setattr("autotune.knobs.cpu_bf16_missing", lambda: "")
+    # The CPU's space as on a host with bf16 instructions, whatever this host has, in this process and the searches
+    # it starts: what a test asserts of a search may not depend on the machine (tests/study/test_space.py tests the
+    # detection).
+    monkeypatch.setenv("AUTOTUNE_CPU_BF16", "1")
     return tmp_path
 
 

@@ -107,11 +107,21 @@ def write(setup: Setup, best: Config, results: Results, check: ParityCheck | Any
     old = replaced.keep(setup.ref.tuned_path, setup.ref.name, setup.machine.hardware,
                         setup.options.state_dir / "replaced")
     tuned_file.write_profile(setup.ref.tuned_path, setup.ref.name, setup.machine.hardware, made)
+    # A speed-up is a ratio of two measurements: the baseline's noise is the stated one's as much as the winner's.
+    base_noise = f", the baseline's ±{made['baseline_spread']:.1%}" if best != setup.baseline else ""
     setup.echo(
         f"wrote {setup.ref.tuned_path}: {best.describe()}: {rate(made['samples_per_s'])}/s, "
         f"{made['speedup']}x the baseline's {rate(made['baseline_samples_per_s'])}/s "
-        f"(noise ±{made['spread']:.1%}), search {made['search_s']:.0f} s"
+        f"(noise ±{made['spread']:.1%}{base_noise}), search {made['search_s']:.0f} s"
     )
+    noisiest = max(made["spread"], made["baseline_spread"])
+    if noisiest > NOISY:
+        whose = "the baseline's" if made["baseline_spread"] >= made["spread"] else "the winner's"
+        setup.echo(
+            f"warning: {whose} measurements disagree by ±{noisiest:.0%}: the host was busy with other work while "
+            f"they ran, and the speed-up may be off by as much; search again on a quieter host, or with more "
+            f"--rounds"
+        )
     if old is not None:
         setup.echo(replaced.said(*old, made))
     if "tokens_per_s" in made:
@@ -138,6 +148,9 @@ def write(setup: Setup, best: Config, results: Results, check: ParityCheck | Any
     else:
         setup.echo("parity: not checked (--no-parity-check): the winner may train differently from the baseline")
     return SearchResult(setup.ref.tuned_path, setup.machine.hardware, made)
+
+
+NOISY = 0.25  # a noise past which a stated speed-up is a guess: on a 2-core CPU beside other jobs, ±61% was seen
 
 
 def profile(

@@ -64,7 +64,7 @@ def test_search_writes_the_recipe_then_resumes_and_show_prints_it(project: Path)
     assert "finalists: measuring" in first.stdout
     assert re.search(
         r"^wrote .*recipes/tiny\.tuned\.toml: bs=\d+ .*: [\d,]+/s, [\d.]+x the baseline's [\d,]+/s \(noise "
-        r"±[\d.]+%\), search \d+ s$",
+        r"±[\d.]+%(, the baseline's ±[\d.]+%)?\), search \d+ s$",
         first.stdout,
         re.M,
     )

@@ -277,7 +277,7 @@ def test_a_load_share_that_was_disturbed_is_measured_again_on_other_samples(monk
     assert load_cpu_share(data) >= BUSY_SHARE and data.calls == 16  # the second try showed a busy core, and ended it
 
 
-def test_a_cpu_without_bf16_instructions_leaves_amp_out_with_the_reason() -> None:
+def test_a_cpu_without_bf16_instructions_leaves_amp_out_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     from autotune.knobs import cpu_bf16_missing, detect_machine
     from autotune.study.seeds import seed_configs
     from autotune.workloads import load, resolve
@@ -290,6 +290,13 @@ def test_a_cpu_without_bf16_instructions_leaves_amp_out_with_the_reason() -> Non
     assert all(c.amp == "off" for c in seed_configs(load(resolve("mnist_cnn")), plain, space))
     if torch.cuda.is_available():
         return  # a GPU machine's amp is the GPU's
+    monkeypatch.setenv("AUTOTUNE_CPU_BF16", "0")
+    assert detect_machine().amp_missing == "left out by AUTOTUNE_CPU_BF16=0"
+    monkeypatch.setenv("AUTOTUNE_CPU_BF16", "yes")
+    with pytest.raises(SpaceError, match=r"^AUTOTUNE_CPU_BF16 must be 1 \(offer bf16 on this CPU\) or 0 \(leave it "
+                                         r"out\), but got 'yes'\.$"):
+        detect_machine()
+    monkeypatch.delenv("AUTOTUNE_CPU_BF16")
     # This host, as torch's oneDNN sees it: bf16 offered exactly where its instructions are.
     here = detect_machine()
     has = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
