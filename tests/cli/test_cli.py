@@ -60,6 +60,7 @@ def test_search_writes_the_recipe_then_resumes_and_show_prints_it(project: Path)
         "  pad_multiple: left out (the workload gives no collate_fn, and DataLoader's default_collate pads nothing)",
     ]
     trials = [line for line in lines if line.startswith("[")]
+    assert all(TRIAL_LINE.match(line) for line in trials), [line for line in trials if not TRIAL_LINE.match(line)]
     assert [int(TRIAL_LINE.match(line).group(1)) for line in trials] == [1, 2, 3, 4], trials
     assert "finalists: measuring" in first.stdout
     assert re.search(
