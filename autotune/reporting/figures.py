@@ -42,10 +42,12 @@ def _save(fig: Figure, path: Path) -> Path:
 # What a cell that holds no complete trial shows; the colour bar covers the rest.
 PRUNED_COLOUR = "#8c8c8c"  # tried: trials ran there, and every one was stopped early as clearly slower
 FAILED_COLOUR = "#f6d5db"  # tried: every trial there failed (its reason is written in the cell)
+NOT_RUN_COLOUR = "#dcdcdc"  # proposed, not run: its predicted rate or the parity check ruled it out
 NOT_TRIED_COLOUR = "#ffffff"
 LEGEND = (
     (PRUNED_COLOUR, "pruned: ran, stopped early as clearly slower"),
     (FAILED_COLOUR, "oom / failed: every trial failed"),
+    (NOT_RUN_COLOUR, "not run: ruled out by its predicted rate or by parity"),
     (NOT_TRIED_COLOUR, "not tried"),
 )
 
@@ -56,14 +58,16 @@ def heatmap_figure(
     failed: Mapping[tuple[int, str], str],
     columns: Sequence[str],
     title: str,
+    not_run: Collection[tuple[int, str]] = (),
 ) -> Figure:
     """Samples/s over batch size (rows) x column (worker count, or "on device"); cells with no complete trial
-    are told apart: pruned, failed, not tried, each in its own colour, named in the legend.
+    are told apart: pruned, failed, not run, not tried, each in its own colour, named in the legend.
 
     `cells` maps (batch_size, column) to the best samples/s seen there; `pruned` holds cells where trials ran
-    but all were pruned; `failed` maps cells where trials only failed to a short reason ("oom").
+    but all were pruned; `failed` maps cells where trials only failed to a short reason ("oom"); `not_run` holds
+    cells whose configs were only valued or judged, never run (a valued config was once drawn as "pruned").
     """
-    rows = sorted({b for b, _ in cells} | {b for b, _ in pruned} | {b for b, _ in failed})
+    rows = sorted({b for b, _ in cells} | {b for b, _ in pruned} | {b for b, _ in failed} | {b for b, _ in not_run})
     grid = np.full((len(rows), len(columns)), np.nan)
     for (b, c), value in cells.items():
         grid[rows.index(b), columns.index(c)] = value
@@ -95,6 +99,9 @@ def heatmap_figure(
             elif (b, c) in failed:
                 ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=FAILED_COLOUR, edgecolor="none"))
                 ax.text(j, i, failed[(b, c)], ha="center", va="center", fontsize=8, color="#b00020")
+            elif (b, c) in not_run:
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=NOT_RUN_COLOUR, edgecolor="none"))
+                ax.text(j, i, "not run", ha="center", va="center", fontsize=8, color="#404040")
     # Thin cell borders, so a white (not tried) cell reads as a cell.
     ax.set_xticks(np.arange(len(columns) + 1) - 0.5, minor=True)
     ax.set_yticks(np.arange(len(rows) + 1) - 0.5, minor=True)
@@ -127,9 +134,10 @@ def heatmap(
     columns: Sequence[str],
     title: str,
     path: Path,
+    not_run: Collection[tuple[int, str]] = (),
 ) -> Path:
     """`heatmap_figure`, written to `path` as a PNG."""
-    return _save(heatmap_figure(cells, pruned, failed, columns, title), path)
+    return _save(heatmap_figure(cells, pruned, failed, columns, title, not_run), path)
 
 
 def history(

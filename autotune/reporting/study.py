@@ -133,29 +133,37 @@ def _column(config: dict[str, Any]) -> str:
 
 def heatmap_data(
     trials: list[FrozenTrial],
-) -> tuple[dict[tuple[int, str], float], set[tuple[int, str]], dict[tuple[int, str], str], list[str]]:
-    """The heat map's cells: the best complete value, else pruned (ran, stopped early), else failed's reason.
+) -> tuple[dict[tuple[int, str], float], set[tuple[int, str]], dict[tuple[int, str], str], list[str],
+           set[tuple[int, str]]]:
+    """The heat map's cells: the best complete value, else pruned (ran, stopped early), else failed's reason, else
+    not run (ruled out by a prediction or the parity check before it ran); and the columns.
 
     A cell with no complete trial is still a tried one when its trials were pruned or failed; only a cell no trial
     reached is "not tried".
     """
     cells: dict[tuple[int, str], float] = {}
     pruned: set[tuple[int, str]] = set()
+    not_run: set[tuple[int, str]] = set()
     failed: dict[tuple[int, str], str] = {}
     for t in trials:
         key = (int(t.user_attrs["config"]["batch_size"]), _column(t.user_attrs["config"]))
         if t.state == TrialState.COMPLETE and t.value is not None:
             cells[key] = max(cells.get(key, 0.0), float(t.value))
+        elif t.state == TrialState.PRUNED and "duration_s" not in t.user_attrs and not t.intermediate_values:
+            # Never run (a trial that runs keeps its wall time, and one the pruner stopped its windows): valued from
+            # its parts, or skipped by a prediction or by the parity check.
+            not_run.add(key)
         elif t.state == TrialState.PRUNED:
             pruned.add(key)
         elif t.state == TrialState.FAIL:
             # An oom reason carries its numbers after "oom: " (autotune.trial.oom).
             failed[key] = "oom" if str(t.user_attrs.get("reason", "")).startswith("oom") else "failed"
-    tried = [*cells, *pruned, *failed]
+    tried = [*cells, *pruned, *failed, *not_run]
     workers = sorted({int(c) for _, c in tried if c != "on device"})
     columns = [str(w) for w in workers] + (["on device"] if any(c == "on device" for _, c in tried) else [])
     pruned -= set(cells)
-    return cells, pruned, {k: v for k, v in failed.items() if k not in cells and k not in pruned}, columns
+    failed = {k: v for k, v in failed.items() if k not in cells and k not in pruned}
+    return cells, pruned, failed, columns, not_run - set(cells) - pruned - set(failed)
 
 
 def _stem(study: str) -> str:
@@ -176,7 +184,7 @@ def _draw(
 
     written: dict[str, Path] = {}
     notes: list[str] = []
-    cells, pruned_cells, failed_cells, columns = heatmap_data(trials)
+    cells, pruned_cells, failed_cells, columns, not_run = heatmap_data(trials)
     if cells:
         written["heatmap"] = figures.heatmap(
             cells,
@@ -185,6 +193,7 @@ def _draw(
             columns,
             f"{title}: samples/s by batch_size x num_workers",
             out / f"{stem}.heatmap.png",
+            not_run,
         )
         pruned = [
             (t.number, list(t.intermediate_values.values())[-1])

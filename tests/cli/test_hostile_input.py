@@ -500,7 +500,7 @@ def test_the_heat_map_tells_pruned_failed_and_untried_cells_apart_and_names_each
 
     url = f"sqlite:///{shutil.copy(report_study, project / 'study.db')}"
     trials = optuna.load_study(study_name="tiny@nvidia-h200", storage=url).get_trials()
-    cells, pruned, failed, columns = heatmap_data(trials)
+    cells, pruned, failed, columns, not_run = heatmap_data(trials)
     assert pruned == {(16, "1"), (32, "1")}  # (32, "1") failed once too, but a trial ran there
     assert failed == {(1024, "4"): "oom", (1024, "2"): "oom", (32, "3"): "failed", (256, "1"): "failed"}
     fig = figures.heatmap_figure(cells, pruned, failed, columns, "tiny")
@@ -518,7 +518,8 @@ def test_the_heat_map_tells_pruned_failed_and_untried_cells_apart_and_names_each
     assert len({rgb(figures.PRUNED_COLOUR), rgb(figures.FAILED_COLOUR), rgb(figures.NOT_TRIED_COLOUR)}) == 3
     assert not {colours[k] for k in cells} & {colours[k] for k in [*pruned, *failed, *untried]}
     assert [t.get_text() for t in fig.legends[0].get_texts()] == [
-        "pruned: ran, stopped early as clearly slower", "oom / failed: every trial failed", "not tried"
+        "pruned: ran, stopped early as clearly slower", "oom / failed: every trial failed",
+        "not run: ruled out by its predicted rate or by parity", "not tried"
     ]
 
 
@@ -599,3 +600,30 @@ def test_a_search_on_a_damaged_study_file_names_it_and_the_next_step(project: Pa
     )
     assert "Usage:" not in result.output and "Try 'autotune" not in result.output and "Traceback" not in result.output
 
+
+
+def test_a_config_that_was_only_valued_is_drawn_as_not_run_not_as_pruned() -> None:
+    import optuna
+    from matplotlib.colors import to_rgb
+    from optuna.trial import TrialState
+
+    from autotune.config import Config
+    from autotune.reporting import figures
+    from autotune.reporting.study import heatmap_data
+
+    def made(state: TrialState, workers: int, **more: object) -> optuna.trial.FrozenTrial:
+        attrs = {"config": Config(batch_size=64, num_workers=workers).as_dict(), **more.pop("attrs", {})}
+        return optuna.trial.create_trial(state=state, user_attrs=attrs, **more)
+
+    trials = [
+        made(TrialState.COMPLETE, 0, value=1000.0, attrs={"duration_s": 3.0}),
+        made(TrialState.PRUNED, 1, intermediate_values={0: 300.0}, attrs={"duration_s": 2.0}),  # ran, stopped
+        made(TrialState.PRUNED, 2, attrs={"role": "valued", "reason": "skipped, valued from its parts: ..."}),
+    ]
+    cells, pruned, failed, columns, not_run = heatmap_data(trials)
+    assert (set(cells), pruned, failed, not_run, columns) == ({(64, "0")}, {(64, "1")}, {}, {(64, "2")},
+                                                             ["0", "1", "2"])
+    fig = figures.heatmap_figure(cells, pruned, failed, columns, "tiny", not_run)
+    colours = _cell_colours(fig, [64], columns)
+    assert colours[(64, "2")] == tuple(round(255 * v) for v in to_rgb(figures.NOT_RUN_COLOUR))
+    assert colours[(64, "1")] == tuple(round(255 * v) for v in to_rgb(figures.PRUNED_COLOUR))
