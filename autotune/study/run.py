@@ -106,6 +106,9 @@ def _trials(setup: Setup, pools: SearchPools, team: Team) -> ParityCheck | None:
     learned = run_trials(setup, pools.trials, team=team if writes else SOLO)
     # How much was searched: configs valued from their parts, measured end to end, families judged.
     setup.echo(learned.valuation.summary())
+    earlier = sum(t.user_attrs.get("role") == tickets.VALUED_ROLE for t in setup.study.get_trials(deepcopy=False))
+    if earlier and learned.valuation.valued == 0:  # a resumed search: its plan was an earlier run's
+        setup.echo(f"  (this run valued none; the study holds {earlier} config(s) an earlier run's plan valued)")
     if setup.options.parity_check:
         setup.echo(learned.families.summary())
     if learned.loader is not None and (learned.loader.skipped or learned.loader.wrong):

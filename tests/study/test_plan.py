@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -128,6 +129,11 @@ def test_a_resumed_search_does_not_plan_again(rates: type[Rates]) -> None:
            echo=lines.append)
     assert not any(line.startswith("plan: valuing") for line in lines)
     assert len(Rates.parts_asked) - asked <= 4 * 2  # only the new trials' own parts, two each at most
+    # The resumed run's trials were all measured or repeats: it valued none itself, and says whose the values are.
+    summary = lines.index(next(line for line in lines if line.startswith("valuation: ")))
+    assert lines[summary].startswith("valuation: 0 config(s) valued from their parts"), lines[summary]
+    assert re.fullmatch(r"  \(this run valued none; the study holds \d+ config\(s\) an earlier run's plan valued\)",
+                        lines[summary + 1]), lines[summary:summary + 2]
 
 
 def test_a_config_whose_step_alone_runs_out_of_memory_fails_without_running_end_to_end(
