@@ -122,6 +122,7 @@ class ParityCheck:
         self._base: ParityRun | None = None
         self._base_from = ""  # where an adopted baseline run was made, for the summary
         self._base_needed = False  # a config needed the baseline's run (one judged by gradients alone needs none)
+        self._base_failed = False  # the baseline's last run failed (self.conclusive is False for that alone)
         self._by_numerics: dict[tuple[Any, ...], tuple[Config, ParityVerdict]] = {}
         # (batch size, learning rate) pairs rejected by a margin: every config with that batch at that rate fails too.
         self._batch_rejected: dict[tuple[int, float], tuple[Config, ParityVerdict]] = {}
@@ -275,6 +276,8 @@ class ParityCheck:
         self._base_needed = True
         if self._base is None:
             self._base = self._baseline_run()
+            if self._base_failed:  # an earlier try failed and made the check inconclusive; this one ran: judge it
+                self.conclusive, self._base_failed = None, False
         if self.conclusive is not None:
             return
         self.conclusive = conclusive(self._base, self.samples, self.window)
@@ -307,6 +310,7 @@ class ParityCheck:
             return self.budget.timed_baseline(lambda: self.make_run(self.baseline, lr, self.samples))
         except ParityRunFailed as exc:
             self.conclusive = False  # with no baseline run, no training run can be judged: only the same math may pass
+            self._base_failed = True
             raise ParityError(f"the baseline's parity run failed: {exc}") from exc
 
     def _inconclusive_reason(self) -> str:

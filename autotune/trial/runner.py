@@ -35,6 +35,7 @@ SEED = 0  # every trial starts from the same initial weights and data order
 _AUTOTUNE = Path(__file__).resolve().parents[1]  # autotune/: its frames are not where a workload failed
 _BUILTINS = _AUTOTUNE / "workloads" / "builtins"  # ... but the built-in workloads' are
 _STDLIB = Path(sysconfig.get_paths()["stdlib"]).resolve()
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(: |$)")  # "ValueError: ...", "KeyError", "pkg.mod.Error: ..."
 KEEP_SHARE = 0.05  # an idle trial process keeps a device-resident data set smaller than this share of the GPU
 
 
@@ -54,7 +55,7 @@ def classify_failure(exc: BaseException) -> str:
         return f"worker died: {first[:200]}"
     raised = worker_raised(text)
     if raised is not None:
-        return f"error: {raised[:300]}"
+        return f"error: {raised}"
     sync = capture.host_sync_reason(exc)
     if sync is not None:
         return sync
@@ -75,10 +76,12 @@ def worker_raised(text: str) -> str | None:
         return None
     lines = [line for line in trace.splitlines() if line.strip()]
     files = re.findall(r'^  File "([^"]+)", line (\d+)', trace, flags=re.MULTILINE)
-    # The last line that is not indented: the exception, its type and message (a chained one's last too).
-    raised = next((line for line in reversed(lines) if not line.startswith(" ")), head)
+    # The exception's own line, its type and message, searched from the end: a message of several lines (or notes)
+    # ends the trace with its last line, which names no type.
+    raised = next((line for line in reversed(lines) if EXCEPTION_LINE.match(line)), head)
     where_ = next((f" ({Path(f).name}, line {n})" for f, n in reversed(files) if _own(f)), "")
-    return f"{raised} in {head.removeprefix('Caught ').split(' in ', 1)[-1].rstrip('.')}{where_}"
+    # Only the message is cut: failures.py reads "in DataLoader worker process" to blame the loader's knobs.
+    return f"{raised[:200]} in {head.removeprefix('Caught ').split(' in ', 1)[-1].rstrip('.')}{where_}"
 
 
 def where(tb: TracebackType | None) -> str:
@@ -91,6 +94,8 @@ def _own(filename: str) -> bool:
     """A file of the workload's (the user's, or a built-in one), not the standard library's, an installed
     package's (torch's) or autotune's own machinery."""
     path = Path(filename)
+    if _BUILTINS in path.parents:  # a built-in workload, wherever autotune is installed
+        return True
     if filename.startswith("<") or {"site-packages", "dist-packages"} & set(path.parts):
         return False
     if _STDLIB in path.parents:

@@ -108,6 +108,26 @@ def test_a_failed_baseline_run_makes_the_check_inconclusive_and_the_kept_record_
     assert (kept["passed"], kept["conclusive"]) == (True, False)
 
 
+def test_a_baseline_run_that_fails_once_and_then_runs_is_judged_by_that_run() -> None:
+    """The search's check is asked again after a failure (the trials' check, then the end's): a second baseline run
+    that learns is conclusive, and a larger batch that trains alike passes."""
+    tries: list[Config] = []
+
+    def make_run(config: Config, lr: float, samples: int) -> ParityRun:
+        tries.append(config)
+        if len(tries) == 1:
+            raise ParityRunFailed("timeout: no step in 90 s")
+        return ParityRun(config.batch_size, lr, 2.0, 1.0, (samples,), (1.0,), True, 0.0)
+
+    larger = Config(batch_size=64)
+    gate = ParityCheck(BASE, lambda c: 0.05 * c.batch_size / 16, make_run, [larger], lambda line: None)
+    with pytest.raises(ParityError):
+        gate.select([larger], want=1, max_runs=1)
+    assert gate.conclusive is False
+    assert gate.select([larger], want=1, max_runs=1) == [larger]
+    assert gate.conclusive is True and gate.verdicts[larger].passed and tries == [BASE, BASE, larger]
+
+
 def test_a_numerics_check_that_failed_to_run_leaves_the_config_unjudged_with_no_run() -> None:
     make_run, calls = recording_run()
     bf16 = Config(batch_size=16, amp="bf16")

@@ -79,3 +79,22 @@ def test_an_error_raised_in_a_dataloader_worker_is_named_with_the_workload_s_lin
             list(torch.utils.data.DataLoader(module.Rows(), batch_size=2, num_workers=workers))
         assert classify_failure(raised.value) == (
             f"error: ValueError: could not convert string to float: 'abc'{place} (badrow.py, line 10)")
+
+
+def test_a_long_or_multi_line_worker_error_keeps_its_type_and_the_worker_it_came_from(tmp_path) -> None:
+    """failures.py reads "in DataLoader worker process" to blame the loader's knobs: only the message is cut."""
+    from autotune.study.failures import WORKER_ERROR
+
+    class Missing(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return 4
+
+        def __getitem__(self, i: int) -> torch.Tensor:
+            raise FileNotFoundError(f"no such file: {'/data/' + 'x' * 400}.jpg\nsee the data set's README")
+
+    with pytest.raises(FileNotFoundError) as raised:
+        list(torch.utils.data.DataLoader(Missing(), batch_size=2, num_workers=1))
+    reason = classify_failure(raised.value)
+    assert reason.startswith("error: FileNotFoundError: no such file: /data/xxx") and WORKER_ERROR in reason
+    line = Missing.__getitem__.__code__.co_firstlineno + 1  # the raise
+    assert reason.endswith(f" in DataLoader worker process 0 (test_oom.py, line {line})"), reason
