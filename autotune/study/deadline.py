@@ -37,6 +37,16 @@ def out_of_time(setup: Setup, check_spent_s: float = 0.0) -> bool:
     measured = [t.user_attrs["duration_s"] for t in complete if "duration_s" in t.user_attrs]
     if not measured:
         return setup.elapsed() >= budget
+    return setup.elapsed() + statistics.median(measured) + reserve_s(setup, check_spent_s) >= budget
+
+
+def reserve_s(setup: Setup, check_spent_s: float = 0.0) -> float:
+    """Seconds the end of the search needs (the parity check's runs, the finalists' first round); 0 before a trial
+    completed, when nothing costs them yet. See ``out_of_time``."""
+    complete = setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    measured = [t.user_attrs["duration_s"] for t in complete if "duration_s" in t.user_attrs]
+    if not measured:
+        return 0.0
     trial_s = statistics.median(measured)
     # No more finalists than trials have completed besides the baseline's: costed at the full count, a heavy
     # model's first two trials (ResNet-50 on 5 cores, 31 and 37 s) ended an H200 search of 338 s after 68 s.
@@ -58,26 +68,29 @@ def out_of_time(setup: Setup, check_spent_s: float = 0.0) -> bool:
     # in the study less its measurement's.
     start_s = max(0.0, _wall_s(complete[0]) - float(complete[0].user_attrs.get("duration_s", 0.0))) if complete else 0.0
     rounds_s = (finalists + 1) * min(setup.options.rounds, 1) * (trial_s + start_s)
-    return setup.elapsed() + trial_s + check_s + rounds_s >= budget
+    return check_s + rounds_s
 
 
 MIN_PART_S = 5.0  # a parts process's start and a few windows: shorter, a part could only time out
+OUT_OF_TIME = "skipped, out of time"  # how the reason begins of a trial the search's clock ended before it ran
 
 
 def part_timeout(setup: Setup, stage_left_s: float | None = None) -> tuple[float, bool]:
     """Seconds a part measurement may take, and whether the clock cut that short of the trial's own limit.
 
-    The trial's limit (``--trial-timeout``), or less where the budget ends first, or the stage that asks
-    (`stage_left_s`: the plan's share of the budget, say) does. On a busy 2-core CPU a 150 s search ran to 201 s:
-    a part given the trial's 90 s timed out at 60 s into it, then its config was measured whole.
+    The trial's limit (``--trial-timeout``), or less where the budget, less what the end of the search needs
+    (``reserve_s``), ends first, or the stage that asks (`stage_left_s`: the plan's share of the budget, say) does;
+    never under MIN_PART_S unless the trial's limit is. On a busy 2-core CPU a 150 s search ran to 201 s: a part
+    given the trial's 90 s timed out at 60 s into it, then its config was measured whole.
     """
-    limits = [setup.options.trial_timeout_s]
+    limit = setup.options.trial_timeout_s
+    left = [limit]
     if setup.options.time_budget_s is not None:
-        limits.append(setup.options.time_budget_s - setup.elapsed())
+        left.append(setup.options.time_budget_s - setup.elapsed() - reserve_s(setup))
     if stage_left_s is not None:
-        limits.append(stage_left_s)
-    timeout = max(MIN_PART_S, min(limits))
-    return timeout, timeout < setup.options.trial_timeout_s
+        left.append(stage_left_s)
+    timeout = min(limit, max(MIN_PART_S, min(left)))
+    return timeout, timeout < limit
 
 
 def _wall_s(trial: FrozenTrial) -> float:

@@ -13,7 +13,7 @@ from autotune.config import Config
 from autotune.procs.pool import TrialPool
 from autotune.procs.trial_process import Outcome
 from autotune.study import memory
-from autotune.study.deadline import part_timeout
+from autotune.study.deadline import OUT_OF_TIME, part_timeout
 from autotune.study.predict import LoaderModel
 from autotune.study.setup import Setup
 from autotune.study.valuation import VALUATION_ATTRIBUTE, Valuation
@@ -43,7 +43,12 @@ def valued(setup: Setup, trial: optuna.Trial, config: Config, lr: float, pool: T
     stated against it. A seed runs unless the prediction, trusted by then (``Valuation.trusted``), puts it clearly
     under the best measured: the plan's queued configs (``autotune.study.plan``) are seeds too, and they come first.
     """
-    why = valuation.measure(pool, config, lr, *part_timeout(setup))
+    timeout_s, shortened = part_timeout(setup)
+    why = valuation.measure(pool, config, lr, timeout_s, shortened)
+    if why is not None and shortened and why.startswith("timeout"):
+        # The search's clock, not the config, ended it: measured whole now, it would run past the budget.
+        return Outcome("pruned", reason=f"{OUT_OF_TIME}: the search's time ran out while its parts were measured "
+                                        f"({why})")
     if why is not None:
         trial.set_user_attr("parts_failed", why)
         # Its step alone did not fit: the whole loop cannot. Any other failure: it is measured end to end, as before.

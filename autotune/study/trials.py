@@ -24,7 +24,7 @@ from autotune.procs import lifecycle
 from autotune.procs.pool import TrialPool
 from autotune.procs.trial_process import GAVE_UP, Outcome
 from autotune.study import patience, plan, seed_retry, sharing, skip, tickets
-from autotune.study.deadline import give_up_after, out_of_time
+from autotune.study.deadline import OUT_OF_TIME, give_up_after, out_of_time
 from autotune.study.failures import Finished, Hopeless, blocks, hopeless_values
 from autotune.study.families import SKIPPED, FamilyGate
 from autotune.study.pools import SOLO, Team
@@ -265,6 +265,9 @@ def _outcome_of(trial: FrozenTrial) -> Outcome:
     )
 
 
+SAID_AS_THEY_ARE = (PREDICTED, GAVE_UP, SKIPPED, VALUED, OUT_OF_TIME)  # pruned: what was done, then why
+
+
 def _progress(setup: Setup, number: int, config: Config, outcome: Outcome, same: FrozenTrial | None,
               predicted: float | None = None) -> None:
     trials = setup.study.get_trials(deepcopy=False)
@@ -284,7 +287,7 @@ def _progress(setup: Setup, number: int, config: Config, outcome: Outcome, same:
         tail = f"best {rate(best)}/s"
         if predicted and same is None:
             tail += f"; predicted {rate(predicted)}/s"
-    elif outcome.state == "pruned" and (outcome.reason or "").startswith((PREDICTED, GAVE_UP, SKIPPED, VALUED)):
+    elif outcome.state == "pruned" and (outcome.reason or "").startswith(SAID_AS_THEY_ARE):
         what, _, tail = (outcome.reason or "").partition(": ")  # what was done, then why it cannot win
     elif outcome.state == "pruned":
         windows = outcome.windows

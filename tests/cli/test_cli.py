@@ -23,7 +23,7 @@ TRIAL_LINE = re.compile(
     r"^\[ +(\d+)/4\] \d+:\d\d  trial (\d+) +"
     r"(?:[\d,]+/s ±[\d.]+%(?: unreliable)?(?: time-limited)?|[\d,]+/s = trial \d+"
     r"|pruned at window \d+: [\d,]+/s|failed: .+?|skipped, valued from its parts|skipped by prediction"
-    r"|skipped by parity|given up at .+?) +bs=\d+ .*$"
+    r"|skipped by parity|skipped, out of time|given up at .+?) +bs=\d+ .*$"
 )
 
 

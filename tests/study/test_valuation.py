@@ -160,17 +160,28 @@ def test_a_part_gets_the_time_the_budget_has_left_and_a_timeout_that_cut_short_i
 
     from autotune.study.deadline import MIN_PART_S, part_timeout
 
-    def setup(budget_s: float | None, elapsed_s: float) -> SimpleNamespace:
-        return SimpleNamespace(options=SimpleNamespace(trial_timeout_s=90.0, time_budget_s=budget_s),
-                               elapsed=lambda: elapsed_s)
+    def setup(budget_s: float | None, elapsed_s: float, trial_timeout_s: float = 90.0) -> SimpleNamespace:
+        # No trial complete yet: the end of the search costs nothing so far (deadline.reserve_s), all is left.
+        return SimpleNamespace(options=SimpleNamespace(trial_timeout_s=trial_timeout_s, time_budget_s=budget_s),
+                               elapsed=lambda: elapsed_s, study=SimpleNamespace(get_trials=lambda **kw: []))
 
     assert part_timeout(setup(None, 500.0)) == (90.0, False)
     assert part_timeout(setup(150.0, 100.0)) == (50.0, True)
     assert part_timeout(setup(150.0, 10.0), stage_left_s=12.5) == (12.5, True)  # the plan's own share left
     assert part_timeout(setup(150.0, 149.0)) == (MIN_PART_S, True)
+    assert part_timeout(setup(150.0, 149.0, trial_timeout_s=3.0)) == (3.0, False)  # never past the trial's own
     valuation, config = Valuation(), Config(batch_size=32)
     why = valuation.measure(TimingOut(), config, 0.1, *part_timeout(setup(150.0, 100.0)))
     assert why == "timeout: no result within 50 s" and valuation.failure(config) is None  # asked again later
     assert valuation.measure(TimingOut(), config, 0.1, 90.0) == "timeout: no result within 90 s"
     assert valuation.failure(config) == "timeout: no result within 90 s"  # a whole trial's time: it failed
     assert TimingOut.asked == [50.0, 90.0]
+    # A trial whose parts the clock cut short is not then measured whole, past the budget: it says why it did not run.
+    from autotune.study import skip
+    from autotune.study.deadline import OUT_OF_TIME
+
+    trial = SimpleNamespace(user_attrs={}, set_user_attr=lambda k, v: None)
+    spared = skip.valued(setup(150.0, 120.0), trial, Config(batch_size=64), 0.1, TimingOut(), Valuation())
+    assert spared is not None and spared.state == "pruned"
+    assert spared.reason == (f"{OUT_OF_TIME}: the search's time ran out while its parts were measured (timeout: no "
+                             f"result within 30 s)")
