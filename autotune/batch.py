@@ -213,3 +213,19 @@ def difference(a: Signature, b: Signature, path: str = "batch") -> str | None:
         if found is not None:
             return found
     return f"{path}: differs"
+
+
+def queued(values: list[int] | list[float] | tuple[float, ...], device: torch.device,
+           dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """Host numbers as a tensor on `device`, the copy queued on the current stream rather than waited for.
+
+    ``torch.tensor(values, device=cuda)`` copies from pageable memory and then synchronizes the stream; the device
+    decode runs a batch ahead on a side stream, and a batch makes a dozen such tensors besides one per image size
+    (``autotune.loop.crops``), so each would wait for the kernels queued before it. From pinned memory the copy is
+    queued like a kernel, and the pinned block is not reused before it has run (PyTorch's host allocator records
+    the copy).
+    """
+    host = torch.tensor(values, dtype=dtype)
+    if device.type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)

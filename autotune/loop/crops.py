@@ -7,7 +7,7 @@ and a mirror flag: one ``roi_align`` then crops and resizes every image at
 once. Sizes are known on the host at every step (a random crop is always
 resized to a fixed size), so only the random offsets and extents live on the
 device, and nothing here waits for the device: host numbers go over in pinned,
-queued copies (``queued``), not ``torch.tensor(..., device=...)``, whose copy
+queued copies (``autotune.batch.queued``), not ``torch.tensor(..., device=...)``, whose copy
 synchronizes the stream.
 """
 
@@ -18,24 +18,10 @@ import math
 
 import torch
 
+from autotune.batch import queued
 from autotune.workloads.decode import CenterCrop, Flip, GeometryStep, RandomResizedCrop, Resize
 
 ATTEMPTS = 10  # RandomResizedCrop.get_params tries this many draws before its central fallback
-
-
-def queued(values: list[int] | list[float] | tuple[float, ...], device: torch.device,
-           dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """Host numbers as a tensor on `device`, the copy queued on the current stream rather than waited for.
-
-    ``torch.tensor(values, device=cuda)`` copies from pageable memory and then synchronizes the stream; the device
-    decode runs a batch ahead on a side stream, and a batch makes a dozen such tensors besides one per image size,
-    so each would wait for the kernels queued before it. From pinned memory the copy is queued like a kernel, and
-    the pinned block is not reused before it has run (PyTorch's host allocator records the copy).
-    """
-    host = torch.tensor(values, dtype=dtype)
-    if device.type != "cuda":
-        return host.to(device)
-    return host.pin_memory().to(device, non_blocking=True)
 
 
 def resized_crop_params(

@@ -27,8 +27,9 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from autotune.batch import queued
 from autotune.config import Config
-from autotune.loop.crops import boxes, queued
+from autotune.loop.crops import boxes
 from autotune.loop.hybrid_decode import SplitSamples, assemble, collate_split
 from autotune.loop.sourced import WrappedLoader, dataloader_args
 from autotune.workloads.decode import COLLATE_REFUSAL, DevicePipeline, NotTranslatable, collate_bytes, derive

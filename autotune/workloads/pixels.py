@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from torch.utils.data import Subset
 
+from autotune.batch import queued
 from autotune.workloads.decode import NotTranslatable, flatten
 
 # A workload's own collate_fn batches the samples its pipeline makes (a mixup, a padding): float images, not uint8.
@@ -50,6 +51,37 @@ class ToFloat:
 
     def __repr__(self) -> str:
         return "ToTensor's division by 255"
+
+
+class QueuedNormalize:
+    """torchvision's Normalize on a batch, its mean and std made on the device once and queued, not waited for.
+
+    Normalize makes them with ``torch.as_tensor(..., device=...)`` and checks ``(std == 0).any()`` on every call:
+    two copies that synchronize the stream and a read back. The device decode's hybrid half runs on a side stream
+    a batch ahead of the step, and each would wait for its kernels. The arithmetic is Normalize's, ``sub_`` then
+    ``div_``, so the values are the same to the bit; a zero std is refused here, once.
+    """
+
+    def __init__(self, mean: Any, std: Any) -> None:
+        self.mean, self.std = _per_channel(mean), _per_channel(std)
+        if any(s == 0 for s in self.std):
+            raise NotTranslatable(f"Normalize has a zero std ({self.std}): it would divide by zero")
+        self._made: dict[tuple[torch.device, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        key = (x.device, x.dtype)
+        if key not in self._made:
+            self._made[key] = tuple(queued(v, x.device, x.dtype).view(-1, 1, 1) for v in (self.mean, self.std))
+        mean, std = self._made[key]
+        return x.sub(mean).div_(std)
+
+    def __repr__(self) -> str:
+        return f"Normalize(mean={self.mean}, std={self.std})"
+
+
+def _per_channel(values: Any) -> list[float]:
+    return [float(v) for v in (values.tolist() if isinstance(values, torch.Tensor) else
+                               values if isinstance(values, (list, tuple)) else [values])]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,7 +128,9 @@ def split(transform: Any) -> PixelSplit:
         host, device = [*parts[:at], PILToTensor()], [ToFloat(), *parts[at + 1:]]
     else:
         host, device = list(parts[:at]), list(parts[at:])
-    steps = tuple("ToTensor's /255" if isinstance(t, ToFloat) else type(t).__name__ for t in device)
+    device = [QueuedNormalize(t.mean, t.std) if _torchvisions(t, "Normalize") else t for t in device]
+    steps = tuple("ToTensor's /255" if isinstance(t, ToFloat) else "Normalize" if isinstance(t, QueuedNormalize)
+                  else type(t).__name__ for t in device)
     return PixelSplit(Compose(host), tuple(device), steps)
 
 

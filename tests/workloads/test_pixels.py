@@ -140,3 +140,32 @@ def test_a_transform_that_is_a_property_is_refused_and_the_data_set_left_as_it_w
     assert verdict(data) == ("", "Passing.transform is a property: setting it on a copy may change the data set it "
                                  "reads through")
     assert data.transform is pipeline
+
+
+def test_the_device_s_normalize_is_made_once_and_a_zero_std_is_refused():
+    from autotune.workloads.pixels import QueuedNormalize
+
+    cut = split(T.Compose([T.ToTensor(), T.Normalize(MEAN, STD)]))
+    (normalize,) = [t for t in cut.device if isinstance(t, QueuedNormalize)]
+    batch = torch.rand(4, 3, 5, 5)
+    assert torch.equal(normalize(batch), T.Normalize(MEAN, STD)(batch)) and len(normalize._made) == 1
+    normalize(batch.clone())
+    assert len(normalize._made) == 1  # its mean and std made once a device and dtype, not at every batch
+    with pytest.raises(NotTranslatable, match=r"^Normalize has a zero std \(\[0\.2, 0\.0, 0\.2\]\): it would divide"):
+        split(T.Compose([T.ToTensor(), T.Normalize(MEAN, (0.2, 0.0, 0.2))]))
+
+
+@pytest.mark.gpu
+def test_the_device_s_half_of_a_pipeline_waits_for_nothing():
+    """Normalize's own tensors and its check of the std would each synchronize the stream the hybrid decode's host
+    half is finished on."""
+    cut = split(T.Compose([T.ToTensor(), T.Normalize(MEAN, STD)]))
+    pixels = torch.randint(0, 256, (8, 3, 16, 16), dtype=torch.uint8, device="cuda")
+    cut.finish(pixels)  # warm: the mean and std made
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out = cut.finish(pixels)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert out.dtype == torch.float32 and out.shape == (8, 3, 16, 16)
