@@ -140,8 +140,9 @@ def cpu_bf16_missing() -> str:
         return ""
     if supported:
         return ""
-    return (f"this CPU has no bf16 instructions (AVX-512 or AMX; it has {torch.backends.cpu.get_cpu_capability()}): "
-            f"bf16 would be emulated, far slower than fp32")
+    return (f"this CPU has no bf16 instructions (AVX-512 or AMX; torch reads its vector instructions as "
+            f"{torch.backends.cpu.get_cpu_capability()}): bf16 would be emulated, far slower than fp32; "
+            f"AUTOTUNE_CPU_BF16=1 offers it anyway")
 
 
 def compiler_missing() -> str:

@@ -34,6 +34,9 @@ class SearchResult:
     profile: dict[str, Any]
 
 
+NOISY = 0.25  # a noise past which a stated speed-up is a guess: on a 2-core CPU beside other jobs, ±61% was seen
+
+
 def winner(setup: Setup, finalists: list[Config], results: Results) -> Config:
     """The finalist whose declared run (the workload's `epochs`, one-time costs included) is shortest in the rounds,
     or the baseline when none beat it there; says so when steady samples/s would have picked another."""
@@ -148,9 +151,6 @@ def write(setup: Setup, best: Config, results: Results, check: ParityCheck | Any
     else:
         setup.echo("parity: not checked (--no-parity-check): the winner may train differently from the baseline")
     return SearchResult(setup.ref.tuned_path, setup.machine.hardware, made)
-
-
-NOISY = 0.25  # a noise past which a stated speed-up is a guess: on a 2-core CPU beside other jobs, ±61% was seen
 
 
 def profile(

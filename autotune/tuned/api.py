@@ -179,12 +179,16 @@ def tuned_loader(
     if own_sampler and "sampler" not in user:
         user["sampler"] = workload.build_sampler(dataset)  # the workload's order, as its search measured it
     _refuse_conflicts(config, user, shuffle, recipe)
-    streamed = sorted(k for k in kwargs if k in STREAM_KNOBS and k != "placement")
+    # A knob of the streaming loader, asked of one that keeps the data on the device, with a value that loader
+    # does not already have (it runs no workers, pins nothing, decodes nothing): it would be ignored.
+    on_device = Config(batch_size=config.batch_size, placement="device")
+    streamed = sorted(k for k in kwargs if k in STREAM_KNOBS and kwargs[k] != getattr(on_device, k))
     if config.placement == "device" and streamed:
+        whose = "placement='device' (given)" if "placement" in kwargs else f"{recipe}'s profile (placement=device)"
         raise ValueError(
-            f"tuned_loader: {', '.join(f'{k}={kwargs[k]!r}' for k in streamed)} cannot apply: {recipe}'s profile "
-            "keeps the data set on the device (placement=device), where no DataLoader workers run; pass "
-            "placement='stream' as well to stream it with them."
+            f"tuned_loader: {', '.join(f'{k}={kwargs[k]!r}' for k in streamed)} cannot apply: {whose} keeps the "
+            "data set on the device, where no DataLoader workers run; pass placement='stream' as well to stream it "
+            "with them."
         )
     # Lengths are read only for a bucketing loader; a workload without sample_lengths then fails naming the hook.
     lengths = workload.lengths(dataset) if config.bucketing and config.placement == "stream" else None

@@ -282,8 +282,8 @@ def test_a_cpu_without_bf16_instructions_leaves_amp_out_with_the_reason(monkeypa
     from autotune.study.seeds import seed_configs
     from autotune.workloads import load, resolve
 
-    why = ("this CPU has no bf16 instructions (AVX-512 or AMX; it has AVX2): bf16 would be emulated, far slower "
-           "than fp32")
+    why = ("this CPU has no bf16 instructions (AVX-512 or AMX; torch reads its vector instructions as AVX2): bf16 "
+           "would be emulated, far slower than fp32; AUTOTUNE_CPU_BF16=1 offers it anyway")
     plain = Machine("cpu", False, 2, (), 2**34, amp_missing=why)
     space = build_space(128, plain, MNIST)
     assert (space.domains["amp"], space.excluded["amp"]) == (("off",), why)

@@ -62,9 +62,12 @@ def test_device_placement_gives_a_device_loader_with_the_same_contract(project: 
     assert x.shape == (64, 1, 8, 8) and y.shape == (64,)
     # Workers asked of a loader that runs none: one error, not a DeviceLoader that ignored them.
     with pytest.raises(ValueError, match=r"^tuned_loader: num_workers=2, pin_memory=True cannot apply: tiny's profile "
-                                         r"keeps the data set on the device \(placement=device\), where no "
+                                         r"\(placement=device\) keeps the data set on the device, where no "
                                          r"DataLoader workers run; pass placement='stream' as well"):
         tuned_loader(_dataset(), recipe="tiny", device="cpu", num_workers=2, pin_memory=True)
+    # What the device-resident loader does anyway is no conflict.
+    assert isinstance(tuned_loader(_dataset(), recipe="tiny", device="cpu", num_workers=0, pin_memory=False),
+                      DeviceLoader)
     streamed = tuned_loader(_dataset(), recipe="tiny", device="cpu", placement="stream", num_workers=2)
     assert isinstance(streamed, torch.utils.data.DataLoader) and streamed.num_workers == 2
 
