@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 import torchvision.io
+from loader_probe import host_busy  # this folder's: the host's busy cores once a second
 
 from autotune.config import Config
 from autotune.loop import device_decode
@@ -91,21 +92,6 @@ def parse(spec: str) -> list[Config]:
     return configs
 
 
-def busy_cores(stop: threading.Event, out: list[float]) -> None:
-    """The host's busy cores, once a second, from /proc/stat."""
-    def read() -> tuple[int, int]:
-        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
-        return sum(fields) - fields[3] - fields[4], sum(fields)
-
-    import os
-
-    busy0, total0 = read()
-    while not stop.wait(1.0):
-        busy1, total1 = read()
-        out.append((os.cpu_count() or 1) * (busy1 - busy0) / max(1, total1 - total0))
-        busy0, total0 = busy1, total1
-
-
 def run(runner: Runner, config: Config, seconds: float, step_ms: float, warmup: int) -> dict[str, Any]:
     clock = Clock()
     decode, augment = torchvision.io.decode_jpeg, device_decode.augment
@@ -120,7 +106,7 @@ def run(runner: Runner, config: Config, seconds: float, step_ms: float, warmup: 
         stop, cores = threading.Event(), []
         batches = samples = 0
         begin = cpu0 = 0.0
-        watcher = threading.Thread(target=busy_cores, args=(stop, cores), daemon=True)
+        watcher = threading.Thread(target=host_busy, args=(stop, cores), daemon=True)
         for n, batch in enumerate(loader):
             x = batch[0].to(device, non_blocking=True)
             if cuda and step_ms > 0:
@@ -145,7 +131,7 @@ def run(runner: Runner, config: Config, seconds: float, step_ms: float, warmup: 
     spent["rest"] = 1000 * wall / max(1, batches) - sum(spent.values())
     return {"config": config.describe(), "samples_per_s": samples / wall, "batches": batches,
             "ms_per_batch": spent, "loop_thread_cpu_share": cpu / wall,
-            "host_busy_cores": sum(cores) / max(1, len(cores))}
+            "host_busy_cores": sum(c for _, c in cores) / max(1, len(cores))}
 
 
 def main() -> None:
