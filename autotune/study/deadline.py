@@ -34,20 +34,27 @@ def out_of_time(setup: Setup, check_spent_s: float = 0.0) -> bool:
     if budget is None:
         return False
     complete = setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    measured = [t.user_attrs["duration_s"] for t in complete if "duration_s" in t.user_attrs]
-    if not measured:
+    trial_s = _trial_s(complete)
+    if trial_s is None:
         return setup.elapsed() >= budget
-    return setup.elapsed() + statistics.median(measured) + reserve_s(setup, check_spent_s) >= budget
+    return setup.elapsed() + trial_s + _reserve_s(setup, complete, trial_s, check_spent_s) >= budget
 
 
 def reserve_s(setup: Setup, check_spent_s: float = 0.0) -> float:
     """Seconds the end of the search needs (the parity check's runs, the finalists' first round); 0 before a trial
     completed, when nothing costs them yet. See ``out_of_time``."""
     complete = setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    trial_s = _trial_s(complete)
+    return 0.0 if trial_s is None else _reserve_s(setup, complete, trial_s, check_spent_s)
+
+
+def _trial_s(complete: list[FrozenTrial]) -> float | None:
+    """A trial's time: the median wall time of the complete ones' measurements; None before one has completed."""
     measured = [t.user_attrs["duration_s"] for t in complete if "duration_s" in t.user_attrs]
-    if not measured:
-        return 0.0
-    trial_s = statistics.median(measured)
+    return statistics.median(measured) if measured else None
+
+
+def _reserve_s(setup: Setup, complete: list[FrozenTrial], trial_s: float, check_spent_s: float) -> float:
     # No more finalists than trials have completed besides the baseline's: costed at the full count, a heavy
     # model's first two trials (ResNet-50 on 5 cores, 31 and 37 s) ended an H200 search of 338 s after 68 s.
     finalists = min(setup.options.finalists, max(1, len(complete) - 1))

@@ -16,7 +16,7 @@ from autotune.study import memory
 from autotune.study.deadline import OUT_OF_TIME, part_timeout
 from autotune.study.predict import LoaderModel
 from autotune.study.setup import Setup
-from autotune.study.valuation import VALUATION_ATTRIBUTE, Valuation
+from autotune.study.valuation import VALUATION_ATTRIBUTE, Valuation, cut_by_clock
 
 
 def predicted(setup: Setup, trial: optuna.Trial, config: Config, loader: LoaderModel | None) -> str | None:
@@ -45,7 +45,7 @@ def valued(setup: Setup, trial: optuna.Trial, config: Config, lr: float, pool: T
     """
     timeout_s, shortened = part_timeout(setup)
     why = valuation.measure(pool, config, lr, timeout_s, shortened)
-    if why is not None and shortened and why.startswith("timeout"):
+    if cut_by_clock(why, shortened):
         # The search's clock, not the config, ended it: measured whole now, it would run past the budget.
         return Outcome("pruned", reason=f"{OUT_OF_TIME}: the search's time ran out while its parts were measured "
                                         f"({why})")

@@ -57,6 +57,12 @@ def combine(config: Config, step: float, loader: float) -> float:
     return min(step, loader)
 
 
+def cut_by_clock(why: str | None, shortened: bool) -> bool:
+    """A part measurement that timed out within a time the search's clock cut short (``deadline.part_timeout``): it
+    says nothing of the config."""
+    return shortened and why is not None and why.startswith("timeout")
+
+
 @dataclasses.dataclass
 class Valuation:
     """Every part measured so far, and what the end-to-end trials said of the predictions made from them."""
@@ -99,7 +105,7 @@ class Valuation:
         outcome = pool.parts(config, lr, missing, timeout_s)
         if outcome.state != "complete" or outcome.result is None:
             why = outcome.reason or "failed"
-            if not (shortened and why.startswith("timeout")):
+            if not cut_by_clock(why, shortened):
                 self.failed[("step", step_key(config)) if "step" in missing else ("loader", loader_key(config))] = why
             return why
         self.add(config, outcome.result)
