@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The open GPU measurements on a host with one GPU, in parts that each fit one 10-minute command.
 #
+#     bash benchmarks/one_gpu_runs.sh OUT feed     # the GPU tests while the data set is written, then where a hybrid-
+#                                                  # decode loader's time goes (lab/probes/hybrid_feed.py, FEED_CONFIGS),
+#                                                  # then mnist_cnn's search at its defaults
 #     bash benchmarks/one_gpu_runs.sh OUT small    # mnist_cnn's search at its defaults, text_transformer's at
 #                                                  # --time-budget 110, then imagenet_resnet50's in what is left
 #     bash benchmarks/one_gpu_runs.sh OUT first    # GPU tests, both decode paths on 5 cores and the gpu path on
@@ -93,6 +96,14 @@ TREE=$(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null && git diff --name-o
 echo "$(date +%T) $PART on $NCPU cores, commit $(echo $TREE)" >>"$OUT/progress.log"
 
 case $PART in
+feed)
+    [ -d "$AUTOTUNE_DATA/imagenet-synthetic" ] || step data bash -c "$DATA" &
+    step pytest_gpu bash -c "cd $REPO && python3 -m pytest -q -m gpu -p no:cacheprovider -rs"
+    wait
+    step feed bash -c "cd $REPO/lab/probes && python3 hybrid_feed.py --seconds 12 --step-ms 38 --out $OUT/feed.json \
+        --configs '${FEED_CONFIGS:-cpu;share=1,workers=8;share=1,workers=8,thread;share=0.5,workers=15;share=0.5,workers=15,thread;share=0.3,workers=15,thread}'"
+    step mnist bash -c "python3 -m autotune search --recipe mnist_cnn && python3 -m autotune show --recipe mnist_cnn"
+    ;;
 small)
     # The small models' searches at their defaults (text_transformer at --time-budget 110, the issue's case), then
     # the ImageNet search with what the part has left, less its tail: does each end in its budget with an answer?
@@ -225,7 +236,7 @@ diagnose)
     step diagnose python3 -m autotune diagnose --recipe imagenet_resnet50
     ;;
 *)
-    echo "unknown part $PART: first, search, check, sweep, winner, final, cores5, speed, probe, truth or diagnose" >&2
+    echo "unknown part $PART: feed, first, search, check, sweep, winner, final, cores5, speed, probe, truth or diagnose" >&2
     exit 2
     ;;
 esac

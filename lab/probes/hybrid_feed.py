@@ -11,7 +11,8 @@ augmentation after it (queued work), the rest; and the thread's CPU seconds; wit
     python3 lab/probes/hybrid_feed.py --configs "share=1,workers=8;share=0.5,workers=15;share=1.0,workers=15,cpu"
         [--seconds 20] [--step-ms 38] [--out hybrid.json]
 
-Each config: `share` (decode_share; `cpu` in it: decode=cpu with device_normalize), `workers`, `prefetch`
+Each config: `share` (decode_share; `cpu` in it: decode=cpu with device_normalize; `thread` in it: the device
+decode in a thread of its own, see `threaded`), `workers`, `prefetch`
 (4 by default), batch 256, pinned, persistent. `--step-ms` queues a GPU sleep of that long per batch on the main
 stream, a stand-in for a compiled step (ResNet-50 at 256 in bf16 compiled: about 38 ms on an H200).
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import queue
 import threading
 import time
 from pathlib import Path
@@ -77,7 +79,45 @@ class TimedLoader:
         return getattr(self.loader, name)
 
 
-def parse(spec: str) -> list[Config]:
+def threaded(loader: Any, depth: int = 2) -> None:
+    """Make `loader` (a DecodingLoader) decode in a thread of its own, `depth` batches ahead of the loop.
+
+    torchvision's device decode waits on the host for its stream; in a thread of its own that wait overlaps the
+    loop's wait for the workers' next batch and the step's launch. Only the launch (decode and augmentation, queued
+    on the side stream) runs in the thread; the main stream's wait for a batch is queued by the loop's thread, in
+    step order.
+    """
+    work = loader._split if loader.split else loader._decode
+
+    def made_from(batches: Any) -> Any:
+        seed = getattr(batches, "_base_seed", None)
+        generator = torch.Generator(device=loader.device)
+        generator.manual_seed(seed if seed is not None else int(torch.initial_seed()))
+        lane = device_decode._lane(loader.device)
+        ready: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        end = object()
+
+        def fill() -> None:
+            try:
+                for batch in batches:
+                    ready.put(lane.launch(work, *batch, generator))
+                ready.put(end)
+            except BaseException as exc:  # noqa: BLE001 - handed to the loop's thread
+                ready.put(exc)
+
+        threading.Thread(target=fill, daemon=True).start()
+        while True:
+            item = ready.get()
+            if item is end:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield lane.take(item)
+
+    loader.made_from = made_from
+
+
+def parse(spec: str) -> list[tuple[Config, bool]]:
     configs = []
     for part in filter(None, spec.split(";")):
         fields = dict(kv.split("=") if "=" in kv else (kv, "1") for kv in part.split(","))
@@ -85,20 +125,24 @@ def parse(spec: str) -> list[Config]:
         common = dict(batch_size=int(fields.get("bs", "256")), num_workers=int(fields.get("workers", "15")),
                       pin_memory=True, persistent_workers=True, prefetch_factor=int(fields.get("prefetch", "4")),
                       channels_last=True)
+        thread = "thread" in fields  # the device decode in a thread of its own (`threaded`)
         if "cpu" in fields:
-            configs.append(Config(**common, device_normalize=True))
+            configs.append((Config(**common, device_normalize=True), False))
         else:
-            configs.append(Config(**common, decode="gpu", decode_share=share))
+            configs.append((Config(**common, decode="gpu", decode_share=share), thread))
     return configs
 
 
-def run(runner: Runner, config: Config, seconds: float, step_ms: float, warmup: int) -> dict[str, Any]:
+def run(runner: Runner, config: Config, seconds: float, step_ms: float, warmup: int,
+        thread: bool = False) -> dict[str, Any]:
     clock = Clock()
     decode, augment = torchvision.io.decode_jpeg, device_decode.augment
     torchvision.io.decode_jpeg = clock.timed("decode", decode)  # device_decode imports it at each call
     device_decode.augment = clock.timed("augment", augment)
     try:
         loader, _, _ = runner.build(config, 0.1)
+        if thread:
+            threaded(loader)
         inner = getattr(loader, "loader", None)
         if inner is not None:
             loader.loader = TimedLoader(inner, clock)
@@ -129,7 +173,8 @@ def run(runner: Runner, config: Config, seconds: float, step_ms: float, warmup: 
         torchvision.io.decode_jpeg, device_decode.augment = decode, augment
     spent = {k: 1000 * v / max(1, batches) for k, v in clock.spent.items()}
     spent["rest"] = 1000 * wall / max(1, batches) - sum(spent.values())
-    return {"config": config.describe(), "samples_per_s": samples / wall, "batches": batches,
+    return {"config": config.describe() + (" decode-thread" if thread else ""), "samples_per_s": samples / wall,
+            "batches": batches,
             "ms_per_batch": spent, "loop_thread_cpu_share": cpu / wall,
             "host_busy_cores": sum(c for _, c in cores) / max(1, len(cores))}
 
@@ -148,8 +193,8 @@ def main() -> None:
     rows = []
     heading = "ms a batch: " + " / ".join(PHASES)
     print(f"{'samples/s':>10}  {heading:<44} {'loop thread':>11} {'host cores':>10}  config")
-    for config in parse(args.configs):
-        row = run(runner, config, args.seconds, args.step_ms, args.warmup)
+    for config, thread in parse(args.configs):
+        row = run(runner, config, args.seconds, args.step_ms, args.warmup, thread)
         rows.append(row)
         ms = " / ".join(f"{row['ms_per_batch'][p]:.1f}" for p in PHASES)
         print(f"{row['samples_per_s']:10,.0f}  {ms:<44} {row['loop_thread_cpu_share']:11.2f} "
