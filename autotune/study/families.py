@@ -78,8 +78,12 @@ class FamilyGate:
                 # A --gpus searcher is making the baseline's run for this very check: judge once it is stored and
                 # adopted, not with a second baseline run of our own (minutes on a heavy model).
                 return
-            largest = max(setup.space.domains["batch_size"])
-            self.check = new_parity_check(setup, pool, list(found), self.team, max_batch=largest)
+            self.check = new_parity_check(setup, pool, list(found), self.team)
+            # A check an earlier run of this search kept: what its verdicts ruled out stands, and the batch sizes
+            # they sent that run to were queued by it.
+            for config in self.check.verdicts:
+                self._rejected(config, queue=None)
+            new = [c for c in new if c not in self.check.verdicts]
         cap = setup.options.finalists + PARITY_EXTRA_RUNS  # candidate runs in all, as the check after the trials
         try:
             self.check.select(new, want=len(new), max_runs=max(0, cap - self.check.runs))
@@ -87,15 +91,22 @@ class FamilyGate:
             self.failed = str(exc)  # the check after the trials says it, and keeps the baseline
             return
         for config in new:
-            verdict = self.check.verdicts.get(config)
-            # A verdict made by a comparison (of runs or of gradients), not by a crash, which says nothing of it.
-            judged = verdict is not None and (verdict.deviation is not None or verdict.numerics_passed is False)
-            if verdict is None or verdict.passed or not verdict.conclusive or not judged:
-                continue
-            self.rejected.setdefault(math_family(config), config)
-            if verdict.family == "batch_size" and config.batch_size not in self.bisected:
-                self.bisected.add(config.batch_size)
-                self._queue_between(setup, config)
+            self._rejected(config, queue=setup)
+
+    def _rejected(self, config: Config, queue: Setup | None) -> None:
+        """Rule out `config`'s family if its verdict rejected it by a comparison; for a batch size, queue the batch
+        sizes between it and the baseline's in `queue`'s study (None: they were queued already)."""
+        assert self.check is not None
+        verdict = self.check.verdicts.get(config)
+        # A verdict made by a comparison (of runs or of gradients), not by a crash, which says nothing of it.
+        judged = verdict is not None and (verdict.deviation is not None or verdict.numerics_passed is False)
+        if verdict is None or verdict.passed or not verdict.conclusive or not judged:
+            return
+        self.rejected.setdefault(math_family(config), config)
+        if verdict.family == "batch_size" and config.batch_size not in self.bisected:
+            self.bisected.add(config.batch_size)
+            if queue is not None:
+                self._queue_between(queue, config)
 
     def spent_s(self) -> float:
         """Seconds the check has taken so far, its baseline run included: the trials' reserve for it is that less."""
