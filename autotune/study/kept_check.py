@@ -57,12 +57,20 @@ def keep_as_it_goes(setup: Setup, check: ParityCheck) -> None:
     check.on_verdict = save
 
 
+def _stored(setup: Setup) -> dict[str, Any] | None:
+    stored = setup.study.user_attrs.get(ATTRIBUTE)
+    return stored if isinstance(stored, dict) and stored.get("key") == key(setup) else None
+
+
+def stands(setup: Setup) -> bool:
+    """An earlier run of this search kept a check that still stands for it."""
+    return _stored(setup) is not None
+
+
 def take_up(setup: Setup, check: ParityCheck) -> bool:
     """Make the new `check` go on from the one an earlier run of this search stored, if it still stands; say so."""
-    stored = setup.study.user_attrs.get(ATTRIBUTE)
-    if not isinstance(stored, dict) or stored.get("key") != key(setup):
-        return False
-    if not kept.take_up(check, stored["state"]):
+    stored = _stored(setup)
+    if stored is None or not kept.take_up(check, stored["state"]):
         return False
     setup.echo(
         f"parity: taking up the check an earlier run of this search made ({len(check.verdicts)} verdict(s), "

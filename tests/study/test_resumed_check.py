@@ -23,7 +23,9 @@ from autotune.config import Config
 from autotune.options import SearchOptions
 from autotune.parity.run import ParityRun
 from autotune.procs.trial_process import Outcome
-from autotune.study import finalists, pools, search
+from autotune.study import finalists, pools, search, trials
+from autotune.study.families import SKIPPED, FamilyGate
+from autotune.study.setup import open_study, prepare
 
 pytestmark = pytest.mark.steady
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -110,4 +112,52 @@ def test_a_search_stopped_in_its_rounds_reaches_the_same_verdicts_and_winner_whe
     assert any(line.startswith("parity: taking up the check an earlier run of this search made") for line in lines)
     assert {k: v for k, v in again["parity"].items() if k != "check_s"} == {
         k: v for k, v in whole["parity"].items() if k != "check_s"}
+    assert _verdicts(fakes, "stopped") == _verdicts(fakes, "whole")
+
+
+def _rejecting_256(self: FakePool, config: Config, lr: float, samples: int, probe_batch: int,
+                   timeout_s: float) -> Outcome:
+    if config.batch_size < 256:
+        return _parity_run(self, config, lr, samples, probe_batch, timeout_s)
+    FakePool.parity.append((config.batch_size, samples))  # far behind the baseline's 1.8 at every rate
+    return Outcome("complete", result=ParityRun(config.batch_size, lr, 2.0, 1.95, (samples,), (1.95,), True,
+                                                0.01).as_dict())
+
+
+def test_a_search_stopped_in_its_trials_skips_what_the_kept_verdicts_ruled_out_from_its_first_trial_on(
+    fakes: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(FakePool, "parity_run", _rejecting_256, raising=False)
+    whole = search("random_labels", _options("whole"), echo=lambda line: None).profile
+    assert whole["knobs"]["batch_size"] == 16 and whole["parity"]["configs_rejected"] == 1
+
+    run_trial = trials._run_trial
+    ran: list[object] = []
+
+    def stopped_after_trial_2(*args: Any, **kwargs: Any) -> None:
+        run_trial(*args, **kwargs)
+        ran.append(args)
+        if len(ran) == 3:
+            raise KeyboardInterrupt  # as SIGTERM lands between trials, after batch 256 was judged
+
+    FakePool.parity = []
+    monkeypatch.setattr(trials, "_run_trial", stopped_after_trial_2)
+    with pytest.raises(KeyboardInterrupt):
+        search("random_labels", _options("stopped"), echo=lambda line: None)
+    assert [b for b, _ in FakePool.parity] == [16, 256, 256, 256], "the baseline, then batch 256 at three rates"
+    monkeypatch.setattr(trials, "_run_trial", run_trial)
+
+    # Before the rerun's first trial, its family gate rules out what the kept verdicts ruled out, running nothing.
+    FakePool.runs, FakePool.parity = [], []
+    setup = open_study(prepare("random_labels", _options("stopped"), echo=lambda line: None))
+    gate = FamilyGate()
+    gate.take_up(setup, FakePool())
+    assert (gate.why_skip(setup, Config(batch_size=1024)) or "").startswith(f"{SKIPPED}: batch 256 learned too little")
+    assert gate.summary() == "parity: 1 math family(ies) judged during the trials, 1 rejected"
+
+    lines: list[str] = []
+    again = search("random_labels", _options("stopped"), echo=lines.append).profile
+    assert FakePool.parity == [] and Config(batch_size=1024) not in FakePool.runs
+    assert "parity: 1 math family(ies) judged during the trials, 1 rejected" in lines, "the rejection stands"
+    assert again["knobs"] == whole["knobs"]
     assert _verdicts(fakes, "stopped") == _verdicts(fakes, "whole")
