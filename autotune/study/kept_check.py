@@ -1,14 +1,11 @@
 """The search's parity check, kept in the study as its verdicts are reached: the same command after a stop takes it up.
 
 A search stopped during its finalist rounds (SIGTERM from a scheduler, Ctrl-C)
-and run again has no trial left to run, so it made its check afresh: sized for
-the contenders alone, its budget unspent, its verdicts made again. On an H200 the
-rerun's baseline trained 43,819 samples where the first run's had 65,536, learned
-too little to judge by, and 5 of 6 configs the first run had passed were rejected.
-Here every verdict is stored with the check it belongs to
-(``autotune.parity.kept``) as soon as it is reached, and a check made later in
-the same search, or in a rerun of it, goes on from there: a verdict once reached
-stands, and a config is never judged twice.
+and run again has no trial left to run, and made its check afresh: other runs,
+other verdicts, another winner (``autotune.parity.kept`` gives the H200 case).
+Here the check's state is stored in the study each time it reaches a verdict,
+and the rerun's check, in its family gate or for its finalists, goes on from it:
+a verdict once reached stands, and no config is judged twice.
 
 The state is keyed by what it was judged from: the baseline and its learning rate,
 the rule for a new batch size, the largest batch the runs were sized for, the time
