@@ -6,6 +6,7 @@ the trial side (run inside a trial process, never importing Optuna) records:
 - ``verdict``: the families of knobs, their tolerances, and how one run is judged against the baseline's;
 - ``check``: ``ParityCheck``, the check over a search's fastest configs;
 - ``budget``: how much of the search's time the check may take;
+- ``kept``: a check's state as plain data, which a new check of the same search goes on from;
 - ``reasons``: the verdicts that need no run, and the words a verdict gives;
 - ``numerics``: amp and compile judged by their gradients against the batch-to-batch noise, with no run;
 - ``inputs``: the device decode path judged by its images;

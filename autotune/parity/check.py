@@ -126,6 +126,8 @@ class ParityCheck:
         self._by_numerics: dict[tuple[Any, ...], tuple[Config, ParityVerdict]] = {}
         # (batch size, learning rate) pairs rejected by a margin: every config with that batch at that rate fails too.
         self._batch_rejected: dict[tuple[int, float], tuple[Config, ParityVerdict]] = {}
+        # Called with the check once each verdict is reached: a search keeps its state (``autotune.parity.kept``).
+        self.on_verdict: Callable[[ParityCheck], None] = lambda check: None
 
     def adopt_baseline(self, run: ParityRun, where: str) -> None:
         """Use a baseline run made elsewhere (`where` says by whom), of this gate's length, instead of making one."""
@@ -182,6 +184,7 @@ class ParityCheck:
                 verdict = self._judge(config, limit)
                 self._by_numerics[key] = (config, verdict)
             self.verdicts[config] = verdict
+            self.on_verdict(self)
             if verdict.passed:
                 passed.append(config)
         return passed

@@ -10,7 +10,8 @@
   (``families``), learn hopeless values (``failures``) and retry seeds without them (``seed_retry``),
   stop clearly worse trials early (``pruner``), and end once many in a row found nothing faster
   (``patience``);
-- ``finalists``: the parity check (``autotune.parity``) and the rounds measured again;
+- ``finalists``: the parity check (``autotune.parity``; ``kept_check``: its verdicts kept in the study as they
+  are reached, taken up by a rerun after a stop) and the rounds measured again;
 - ``profile``: the winner and its profile, written to the tuned file (``answer``: the workload's own
   settings when nothing faster may win; ``ending``: what a rerun reuses when only the write failed).
 

@@ -30,7 +30,7 @@ from autotune.config import Config
 from autotune.parity.check import ParityCheck
 from autotune.parity.verdict import SAME_MATH_KNOBS, ParityError
 from autotune.procs.pool import TrialPool
-from autotune.study import sharing, tickets
+from autotune.study import kept_check, sharing, tickets
 from autotune.study.finalists import PARITY_EXTRA_RUNS, contenders, new_parity_check
 from autotune.study.pools import SOLO, Team
 from autotune.study.setup import Setup
@@ -64,6 +64,7 @@ class FamilyGate:
         self.rejected: dict[tuple[tuple[str, Any], ...], Config] = {}  # family -> the config its verdict was made on
         self.bisected: set[int] = set()  # rejected batch sizes whose in-between batch sizes were queued
         self.failed: str | None = None  # the check could not run (its baseline run failed): nothing is ruled out
+        self._took_up = False  # whether a kept check was looked for (``take_up``)
 
     def judge(self, setup: Setup, pool: TrialPool) -> None:
         """Judge the family of every contender not judged yet; queue the batch sizes a rejection sends the search to."""
@@ -78,8 +79,8 @@ class FamilyGate:
                 # A --gpus searcher is making the baseline's run for this very check: judge once it is stored and
                 # adopted, not with a second baseline run of our own (minutes on a heavy model).
                 return
-            largest = max(setup.space.domains["batch_size"])
-            self.check = new_parity_check(setup, pool, list(found), self.team, max_batch=largest)
+            check = self._make(setup, pool, found)
+            new = [c for c in new if c not in check.verdicts]
         cap = setup.options.finalists + PARITY_EXTRA_RUNS  # candidate runs in all, as the check after the trials
         try:
             self.check.select(new, want=len(new), max_runs=max(0, cap - self.check.runs))
@@ -87,15 +88,39 @@ class FamilyGate:
             self.failed = str(exc)  # the check after the trials says it, and keeps the baseline
             return
         for config in new:
-            verdict = self.check.verdicts.get(config)
-            # A verdict made by a comparison (of runs or of gradients), not by a crash, which says nothing of it.
-            judged = verdict is not None and (verdict.deviation is not None or verdict.numerics_passed is False)
-            if verdict is None or verdict.passed or not verdict.conclusive or not judged:
-                continue
-            self.rejected.setdefault(math_family(config), config)
-            if verdict.family == "batch_size" and config.batch_size not in self.bisected:
-                self.bisected.add(config.batch_size)
-                self._queue_between(setup, config)
+            self._rejected(config, queue=setup)
+
+    def take_up(self, setup: Setup, pool: TrialPool) -> None:
+        """Before a rerun's first trial, go on from the check an earlier run of this search kept, if it still stands
+        (``autotune.study.kept_check``): a family it rejected is skipped from the first trial on, as it was."""
+        if self._took_up:
+            return
+        self._took_up = True
+        if self.check is None and setup.options.parity_check and kept_check.stands(setup):
+            self._make(setup, pool, [])
+
+    def _make(self, setup: Setup, pool: TrialPool, found: list[Config]) -> ParityCheck:
+        self.check = check = new_parity_check(setup, pool, found, self.team)
+        # A check an earlier run of this search kept: what its verdicts ruled out stands, and the batch sizes they
+        # sent that run to were queued by it.
+        for config in check.verdicts:
+            self._rejected(config, queue=None)
+        return check
+
+    def _rejected(self, config: Config, queue: Setup | None) -> None:
+        """Rule out `config`'s family if its verdict rejected it by a comparison; for a batch size, queue the batch
+        sizes between it and the baseline's in `queue`'s study (None: they were queued already)."""
+        assert self.check is not None
+        verdict = self.check.verdicts.get(config)
+        # A verdict made by a comparison (of runs or of gradients), not by a crash, which says nothing of it.
+        judged = verdict is not None and (verdict.deviation is not None or verdict.numerics_passed is False)
+        if verdict is None or verdict.passed or not verdict.conclusive or not judged:
+            return
+        self.rejected.setdefault(math_family(config), config)
+        if verdict.family == "batch_size" and config.batch_size not in self.bisected:
+            self.bisected.add(config.batch_size)
+            if queue is not None:
+                self._queue_between(queue, config)
 
     def spent_s(self) -> float:
         """Seconds the check has taken so far, its baseline run included: the trials' reserve for it is that less."""

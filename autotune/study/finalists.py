@@ -28,7 +28,7 @@ from autotune.parity.numerics import NumericsVerdict
 from autotune.parity.run import ParityRun
 from autotune.parity.verdict import CHECK_SHARE, ParityError, ParityRunFailed
 from autotune.procs.pool import TrialPool
-from autotune.study import answer, baseline_run
+from autotune.study import answer, baseline_run, kept_check
 from autotune.study.pools import SearchPools, Team
 from autotune.study.setup import SearchError, Setup
 from autotune.text import rate
@@ -141,10 +141,14 @@ def learning_rate(setup: Setup, best: Config, parity_record: dict[str, Any] | No
 def new_parity_check(
     setup: Setup, pool: TrialPool, candidates: list[Config], team: Team, max_batch: int | None = None
 ) -> ParityCheck:
-    """The check, made once per search; it adopts the baseline run a `--gpus` searcher made, if there is one.
+    """The check, made once per search; it goes on from the one an earlier run of this search kept in the study
+    (``autotune.study.kept_check``), or adopts the baseline run a `--gpus` searcher made, if there is one.
 
-    `max_batch`: size the runs for it, not for the largest batch among `candidates` (more may come).
+    `max_batch`: size the runs for it; by default the space's largest batch, whichever step makes the check and
+    whatever the contenders so far: a check made afresh after a stop, sized for the contenders left, trained
+    shorter runs than the first run's check and judged otherwise.
     """
+    max_batch = max_batch or max(setup.space.domains["batch_size"])
     timeout = baseline_run.PARITY_TIMEOUT_FACTOR * setup.options.trial_timeout_s
 
     def make_run(config: Config, lr: float, samples: int) -> ParityRun:
@@ -181,15 +185,17 @@ def new_parity_check(
         check_inputs=check_inputs,
         check_numerics=check_numerics,
     )
-    setup.echo(
-        f"parity: checking the fastest against the baseline ({setup.baseline.describe()}, lr "
-        f"{setup.lr(setup.baseline):g}, "
-        f"fp32, eager) from the same weights and data order, {check.samples:,} samples each"
-    )
-    if stored is not None and stored.get("samples") == check.samples:
-        check.adopt_baseline(
-            ParityRun.from_dict(stored["parity_run"]), f"run by searcher {stored['searcher']} before its trials"
+    if not kept_check.take_up(setup, check):
+        setup.echo(
+            f"parity: checking the fastest against the baseline ({setup.baseline.describe()}, lr "
+            f"{setup.lr(setup.baseline):g}, "
+            f"fp32, eager) from the same weights and data order, {check.samples:,} samples each"
         )
+        if stored is not None and stored.get("samples") == check.samples:
+            check.adopt_baseline(
+                ParityRun.from_dict(stored["parity_run"]), f"run by searcher {stored['searcher']} before its trials"
+            )
+    kept_check.keep_as_it_goes(setup, check)
     return check
 
 
@@ -203,7 +209,7 @@ def check_early(setup: Setup, pools: SearchPools, team: Team) -> ParityCheck | N
     if not found:
         return None
     want = setup.options.finalists
-    check = new_parity_check(setup, pools.trials, list(found), team, max_batch=max(setup.space.domains["batch_size"]))
+    check = new_parity_check(setup, pools.trials, list(found), team)
     with contextlib.suppress(ParityError):
         check.select(list(found), want=want, max_runs=want + PARITY_EXTRA_RUNS)
     return check

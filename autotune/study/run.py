@@ -25,7 +25,7 @@ from autotune.config import Config
 from autotune.options import SearchOptions
 from autotune.parity.check import ParityCheck
 from autotune.procs.pool import TrialPool
-from autotune.study import answer, ending, finalists, memory, profile, sharing, tickets
+from autotune.study import answer, ending, finalists, kept_check, memory, profile, sharing, tickets
 from autotune.study.claim import wait_for_writer
 from autotune.study.ending import StoredCheck
 from autotune.study.finalists import Results
@@ -76,6 +76,7 @@ def run_steps(setup: Setup, pools: SearchPools, team: Team = SOLO) -> SearchResu
                 ending.save(setup, chosen, results, check)  # a failed write loses none of it
             written = _write(setup, chosen, results, check)
             ending.clear(setup)
+            kept_check.clear(setup)
             return written
     except KeyboardInterrupt:
         pools.kill()

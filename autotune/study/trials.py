@@ -85,6 +85,7 @@ def run_trials(setup: Setup, pool: TrialPool, learned: Learned | None = None, te
     learned = learned or Learned(sampler=setup.study.sampler, families=FamilyGate(team))
     if learned.loader is None:
         learned.loader = loader_model(setup)
+    learned.families.take_up(setup, pool)  # a rerun's first trial is skipped as the stopped run would have
     while not out_of_time(setup, learned.families.spent_s()):
         check_baseline(setup)
         learn_failures(setup, learned)

@@ -2,10 +2,12 @@
 
 The first trial completes; the second (a seed at batch 128, with DataLoader workers)
 hangs in its forward pass (TINY_FAIL=hang), so the signal always lands mid-trial.
+A search stopped in its finalist rounds, run again, reaches the verdicts and the winner it would have.
 """
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +17,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from _procs import child_env, descendants, wait_gone
+from _procs import REPO, child_env, descendants, wait_gone
 from optuna.trial import TrialState
 
 from autotune.study import sharing
@@ -31,10 +33,10 @@ pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalW
 class Search:
     """`autotune search` in a subprocess, its output collected by a thread."""
 
-    def __init__(self, project: Path, env: dict[str, str]) -> None:
+    def __init__(self, project: Path, env: dict[str, str], command: list[str] = COMMAND) -> None:
         self.lines: list[str] = []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "autotune", *COMMAND],
+            [sys.executable, "-m", "autotune", *command],
             cwd=project,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -160,3 +162,64 @@ def test_sigkill_mid_trial_then_the_same_command_resumes(project: Path, quick_he
     assert len(counted) == 4 and trials[0] in counted and trials[n] not in counted
     profile = tuned_file.read(project / "recipes" / "tiny.tuned.toml")["profiles"]["cpu"]
     assert profile["trials_complete"] + profile["trials_failed"] + profile["trials_pruned"] == 4
+
+
+# Verdicts clear-cut on any CPU, over 8,192 samples of tiny.py's blobs: batch 128 at the linear rule's rate trains like
+# the baseline (deviation -0.0%), batch 256 at none of the three rates (+138%, +262%, +5,491%); and batch 128 runs
+# about 4x the baseline's rate, so the rounds cannot pick another winner. One core a trial, as on a busy host.
+ROUNDS_COMMAND = ["search", "--recipe", "tiny", "--trials", "4", "--trial-timeout", "60", "--finalists", "1",
+                  "--rounds", "2", "--cpus", "1", "--fix", "amp=off", "--fix", "batch_size=16,128,256",
+                  "--fix", "placement=stream", "--fix", "num_workers=0", "--fix", "channels_last=False"]
+ROUNDS_ENV = {"TINY_SAMPLES": "8192", "PYTHONUNBUFFERED": "1"}
+
+
+def verdicts(project: Path) -> dict[str, dict[str, object]]:
+    """The parity verdicts a search kept on its study, by config, without the seconds each run took."""
+    storage = f"sqlite:///{project}/.autotune/tiny.db"
+    (name,) = optuna.study.get_all_study_names(storage)
+    attrs = optuna.load_study(study_name=name, storage=storage).user_attrs
+    return {v["config"]: {k: x for k, x in v.items() if k != "run_s"}
+            for k, v in attrs.items() if k.startswith("parity:trial-")}
+
+
+def written(project: Path) -> dict[str, object]:
+    """The tuned file's profile, without what the clock decides (the check's seconds, its winner's run's)."""
+    profile = tuned_file.read(project / "recipes" / "tiny.tuned.toml")["profiles"]["cpu"]
+    parity = {k: v for k, v in profile["parity"].items() if k not in ("check_s", "run_s")}
+    return {"knobs": profile["knobs"], "lr": profile["lr"], "parity": parity}
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_sigterm_in_the_finalist_rounds_then_the_same_command_reaches_the_same_verdicts_and_winner(
+    project: Path, tmp_path_factory: pytest.TempPathFactory, quick_heartbeats: None
+) -> None:
+    whole = tmp_path_factory.mktemp("uninterrupted")
+    (whole / "recipes").mkdir()
+    shutil.copy(REPO / "tests" / "fixtures" / "tiny.py", whole / "recipes" / "tiny.py")
+    uninterrupted = Search(whole, ROUNDS_ENV, ROUNDS_COMMAND)
+    assert uninterrupted.proc.wait(timeout=300) == 0, uninterrupted.output()
+
+    first = Search(project, ROUNDS_ENV, ROUNDS_COMMAND)
+    deadline = time.monotonic() + 300
+    while not any(line.startswith("finalists: measuring") for line in first.lines):
+        assert first.proc.poll() is None and time.monotonic() < deadline, first.output()
+        time.sleep(0.1)
+    first.proc.send_signal(signal.SIGTERM)  # each round measures in fresh processes: seconds to go
+    assert first.proc.wait(timeout=60) == 130, first.output()
+    assert "No tuned file was written." in first.output()
+    assert not (project / "recipes" / "tiny.tuned.toml").exists()
+
+    again = Search(project, ROUNDS_ENV, ROUNDS_COMMAND)
+    assert again.proc.wait(timeout=300) == 0, again.output()
+    out = again.output()
+    assert "resuming study " in out and "4 trial(s) already finished, 0 to go" in out
+    assert "parity: taking up the check an earlier run of this search made (2 verdict(s), 8,192 samples a run)" in out
+    assert "parity: checking" not in out and "\n  parity " not in out, "no config is judged again"
+
+    judged = verdicts(project)
+    assert {c: (v["passed"], v["samples"]) for c, v in judged.items()} == {
+        "bs=128 workers=0": (True, 8192), "bs=256 workers=0": (False, 8192)}
+    assert judged == verdicts(whole)
+    assert written(project) == written(whole)
+    assert written(project)["knobs"]["batch_size"] == 128

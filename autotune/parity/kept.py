@@ -1,0 +1,88 @@
+"""A parity check's state as plain data: what a search stopped and run again takes up instead of checking again.
+
+A check's verdicts rest on its baseline run, and that run's length on what the
+check was sized for: a check made afresh after a stop would train the baseline
+for another length (sized for the contenders left, not the space's largest batch;
+its budget spent anew) and may judge otherwise. On an H200, mnist_cnn's search
+stopped by SIGTERM in its finalist rounds was run again: the new check trained
+43,819 samples where the first had 65,536, found the baseline inconclusive, and
+rejected 5 of 6 configs; its winner ran 2.04x, the uninterrupted search's 2.52x.
+
+``state`` is everything the check has reached: the verdicts, the baseline's run
+and the length it was made at, what the runs cost, the checks made without a run
+(images, gradients), and what a verdict rules out for others. ``take_up`` makes a
+new check of the same search go on from it, so a verdict once reached stands.
+The search keeps it in the study (``autotune.study.kept_check``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from autotune.config import Config
+from autotune.parity.inputs import InputsVerdict
+from autotune.parity.numerics import NumericsVerdict
+from autotune.parity.run import ParityRun
+from autotune.parity.verdict import ParityVerdict, numerics
+
+if TYPE_CHECKING:
+    from autotune.parity.check import ParityCheck
+
+VERSION = 1  # a state of another layout is not taken up: the check starts afresh
+
+
+def state(check: ParityCheck) -> dict[str, Any]:
+    """Everything `check` has reached, as JSON-ready data."""
+    budget = check.budget
+    return {
+        "version": VERSION,
+        "samples": check.samples,
+        "window": check.window,
+        "conclusive": check.conclusive,
+        "extended": check.extended,
+        "runs": check.runs,
+        "budget": {"seconds": budget.seconds, "baseline_seconds": budget.baseline_seconds,
+                   "last_base_s": budget.last_base_s},
+        "baseline_run": None if check._base is None else check._base.as_dict(),
+        "baseline_from": check._base_from,
+        "baseline_needed": check._base_needed,
+        "baseline_failed": check._base_failed,
+        "verdicts": [[c.as_dict(), dataclasses.asdict(v)] for c, v in check.verdicts.items()],
+        # The verdicts that stand for every config with their numerics, and the (batch, rate) pairs a run rejected by a
+        # margin, each with the run's verdict at that rate (a config tried at several has one verdict in `verdicts`).
+        "by_numerics": [[c.as_dict(), dataclasses.asdict(v)] for c, v in check._by_numerics.values()],
+        "batch_rejected": [[batch, lr, c.as_dict(), dataclasses.asdict(v)]
+                           for (batch, lr), (c, v) in check._batch_rejected.items()],
+        "inputs": None if check.inputs.verdict is None else dataclasses.asdict(check.inputs.verdict),
+        "numerics": [[list(key), dataclasses.asdict(v)] for key, v in check.amp.verdicts.items()],
+    }
+
+
+def take_up(check: ParityCheck, kept: dict[str, Any]) -> bool:
+    """Make `check`, new and unused, go on from `kept` (``state`` of a check of the same search); False, and `check`
+    untouched, when `kept` is of another layout."""
+    if kept.get("version") != VERSION:
+        return False
+    # Read all of it before changing the check: a state that does not read leaves the check as it was.
+    verdicts = {Config.from_dict(c): ParityVerdict(**v) for c, v in kept["verdicts"]}
+    by_numerics = [(Config.from_dict(c), ParityVerdict(**v)) for c, v in kept["by_numerics"]]
+    batch_rejected = {(batch, lr): (Config.from_dict(c), ParityVerdict(**v))
+                      for batch, lr, c, v in kept["batch_rejected"]}
+    base = None if kept["baseline_run"] is None else ParityRun.from_dict(kept["baseline_run"])
+    inputs = None if kept["inputs"] is None else InputsVerdict(**kept["inputs"])
+    amp = {(k[0], k[1], k[2]): NumericsVerdict(**v) for k, v in kept["numerics"]}
+    budget = kept["budget"]
+
+    check.samples, check.window = kept["samples"], kept["window"]
+    check.conclusive, check.extended, check.runs = kept["conclusive"], kept["extended"], kept["runs"]
+    check.budget.seconds, check.budget.baseline_seconds = budget["seconds"], budget["baseline_seconds"]
+    check.budget.last_base_s = budget["last_base_s"]
+    check._base, check._base_from = base, kept["baseline_from"]
+    check._base_needed, check._base_failed = kept["baseline_needed"], kept["baseline_failed"]
+    check.verdicts = verdicts
+    check._by_numerics = {numerics(c): (c, v) for c, v in by_numerics}
+    check._batch_rejected = batch_rejected
+    check.inputs.verdict = inputs
+    check.amp.verdicts = amp
+    return True
