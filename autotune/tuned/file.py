@@ -136,7 +136,8 @@ def check_writable(path: Path) -> None:
     """Fail before a search, not after it, when the tuned file's folder cannot take the file.
 
     Creates nothing: a search that fails later must not leave an empty ./recipes behind. A folder still to be
-    made is checked through the nearest one that exists, where `write_profile` will make it.
+    made is checked through the nearest one that exists, where `write_profile` will make it. Its error says that
+    nothing ran: there is no study yet to keep any trial.
     """
     path = Path(path)
     folder = path.parent
@@ -153,15 +154,18 @@ def check_writable(path: Path) -> None:
         os.close(fd)
         os.unlink(tmp)
     except OSError as exc:
-        raise TunedFileWriteError(_unwritable(path, exc)) from exc
+        raise TunedFileWriteError(_unwritable(path, exc, before=True)) from exc
 
 
-def _unwritable(path: Path, exc: OSError) -> str:
+def _unwritable(path: Path, exc: OSError, before: bool = False) -> str:
+    """Why the tuned file at `path` cannot be written, and what then stands: nothing (`before` a search), or the
+    study's trials and its measured end, which the same command writes without measuring again."""
     fix = f"make {path.parent} writable" if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) else "fix that"
-    return (
-        f"cannot write tuned file {path}: {exc.strerror or exc} ({exc.filename or path.parent}); "
-        f"the study keeps its trials: {fix} and run the same command again."
-    )
+    said = f"cannot write tuned file {path}: {exc.strerror or exc} ({exc.filename or path.parent})"
+    if before:
+        return (f"{said}; a search must be able to write its tuned file before it starts, so nothing was run: "
+                f"{fix} and run the same command again.")
+    return f"{said}; the study keeps its trials: {fix} and run the same command again."
 
 
 def match(data: dict[str, Any], hardware: str) -> dict[str, Any] | None:
