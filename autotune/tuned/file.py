@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shlex
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -66,21 +67,24 @@ def shown_as(path: Path, recipe: str) -> str:
     """What `autotune show --recipe` takes to print the tuned file at `path`, run from the current folder.
 
     A recipe in ./recipes resolves by its name; any other (a workload given by path) is
-    found by the tuned file's own path, since its name alone resolves to nothing.
+    found by the tuned file's own path, since its name alone resolves to nothing. Quoted
+    for a shell, as the profile's ``command`` is: the header's command runs as written.
 
     >>> shown_as(Path("recipes/mnist_cnn.tuned.toml"), "mnist_cnn")
     'mnist_cnn'
     >>> shown_as(Path("/nowhere/work/my_model.tuned.toml"), "my_model")
     '/nowhere/work/my_model.tuned.toml'
+    >>> shown_as(Path("/nowhere/my work/model.tuned.toml"), "model")
+    "'/nowhere/my work/model.tuned.toml'"
     """
     path = Path(path)
     absolute = path if path.is_absolute() else Path.cwd() / path
     if absolute == Path.cwd() / "recipes" / f"{recipe}.tuned.toml":
-        return recipe
+        return shlex.quote(recipe)
     try:
-        return str(absolute.relative_to(Path.cwd()))
+        return shlex.quote(str(absolute.relative_to(Path.cwd())))
     except ValueError:
-        return str(absolute)
+        return shlex.quote(str(absolute))
 
 
 def write_profile(path: Path, recipe: str, hardware: str, profile: dict[str, Any]) -> dict[str, Any]:
