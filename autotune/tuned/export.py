@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.config import Config
 from autotune.tuned import file as tuned_file
 from autotune.tuned.torch_loop import Batches, collate_arg, loop_lines
+
+if TYPE_CHECKING:
+    import optuna
 
 TARGETS = ("hf", "lightning", "torch")
 # What each knob's tuned value does, for a knob no target can express, and how the loss reads.
@@ -264,11 +267,14 @@ def _lr_of(item: Export) -> str:
     return f"{item.lr!r}" if item.lr is not None else "the workload's own"
 
 
-def _find_study_trials(study: str | None, storage: str | None) -> list[dict[str, Any]] | None:
+def _find_study_trials(study: str | None, storage: str | optuna.storages.BaseStorage | None
+                       ) -> list[dict[str, Any]] | None:
     """Complete trials' config and samples/s, or None when the study is not at hand."""
     if study is None or storage is None:
         return None
-    if storage.startswith("sqlite:///") and not Path(storage.removeprefix("sqlite:///")).exists():
+    missing = isinstance(storage, str) and storage.startswith("sqlite:///") and not Path(
+        storage.removeprefix("sqlite:///")).exists()
+    if missing:
         return None  # opening it would create an empty database file
     import optuna
 
@@ -283,12 +289,15 @@ def _find_study_trials(study: str | None, storage: str | None) -> list[dict[str,
     ]
 
 
-def export(recipe: str, target: str, hardware: str | None = None, storage: str | None = None) -> list[Export]:
+def export(recipe: str, target: str, hardware: str | None = None,
+           storage: str | optuna.storages.BaseStorage | None = None) -> list[Export]:
     """Every profile of `recipe`'s tuned file (or the one for `hardware`) in `target`'s terms.
 
     `recipe`: a recipe name or path, or a ``.tuned.toml`` file (its workload is the recipe the file names).
-    `storage`: the study's Optuna storage URL; default, the search's own SQLite file (.autotune/NAME.db) when it
-    is here. Raises TunedFileError for a tuned file that is missing or invalid, ValueError for a hardware it lacks.
+    `storage`: the study's Optuna storage, or its URL; default, the search's own SQLite file (.autotune/NAME.db)
+    when it is here. `autotune export --storage URL` opens it as search and report do, so a URL it cannot open is
+    an error there. Raises TunedFileError for a tuned file that is missing or invalid, ValueError for a hardware it
+    lacks.
     """
     from autotune.workloads import load, resolve
 

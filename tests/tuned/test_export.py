@@ -110,9 +110,12 @@ def test_an_unknown_target_is_one_error() -> None:
         export_profile("tiny", "cpu", PROFILE, "keras")
 
 
-def test_the_command_exports_the_committed_mnist_cnn_file() -> None:
-    result = CliRunner().invoke(main, ["export", "--recipe", "mnist_cnn", "--to", "hf", "--hardware", "NVIDIA H200",
-                                       "--storage", "sqlite:////nonexistent/study.db"])
+def test_the_command_exports_the_committed_mnist_cnn_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "recipes").mkdir()
+    committed = Path(__file__).parents[2] / "recipes" / "mnist_cnn.tuned.toml"
+    (tmp_path / "recipes" / committed.name).write_bytes(committed.read_bytes())
+    monkeypatch.chdir(tmp_path)  # no study here: the cost says it is not at hand
+    result = CliRunner().invoke(main, ["export", "--recipe", "mnist_cnn", "--to", "hf", "--hardware", "NVIDIA H200"])
     assert result.exit_code == 0, result.output
     assert result.output.startswith("# mnist_cnn, profile 'NVIDIA H200', for Hugging Face Trainer\n")
     assert "    per_device_train_batch_size=512,\n    learning_rate=0.04,\n" in result.output
@@ -217,3 +220,45 @@ def test_the_torch_loop_for_a_dict_batch_workload_trains_as_printed() -> None:
     exec(compile(code, "<export>", "exec"), names)  # noqa: S102 (the printed code, run as a user pastes it)
     assert len(lengths) == 2 and all(n % 64 == 0 for n in lengths), lengths
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters())), "the optimizer stepped"
+
+
+def _damaged_study_file(folder: Path) -> Path:
+    import optuna
+
+    whole = folder / "whole.db"
+    study = optuna.create_study(storage=f"sqlite:///{whole}", study_name="mnist_cnn@nvidia-h200")
+    for _ in range(20):
+        study.enqueue_trial({"x": 1})
+    damaged = folder / "damaged.db"
+    damaged.write_bytes(whole.read_bytes()[:20_000])  # the header and a few pages: SQLite opens it, reading fails
+    return damaged
+
+
+@pytest.mark.parametrize(
+    ("url", "error"),
+    [
+        ("sqlite:///{tmp}/missing.db", "Error: cannot open study storage sqlite:///{tmp}/missing.db: there is no file "
+         "{tmp}/missing.db; give the URL of the study's storage (`autotune search` creates it).\n"),
+        ("postgresql://autotune:hunter2@127.0.0.1:1/nowhere",
+         "Error: cannot open study storage postgresql://autotune:***@127.0.0.1:1/nowhere: "),
+        ("sqlite:///{tmp}/damaged.db", "Error: cannot open study storage sqlite:///{tmp}/damaged.db: "
+         "(sqlite3.DatabaseError) database disk image is malformed; the file is damaged or is not an SQLite "
+         "database. Move it aside to start the study afresh (mv {tmp}/damaged.db {tmp}/damaged.db.damaged), or "
+         "give --storage and --study to keep it and use another.\n"),
+    ],
+    ids=["missing-file", "unreachable-postgresql", "damaged-file"],
+)
+def test_export_with_a_storage_it_cannot_open_fails_as_search_and_report_do(
+    tmp_path: Path, url: str, error: str
+) -> None:
+    _damaged_study_file(tmp_path)
+    url, error = url.format(tmp=tmp_path), error.format(tmp=tmp_path)
+    runner = CliRunner()
+    result = runner.invoke(main, ["export", "--recipe", "mnist_cnn", "--to", "hf", "--storage", url])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(error), result.output
+    assert "hunter2" not in result.output and "not at hand" not in result.output
+    assert not (tmp_path / "missing.db").exists(), "reading a study creates no file"
+    report = runner.invoke(main, ["report", "--recipe", "mnist_cnn", "--storage", url, "--out", str(tmp_path)])
+    assert report.exit_code == 2 and report.output.startswith(error), report.output
+    assert not (tmp_path / "missing.db").exists()
