@@ -186,7 +186,7 @@ def announce(p: Prepared) -> None:
     if len(p.space.domains["batch_size"]) > 1 or p.space.domains["batch_size"][0] != p.baseline.batch_size:
         p.echo(f"  learning rate for a new batch size: {p.lr_rule.why}")
     if p.ref.tuned_path.exists():
-        tuned_file.read(p.ref.tuned_path)  # a broken file fails now, not after the search
+        tuned_file.read(p.ref.tuned_path, p.ref.name)  # a broken file, or another recipe's, fails now
 
 
 def open_study(p: Prepared, storage_url: str | None = None, study_name: str | None = None) -> Setup:

@@ -87,7 +87,7 @@ def load_tuned(recipe: str, device: torch.device | str | None = None, world_size
     ref = resolve(recipe)
     workload = load(ref)
     hardware = _hardware(device)
-    data = tuned_file.read(ref.tuned_path) if ref.tuned_path.exists() else None
+    data = tuned_file.read(ref.tuned_path, ref.name) if ref.tuned_path.exists() else None
     profile = tuned_file.match(data, hardware) if data else None
     if profile is None:
         have = ", ".join(repr(h) for h in (data or {}).get("profiles", {})) or "none"

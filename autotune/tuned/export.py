@@ -312,7 +312,7 @@ def export(recipe: str, target: str, hardware: str | None = None,
         path = ref.tuned_path
         if not path.exists():
             raise tuned_file.TunedFileError(f"no tuned file at {path}: run `autotune search --recipe {recipe}`")
-        data = tuned_file.read(path)
+        data = tuned_file.read(path, ref.name)
     profiles = data.get("profiles", {})
     if hardware is not None and hardware not in profiles:
         raise ValueError(f"{path} has no profile for {hardware!r}; it has {', '.join(map(repr, profiles))}")

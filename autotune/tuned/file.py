@@ -35,8 +35,13 @@ class TunedFileWriteError(TunedFileError, OSError):
     """The tuned file could not be written (a folder we may not write, a full disk); the old file stands."""
 
 
-def read(path: Path) -> dict[str, Any]:
-    """Parse and validate a tuned file; raises TunedFileError listing every problem."""
+def read(path: Path, recipe: str | None = None) -> dict[str, Any]:
+    """Parse and validate a tuned file; raises TunedFileError listing every problem.
+
+    `recipe`: the recipe it is read for; a file whose ``recipe`` names another is an error naming both (a copied
+    or renamed file holds what was measured on another workload). None where the file itself says whose it is
+    (a ``.tuned.toml`` path given to show or export).
+    """
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -51,7 +56,17 @@ def read(path: Path) -> dict[str, Any]:
     problems = validate(data, str(path))
     if problems:
         raise TunedFileError(f"tuned file {path} has {len(problems)} problem(s):\n  - " + "\n  - ".join(problems))
+    if recipe is not None and data.get("recipe", recipe) != recipe:
+        raise TunedFileError(
+            f"tuned file {path} is for recipe {data['recipe']!r}, but was read for recipe {recipe!r}: a tuned file "
+            f"holds what was measured on its own recipe's workload. Tune this one with `autotune search --recipe "
+            f"{shlex.quote(recipe)}`, or, if the file was only renamed, set recipe = {_toml_string(recipe)} in it."
+        )
     return data
+
+
+def _toml_string(text: str) -> str:
+    return tomli_w.dumps({"k": text})[len("k = "):].strip()
 
 
 def knobs_to_config(knobs: dict[str, Any]) -> Config:
@@ -92,7 +107,7 @@ def write_profile(path: Path, recipe: str, hardware: str, profile: dict[str, Any
     path = Path(path)
     data: dict[str, Any] = {"schema": SCHEMA_VERSION, "recipe": recipe, "profiles": {}}
     if path.exists():
-        data = read(path)
+        data = read(path, recipe)
     data["profiles"][hardware] = profile
     problems = validate(data)
     if problems:  # our own bug if it happens; never write a file we could not read back
