@@ -26,7 +26,7 @@ from autotune.knobs import STREAM_KNOBS
 from autotune.loop import DeviceLoader, Step, build_loader
 from autotune.loop.loader import USER_LOADER_ARGS
 from autotune.loop.sourced import WrappedLoader
-from autotune.tuned import distributed
+from autotune.tuned import caller, distributed
 from autotune.tuned import file as tuned_file
 from autotune.workloads import Workload, load, resolve
 from autotune.workloads.decode import NotTranslatable
@@ -95,7 +95,7 @@ def load_tuned(recipe: str, device: torch.device | str | None = None, world_size
             f"{ref.tuned_path} has no profile for {hardware!r} (profiles: {have}); using {ref.name}'s own defaults. "
             f"Run `autotune search --recipe {recipe}` on this machine to tune it.",
             NoProfileWarning,
-            stacklevel=3,
+            stacklevel=caller.stacklevel(),  # the user's call: of load_tuned, or of tuned_loader/tuned_step
         )
         config = baseline_config(workload, device.type == "cuda")
         lr = distributed.lr_for_world(float(workload.defaults["lr"]), "linear", world)
