@@ -24,6 +24,7 @@ from torch.utils.data.distributed import DistributedSampler
 from autotune.config import Config
 from autotune.knobs import STREAM_KNOBS
 from autotune.loop import DeviceLoader, Step, build_loader
+from autotune.loop.hooks import StepError
 from autotune.loop.loader import USER_LOADER_ARGS
 from autotune.loop.sourced import WrappedLoader
 from autotune.tuned import caller, distributed
@@ -297,7 +298,7 @@ def tuned_step(
     if loss_fn is None and compute_loss is None:
         compute_loss = tuned.workload.compute_loss
         if compute_loss is None:
-            raise ValueError(
+            raise StepError(
                 f"tuned_step: give loss_fn or compute_loss; {recipe}'s workload declares no compute_loss(model, batch)"
             )
     config = tuned.config if cuda_graph is None else dataclasses.replace(tuned.config, cuda_graph=cuda_graph)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -161,3 +162,28 @@ def test_the_no_profile_warning_points_at_the_users_own_call(project: Path) -> N
         line = _next_line()
         tuned_step(model, torch.nn.MSELoss(), torch.optim.SGD(model.parameters(), lr=0.1), recipe="tiny", device="cpu")
     assert (stepped[0].filename, stepped[0].lineno) == (__file__, line)
+
+
+@pytest.mark.parametrize(
+    ("hooks", "builtin", "message"),
+    [
+        ({"accumulate": 0}, ValueError,
+         "`accumulate >= 1` (micro-batches per update, an int) must hold, but got accumulate=0."),
+        ({"clip_grad_norm": -1}, ValueError,
+         "`clip_grad_norm > 0` (a finite number, or None for no clipping) must hold, but got clip_grad_norm=-1."),
+        ({"after_update": 5}, TypeError,
+         "after_update must be a callable taking no arguments, but got after_update=5."),
+    ],
+)
+def test_a_hook_tuned_step_cannot_take_is_an_autotune_error_naming_value_and_rule(
+    project: Path, hooks: dict, builtin: type, message: str
+) -> None:
+    """docs/api.md: every deliberate error derives from AutotuneError, and keeps the builtin it refines."""
+    from autotune.errors import AutotuneError
+
+    _write(project, "cpu", Config(batch_size=16))
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(AutotuneError, match=f"^{re.escape(message)}$") as raised:
+        tuned_step(model, torch.nn.MSELoss(), torch.optim.SGD(model.parameters(), lr=0.1), recipe="tiny",
+                   device="cpu", **hooks)
+    assert isinstance(raised.value, builtin)
