@@ -645,6 +645,6 @@ def test_a_tuned_file_that_names_another_recipe_is_refused_naming_both(project: 
         result = CliRunner().invoke(main, command)
         assert result.exit_code == 2 and result.output.splitlines()[-1] == f"Error: {said}", (command, result.output)
     assert not (project / ".autotune").exists(), "the search stopped before any study"
-    # A tuned file given as a path is read as the recipe it names (docs/command-line.md): nothing to refuse.
+    # A tuned file given as a path is read as the recipe it names (docs/tuned-file.md): nothing to refuse.
     shown = CliRunner().invoke(main, ["show", "--recipe", str(path)])
     assert shown.exit_code == 0, shown.output
