@@ -23,11 +23,14 @@ from autotune.text import printable
 def export(recipe: str, target: str, hardware: str | None, storage: str | None) -> None:
     """Print the tuned settings in a framework's own terms, and what it cannot express."""
     from autotune.errors import AutotuneError
+    from autotune.study.storage import open_storage
     from autotune.tuned.export import export as export_recipe
     from autotune.tuned.export import render
 
     try:
-        items = export_recipe(recipe, target, hardware, storage)
+        # Opened as search and report open it: a URL that cannot be opened is one error line and exit status 2.
+        opened = open_storage(storage, create=False) if storage is not None else None
+        items = export_recipe(recipe, target, hardware, opened)
     except AutotuneError:
         raise  # an outcome (a tuned file that cannot be read): one line, from the command group
     except ValueError as exc:  # an option's value the file cannot serve (a --hardware it has no profile for)

@@ -19,7 +19,9 @@ def show(recipe: str) -> None:
     from autotune.tuned.show import render
     from autotune.workloads import resolve
 
-    path = Path(recipe) if recipe.endswith(".toml") else resolve(recipe).tuned_path
+    # A .tuned.toml path says whose it is; a recipe's own tuned file must be that recipe's.
+    ref = None if recipe.endswith(".toml") else resolve(recipe)
+    path = Path(recipe) if ref is None else ref.tuned_path
     if not path.exists():
         raise TunedFileError(f"no tuned file at {path}: run `autotune search --recipe {recipe}` first.")
-    click.echo(printable(render(read(path), path)))
+    click.echo(printable(render(read(path, None if ref is None else ref.name), path)))

@@ -79,9 +79,10 @@ def _settings(
         raise DiagnoseError(
             f"--profile: there is no tuned file at {tuned_path}; run `autotune search --recipe {recipe}` first."
         )
-    found = tuned_file.match(tuned_file.read(tuned_path), hardware)
+    data = tuned_file.read(tuned_path, workload.name)
+    found = tuned_file.match(data, hardware)
     if found is None:
-        have = ", ".join(repr(h) for h in tuned_file.read(tuned_path).get("profiles", {})) or "none"
+        have = ", ".join(repr(h) for h in data.get("profiles", {})) or "none"
         raise DiagnoseError(
             f"--profile: {tuned_path} has no profile for {hardware!r} (profiles: {have}); "
             f"run `autotune search --recipe {recipe}` on this machine, or drop --profile."

@@ -22,6 +22,8 @@ __all__, __getattr__, __dir__ = lazy_exports(
         "Step": "step",
         "GraphOffWarning": "step",
         "RecaptureWarning": "step",
+        "StepError": "hooks",
+        "StepTypeError": "hooks",
         "DeviceLr": "lr",
     },
 )

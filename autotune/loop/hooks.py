@@ -14,7 +14,17 @@ import torch
 from torch import nn
 
 from autotune.config import Config
+from autotune.errors import AutotuneError
 from autotune.loop.lr import TENSOR_LR_UNDER_GRAPH, DeviceLr, reads_tensor_lr_under_graph
+
+
+class StepError(AutotuneError, ValueError):
+    """A step given an argument it cannot take (``accumulate=0``, ``clip_grad_norm=-1``); the message names the
+    value and the rule. Still a ``ValueError``, as it was."""
+
+
+class StepTypeError(StepError, TypeError):
+    """A step given an argument of the wrong kind (an ``after_update`` that is not callable); still a ``TypeError``."""
 
 
 def check_hooks(
@@ -25,15 +35,15 @@ def check_hooks(
         isinstance(clip_grad_norm, bool) or not isinstance(clip_grad_norm, (int, float))
         or not math.isfinite(clip_grad_norm) or clip_grad_norm <= 0
     ):
-        raise ValueError(f"`clip_grad_norm > 0` (a finite number, or None for no clipping) must hold, but got "
-                         f"{clip_grad_norm=}.")
+        raise StepError(f"`clip_grad_norm > 0` (a finite number, or None for no clipping) must hold, but got "
+                        f"{clip_grad_norm=}.")
     if isinstance(accumulate, bool) or not isinstance(accumulate, int) or accumulate < 1:
-        raise ValueError(f"`accumulate >= 1` (micro-batches per update, an int) must hold, but got {accumulate=}.")
+        raise StepError(f"`accumulate >= 1` (micro-batches per update, an int) must hold, but got {accumulate=}.")
     if after_update is not None and not callable(after_update):
-        raise TypeError(f"after_update must be a callable taking no arguments, but got {after_update!r}")
+        raise StepTypeError(f"after_update must be a callable taking no arguments, but got {after_update=}.")
     if capture_after_update and after_update is None:
-        raise ValueError("capture_after_update=True captures after_update into the graph, but no after_update "
-                         "is given")
+        raise StepError("capture_after_update=True captures after_update into the graph, but no after_update "
+                        "is given (after_update=None).")
 
 
 def graph_off_reason(
@@ -60,7 +70,7 @@ def device_lrs(
     if not tensor_lr:
         return None
     if graphed and not reads_tensor_lr_under_graph(optimizer):
-        raise ValueError(
+        raise StepError(
             f"tensor_lr=True under a CUDA graph needs an optimizer that reads a tensor learning rate on the device "
             f"({', '.join(TENSOR_LR_UNDER_GRAPH)}), but got {type(optimizer).__name__}; leave tensor_lr unset, and "
             "the graph is captured again when the rate changes"
@@ -71,5 +81,5 @@ def device_lrs(
 def check_placed(model: nn.Module, device: torch.device) -> None:
     elsewhere = sorted({str(p.device) for p in model.parameters() if p.device.type != device.type})
     if elsewhere:
-        raise ValueError(f"move_model=False keeps the model where it is, but its parameters are on {elsewhere}, "
-                         f"not the step's device {device}; move it, or leave move_model=True")
+        raise StepError(f"move_model=False keeps the model where it is, but its parameters are on {elsewhere}, "
+                        f"not the step's device {device}; move it, or leave move_model=True")

@@ -117,7 +117,7 @@ def _open_study(
             warnings.simplefilter(
                 "ignore", optuna.exceptions.ExperimentalWarning
             )  # heartbeats: what the search relies on
-            store = open_storage(storage)
+            store = open_storage(storage, create=False)  # reading: a missing file is an error, not made
     except SharingError as exc:
         raise ReportError(str(exc)) from exc
     chosen = _pick_study(store, name, study, where)

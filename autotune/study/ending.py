@@ -4,16 +4,16 @@ The parity verdicts and the finalists' rounds are the most expensive minutes of 
 heavy model's search (ResNet-50 on an H200: a check of about a minute, then rounds
 of 45-60 s per config). When only the write of the tuned file failed (a full disk,
 a folder made read-only), the same command again finds them here and writes the
-file from them. They are kept on the study, keyed by what they were measured
-from (the complete trials and the options that shape the end); once the file is
+file from them, running no trial (``autotune.study.run``). They are kept on the
+study, keyed by what they were measured from (the finished trials and the options
+that shape the search and its end); a trial finished since, or other options, make
+them stale: the end is then measured afresh, from every trial. Once the file is
 written they are dropped, so a later rerun checks and measures afresh.
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-from optuna.trial import TrialState
 
 from autotune.config import Config
 from autotune.study.finalists import Results
@@ -39,12 +39,23 @@ class StoredCheck:
         return dict(self.records[config])
 
 
+Ended = tuple[list[Config], Results, StoredCheck | None]  # the chosen configs, their rounds, the check's records
+
+
 def key(setup: Setup) -> dict[str, Any]:
-    """What an end was measured from: a new complete trial, or other options for the end, make it stale."""
-    complete = setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    """What an end was measured from: a trial finished since, or other options, make it stale.
+
+    Every finished trial counts, not only the complete ones: a rerun whose trials all failed or stopped early still
+    measured them, and its trial-time parity verdicts may differ; an end that ignored them would not be this run's.
+    The target and the budget count too: a rerun that asks for more search must get it, not the stored end.
+    """
+    finished = [t for t in setup.study.get_trials(deepcopy=False) if t.state.is_finished()]
     options = setup.options
     return {
-        "complete": sorted(t.number for t in complete),
+        "finished": sorted(t.number for t in finished),
+        "trials": options.trials,
+        "time_budget_s": options.time_budget_s,
+        "lr_rule": options.lr_rule,
         "baseline": setup.baseline.as_dict(),
         "finalists": options.finalists,
         "rounds": options.rounds,
@@ -73,7 +84,7 @@ def save(setup: Setup, chosen: list[Config], results: Results, check: Any) -> No
     })
 
 
-def load(setup: Setup) -> tuple[list[Config], Results, StoredCheck | None] | None:
+def load(setup: Setup) -> Ended | None:
     """The end a run measured but could not write, if it still stands for this study and these options."""
     stored = setup.study.user_attrs.get(ATTRIBUTE)
     if not stored or stored.get("key") != key(setup):

@@ -60,17 +60,18 @@ def search(
 def run_steps(setup: Setup, pools: SearchPools, team: Team = SOLO) -> SearchResult | None:
     """The trials, then, for the one searcher that writes, the finalists and the tuned file; stops `pools`."""
     try:
-        check = _trials(setup, pools, team)
+        stored = _stored_end(setup, team)
+        check = _trials(setup, pools, team) if stored is None else None
         if not setup.options.write_tuned_file:
             return None
         with _writer_claim(setup) as claimed:
             if not claimed:
                 return None
-            ended = ending.load(setup)
+            # A trial this run finished makes a stored end stale (ending.key): then it is measured afresh.
+            ended = stored or ending.load(setup)
             if ended is not None:
                 chosen, results, check = ended
-                setup.echo("finalists: reusing the parity verdicts and rounds of the run whose tuned file was not "
-                           "written; nothing is measured again")
+                setup.echo(REUSED)
             else:
                 chosen, results, check = _finalists(setup, pools, team, check)
                 ending.save(setup, chosen, results, check)  # a failed write loses none of it
@@ -85,13 +86,31 @@ def run_steps(setup: Setup, pools: SearchPools, team: Team = SOLO) -> SearchResu
         pools.stop()
 
 
+REUSED = ("finalists: reusing the parity verdicts and rounds of the run whose tuned file was not written; nothing is "
+          "measured again")
+
+
+def _stored_end(setup: Setup, team: Team = SOLO) -> ending.Ended | None:
+    """The end a run measured but could not write, when this run writes it without running a trial.
+
+    Only a search that runs alone on its study: under --gpus, or while another searcher's trial runs, other
+    processes measure trials beside it, and its end is then measured afresh from all of them.
+    """
+    if not setup.options.write_tuned_file or team.round_devices or sharing.running(setup.study):
+        return None
+    return ending.load(setup)
+
+
 def _setup(recipe: str, options: SearchOptions, echo: Callable[[str], None]) -> Setup:
     prepared = prepare(recipe, options, echo)
     announce(prepared)
     setup = open_study(prepared)
     trials = setup.study.get_trials(deepcopy=False)
     done, total = len(sharing.finished(trials)), tickets.target(setup.study, options.trials)
-    if done:
+    if done and _stored_end(setup) is not None:
+        echo(f"resuming study {setup.study_name!r}: {done} trial(s) already finished; its tuned file was not written, "
+             f"so this run writes it from them and runs no trial")
+    elif done:
         echo(f"resuming study {setup.study_name!r}: {done} trial(s) already finished, {max(0, total - done)} to go")
     return setup
 

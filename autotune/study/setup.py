@@ -104,6 +104,8 @@ def prepare(recipe: str, options: SearchOptions, echo: Callable[[str], None] = p
     """Load the workload, read its data set's facts here (building it once), and build the space."""
     started, started_at = time.monotonic(), time.time()
     ref = resolve(recipe)
+    if options.write_tuned_file:  # before the workload's code runs and any study exists: a file it could not write
+        tuned_file.check_writable(ref.tuned_path)
     workload = load(ref)
     machine = detect_machine(options.device_index, options.cpu_share)
     import torch
@@ -168,7 +170,7 @@ def window_seconds() -> float:
 
 
 def announce(p: Prepared) -> None:
-    """Say what is tuned where, and fail now on a tuned file that could not be updated later."""
+    """Say what is tuned where, and fail now on a tuned file that could not be read later."""
     p.echo(
         f"autotune: tuning {p.ref.name!r} on {p.machine.hardware} ({p.machine.cpu_share} CPU cores), "
         f"study {p.study_name!r} in {redact(p.storage_url)}"
@@ -184,9 +186,7 @@ def announce(p: Prepared) -> None:
     if len(p.space.domains["batch_size"]) > 1 or p.space.domains["batch_size"][0] != p.baseline.batch_size:
         p.echo(f"  learning rate for a new batch size: {p.lr_rule.why}")
     if p.ref.tuned_path.exists():
-        tuned_file.read(p.ref.tuned_path)  # a broken file fails now, not after the search
-    if p.options.write_tuned_file:
-        tuned_file.check_writable(p.ref.tuned_path)
+        tuned_file.read(p.ref.tuned_path, p.ref.name)  # a broken file, or another recipe's, fails now
 
 
 def open_study(p: Prepared, storage_url: str | None = None, study_name: str | None = None) -> Setup:

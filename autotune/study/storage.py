@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -22,15 +23,24 @@ CONNECT_TIMEOUT_S = 10  # an unreachable database server fails after this long, 
 SCHEMA_ATTEMPTS = 5  # searchers starting together on a new database: all but one lose the race to create its tables
 
 
-def open_storage(url: str) -> optuna.storages.RDBStorage:
+def open_storage(url: str, create: bool = True) -> optuna.storages.RDBStorage:
     """An RDB storage with heartbeats, or a clear error for a URL that cannot be used.
 
     SQLite serves several searcher processes on one host: every transaction takes the
     file's write lock up front (BEGIN IMMEDIATE), so taking a ticket is atomic there
     as it is in PostgreSQL. It is no storage for searchers on several hosts.
+    `create`: False for a command that reads a study (report, export): an SQLite file
+    that is not there is an error, not a new empty database left behind.
     """
     interval, grace = sharing.heartbeat_settings()
     given, url = url, _with_driver(url)
+    if not create and url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        path = url[len("sqlite:///") :].split("?")[0]
+        if not Path(path).is_file():
+            raise sharing.SharingError(
+                f"cannot open study storage {redact(given)}: there is no file {path}; give the URL of the study's "
+                f"storage (`autotune search` creates it)."
+            )
     engine_kwargs: dict[str, Any] = {"pool_pre_ping": True}
     if url.startswith("sqlite"):
         engine_kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_S}

@@ -5,7 +5,9 @@
 - ``api``: ``load_tuned``, ``tuned_loader``, ``tuned_step`` for the user's own training code;
 - ``show``: a tuned file as a table;
 - ``export``: a profile in Hugging Face, Lightning or plain PyTorch terms;
-- ``distributed``: what a profile means under torchrun (per-process batch, global rate, cores per rank).
+- ``distributed``: what a profile means under torchrun (per-process batch, global rate, cores per rank);
+- ``torch_loop``: a profile's loop knobs as a plain PyTorch loop that fits the workload's batches (for export);
+- ``caller``: where the API's warnings point, the user's own call.
 """
 
 from autotune.exports import lazy_exports

@@ -24,9 +24,10 @@ from torch.utils.data.distributed import DistributedSampler
 from autotune.config import Config
 from autotune.knobs import STREAM_KNOBS
 from autotune.loop import DeviceLoader, Step, build_loader
+from autotune.loop.hooks import StepError
 from autotune.loop.loader import USER_LOADER_ARGS
 from autotune.loop.sourced import WrappedLoader
-from autotune.tuned import distributed
+from autotune.tuned import caller, distributed
 from autotune.tuned import file as tuned_file
 from autotune.workloads import Workload, load, resolve
 from autotune.workloads.decode import NotTranslatable
@@ -87,7 +88,7 @@ def load_tuned(recipe: str, device: torch.device | str | None = None, world_size
     ref = resolve(recipe)
     workload = load(ref)
     hardware = _hardware(device)
-    data = tuned_file.read(ref.tuned_path) if ref.tuned_path.exists() else None
+    data = tuned_file.read(ref.tuned_path, ref.name) if ref.tuned_path.exists() else None
     profile = tuned_file.match(data, hardware) if data else None
     if profile is None:
         have = ", ".join(repr(h) for h in (data or {}).get("profiles", {})) or "none"
@@ -95,7 +96,7 @@ def load_tuned(recipe: str, device: torch.device | str | None = None, world_size
             f"{ref.tuned_path} has no profile for {hardware!r} (profiles: {have}); using {ref.name}'s own defaults. "
             f"Run `autotune search --recipe {recipe}` on this machine to tune it.",
             NoProfileWarning,
-            stacklevel=3,
+            stacklevel=caller.stacklevel(),  # the user's call: of load_tuned, or of tuned_loader/tuned_step
         )
         config = baseline_config(workload, device.type == "cuda")
         lr = distributed.lr_for_world(float(workload.defaults["lr"]), "linear", world)
@@ -297,7 +298,7 @@ def tuned_step(
     if loss_fn is None and compute_loss is None:
         compute_loss = tuned.workload.compute_loss
         if compute_loss is None:
-            raise ValueError(
+            raise StepError(
                 f"tuned_step: give loss_fn or compute_loss; {recipe}'s workload declares no compute_loss(model, batch)"
             )
     config = tuned.config if cuda_graph is None else dataclasses.replace(tuned.config, cuda_graph=cuda_graph)

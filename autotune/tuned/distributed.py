@@ -27,6 +27,7 @@ from torch.utils.data import Dataset
 from torch.utils.data.distributed import DistributedSampler
 
 from autotune.config import Config
+from autotune.tuned import caller
 
 
 class CpuShareWarning(UserWarning):
@@ -74,7 +75,7 @@ def check_cpu_share(profile: dict[str, Any], name: str, hardware: str, ranks: in
         f"by {ranks} processes ({each} each): its settings (num_workers={workers}) were measured with cores these "
         f"processes do not have. Tune one process's share with `autotune search --recipe {name} --cpus {each}`.",
         CpuShareWarning,
-        stacklevel=4,
+        stacklevel=caller.stacklevel(),  # the user's call of load_tuned, tuned_loader or tuned_step
     )
 
 

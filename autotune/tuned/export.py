@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.config import Config
 from autotune.tuned import file as tuned_file
+from autotune.tuned.torch_loop import Batches, collate_arg, loop_lines
+
+if TYPE_CHECKING:
+    import optuna
 
 TARGETS = ("hf", "lightning", "torch")
 # What each knob's tuned value does, for a knob no target can express, and how the loss reads.
@@ -32,11 +36,13 @@ _LOST_WHY = {
     "channels_last": "the model and its image batches in channels_last (tuned_step)",
     "pad_multiple": "batches padded to a multiple of the tuned length (tuned_loader)",
     "cudnn_benchmark": "cuDNN's autotuned convolution plans",
+    "compile": "the step's forward and loss compiled as one graph by torch.compile (tuned_step)",
 }
-# Per target: knobs it cannot express at all; knobs one line of the user's code sets (with that line).
+# Per target: knobs it cannot express at all; knobs one line of the user's code sets (with that line). Every other
+# knob is in the target's arguments, or (torch) in the loop written out (autotune.tuned.torch_loop).
 _LOST = {
-    "hf": ("placement", "decode", "device_normalize", "cuda_graph"),
-    "lightning": ("placement", "decode", "device_normalize", "cuda_graph", "bucketing"),
+    "hf": ("placement", "decode", "device_normalize", "cuda_graph", "compile"),
+    "lightning": ("placement", "decode", "device_normalize", "cuda_graph", "bucketing", "compile"),
     "torch": ("placement", "decode", "device_normalize", "cuda_graph", "bucketing"),
 }
 _CODE = {
@@ -51,7 +57,9 @@ _CODE = {
         "batch[0].to(memory_format=torch.channels_last) in on_after_batch_transfer()",
         "pad_multiple": "a collate_fn that pads to a multiple of {pad_multiple}",
     },
-    "torch": {},
+    "torch": {
+        "pad_multiple": "a collate_fn that pads to a multiple of {pad_multiple} (pad_to_multiple_of={pad_multiple})",
+    },
 }
 _PRECISION = {"off": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixed"}
 
@@ -80,6 +88,7 @@ class Export:
     lost: list[Lost]
     cost: list[str]  # measured rates that say what the lost knobs are worth
     notes: list[str]
+    batches: Batches = Batches()  # how the workload makes and scores batches: the torch loop fits them
 
 
 def _is_on(knob: str, value: Any) -> bool:
@@ -88,10 +97,11 @@ def _is_on(knob: str, value: Any) -> bool:
 
 
 def export_profile(recipe: str, hardware: str, profile: dict[str, Any], target: str,
-                   shuffle: bool = True, drop_last: bool = False, study_trials: list[dict[str, Any]] | None = None
-                   ) -> Export:
+                   shuffle: bool = True, drop_last: bool = False, study_trials: list[dict[str, Any]] | None = None,
+                   batches: Batches = Batches()) -> Export:
     """`profile` (a tuned file's table for `hardware`) in `target`'s terms; `study_trials` (complete trials'
-    ``config`` and ``samples_per_s``) measure what the lost knobs are worth, when the study is at hand."""
+    ``config`` and ``samples_per_s``) measure what the lost knobs are worth, when the study is at hand; `batches`:
+    the workload's collate_fn and compute_loss, which the torch loop uses (default: ``(x, y)`` batches)."""
     if target not in TARGETS:
         raise ValueError(f"target must be one of {', '.join(TARGETS)}, but got {target!r}")
     config = tuned_file.knobs_to_config(profile["knobs"])
@@ -124,9 +134,12 @@ def export_profile(recipe: str, hardware: str, profile: dict[str, Any], target: 
         kwargs = {} if lr is None else {"lr": lr}
     values = config.as_dict()
     code = {k: line.format(**values) for k, line in _CODE[target].items() if _is_on(k, values[k])}
+    if target == "torch" and "pad_multiple" in code and batches.collate_fn:
+        code["pad_multiple"] = (f"the DataLoader above passes pad_to_multiple_of={config.pad_multiple} to the "
+                                f"workload's collate_fn")
     lost = [Lost(k, values[k], _LOST_WHY[k]) for k in _LOST[target] if _is_on(k, values[k])]
     return Export(recipe, hardware, target, config, lr, kwargs, loader, code, lost,
-                  _cost(profile, config, lost, study_trials), _notes(recipe, profile, config, target))
+                  _cost(profile, config, lost, study_trials), _notes(recipe, profile, config, target), batches)
 
 
 def _hf_order(shuffle: bool, bucketing: bool) -> dict[str, Any]:
@@ -225,9 +238,14 @@ def render(item: Export) -> str:
         lines += _call("train_loader = DataLoader", {"dataset": _Raw("train_dataset"), **item.loader_kwargs})
         lines.append("# in configure_optimizers(): your optimizer at lr=" + _lr_of(item))
     else:
-        lines = [head + "plain PyTorch", "import torch", "from torch.utils.data import DataLoader", ""]
-        lines += _call("loader = DataLoader", {"dataset": _Raw("train_dataset"), **item.loader_kwargs})
-        lines += _torch_step(item)
+        collate = collate_arg(item.config, item.batches)
+        imports = ["import functools"] if collate is not None and collate.startswith("functools.") else []
+        lines = [head + "plain PyTorch", *imports, "import torch", "from torch.utils.data import DataLoader", ""]
+        made = {"dataset": _Raw("train_dataset"), **item.loader_kwargs}
+        if collate is not None:
+            made["collate_fn"] = _Raw(collate)
+        lines += _call("loader = DataLoader", made)
+        lines += loop_lines(item.config, item.hardware, _lr_of(item), item.batches)
     if item.code:
         lines += ["", "# set in your own code:"] + [f"#   {k}: {line}" for k, line in item.code.items()]
     if item.lost:
@@ -249,38 +267,14 @@ def _lr_of(item: Export) -> str:
     return f"{item.lr!r}" if item.lr is not None else "the workload's own"
 
 
-def _torch_step(item: Export) -> list[str]:
-    """The loop the profile's loop knobs make, written out in plain PyTorch."""
-    c = item.config
-    device = "cpu" if item.hardware == "cpu" else "cuda"
-    fmt = ", memory_format=torch.channels_last" if c.channels_last else ""
-    blocking = ", non_blocking=True" if c.pin_memory else ""
-    lines = ["", f'device = "{device}"']
-    if c.cudnn_benchmark:
-        lines.append("torch.backends.cudnn.benchmark = True")
-    lines.append(f"model.to(device{fmt})")
-    lines.append(f"optimizer = YourOptimizer(model.parameters(), lr={_lr_of(item)})")
-    if c.amp == "fp16":
-        lines.append(f'scaler = torch.amp.GradScaler("{device}")')
-    lines += ["for x, y in loader:", f"    x = x.to(device{blocking}{fmt})", f"    y = y.to(device{blocking})"]
-    if c.amp != "off":
-        dtype = "bfloat16" if c.amp == "bf16" else "float16"
-        lines += [f'    with torch.autocast("{device}", dtype=torch.{dtype}):', "        loss = loss_fn(model(x), y)"]
-    else:
-        lines.append("    loss = loss_fn(model(x), y)")
-    lines.append("    optimizer.zero_grad(set_to_none=True)")
-    if c.amp == "fp16":
-        lines += ["    scaler.scale(loss).backward()", "    scaler.step(optimizer)", "    scaler.update()"]
-    else:
-        lines += ["    loss.backward()", "    optimizer.step()"]
-    return lines
-
-
-def _find_study_trials(study: str | None, storage: str | None) -> list[dict[str, Any]] | None:
+def _find_study_trials(study: str | None, storage: str | optuna.storages.BaseStorage | None
+                       ) -> list[dict[str, Any]] | None:
     """Complete trials' config and samples/s, or None when the study is not at hand."""
     if study is None or storage is None:
         return None
-    if storage.startswith("sqlite:///") and not Path(storage.removeprefix("sqlite:///")).exists():
+    missing = isinstance(storage, str) and storage.startswith("sqlite:///") and not Path(
+        storage.removeprefix("sqlite:///")).exists()
+    if missing:
         return None  # opening it would create an empty database file
     import optuna
 
@@ -295,12 +289,15 @@ def _find_study_trials(study: str | None, storage: str | None) -> list[dict[str,
     ]
 
 
-def export(recipe: str, target: str, hardware: str | None = None, storage: str | None = None) -> list[Export]:
+def export(recipe: str, target: str, hardware: str | None = None,
+           storage: str | optuna.storages.BaseStorage | None = None) -> list[Export]:
     """Every profile of `recipe`'s tuned file (or the one for `hardware`) in `target`'s terms.
 
     `recipe`: a recipe name or path, or a ``.tuned.toml`` file (its workload is the recipe the file names).
-    `storage`: the study's Optuna storage URL; default, the search's own SQLite file (.autotune/NAME.db) when it
-    is here. Raises TunedFileError for a tuned file that is missing or invalid, ValueError for a hardware it lacks.
+    `storage`: the study's Optuna storage, or its URL; default, the search's own SQLite file (.autotune/NAME.db)
+    when it is here. `autotune export --storage URL` opens it as search and report do, so a URL it cannot open is
+    an error there. Raises TunedFileError for a tuned file that is missing or invalid, ValueError for a hardware it
+    lacks.
     """
     from autotune.workloads import load, resolve
 
@@ -315,16 +312,17 @@ def export(recipe: str, target: str, hardware: str | None = None, storage: str |
         path = ref.tuned_path
         if not path.exists():
             raise tuned_file.TunedFileError(f"no tuned file at {path}: run `autotune search --recipe {recipe}`")
-        data = tuned_file.read(path)
+        data = tuned_file.read(path, ref.name)
     profiles = data.get("profiles", {})
     if hardware is not None and hardware not in profiles:
         raise ValueError(f"{path} has no profile for {hardware!r}; it has {', '.join(map(repr, profiles))}")
     workload = load(ref)
+    batches = Batches(collate_fn=workload.collate_fn is not None, compute_loss=workload.compute_loss is not None)
     local = Path(".autotune") / f"{ref.name}.db"
     storage = storage or (f"sqlite:///{local.resolve()}" if local.exists() else None)
     return [
         export_profile(ref.name, name, profile, target, bool(workload.default("shuffle")),
-                       bool(workload.default("drop_last")), _find_study_trials(profile.get("study"), storage))
+                       bool(workload.default("drop_last")), _find_study_trials(profile.get("study"), storage), batches)
         for name, profile in profiles.items()
         if hardware is None or name == hardware
     ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shlex
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -34,8 +35,13 @@ class TunedFileWriteError(TunedFileError, OSError):
     """The tuned file could not be written (a folder we may not write, a full disk); the old file stands."""
 
 
-def read(path: Path) -> dict[str, Any]:
-    """Parse and validate a tuned file; raises TunedFileError listing every problem."""
+def read(path: Path, recipe: str | None = None) -> dict[str, Any]:
+    """Parse and validate a tuned file; raises TunedFileError listing every problem.
+
+    `recipe`: the recipe it is read for; a file whose ``recipe`` names another is an error naming both (a copied
+    or renamed file holds what was measured on another workload). None where the file itself says whose it is
+    (a ``.tuned.toml`` path given to show or export).
+    """
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -50,7 +56,17 @@ def read(path: Path) -> dict[str, Any]:
     problems = validate(data, str(path))
     if problems:
         raise TunedFileError(f"tuned file {path} has {len(problems)} problem(s):\n  - " + "\n  - ".join(problems))
+    if recipe is not None and data.get("recipe", recipe) != recipe:
+        raise TunedFileError(
+            f"tuned file {path} is for recipe {data['recipe']!r}, but was read for recipe {recipe!r}: a tuned file "
+            f"holds what was measured on its own recipe's workload. Tune this one with `autotune search --recipe "
+            f"{shlex.quote(recipe)}`, or, if the file was only renamed, set recipe = {_toml_string(recipe)} in it."
+        )
     return data
+
+
+def _toml_string(text: str) -> str:
+    return tomli_w.dumps({"k": text})[len("k = "):].strip()
 
 
 def knobs_to_config(knobs: dict[str, Any]) -> Config:
@@ -66,21 +82,24 @@ def shown_as(path: Path, recipe: str) -> str:
     """What `autotune show --recipe` takes to print the tuned file at `path`, run from the current folder.
 
     A recipe in ./recipes resolves by its name; any other (a workload given by path) is
-    found by the tuned file's own path, since its name alone resolves to nothing.
+    found by the tuned file's own path, since its name alone resolves to nothing. Quoted
+    for a shell, as the profile's ``command`` is: the header's command runs as written.
 
     >>> shown_as(Path("recipes/mnist_cnn.tuned.toml"), "mnist_cnn")
     'mnist_cnn'
     >>> shown_as(Path("/nowhere/work/my_model.tuned.toml"), "my_model")
     '/nowhere/work/my_model.tuned.toml'
+    >>> shown_as(Path("/nowhere/my work/model.tuned.toml"), "model")
+    "'/nowhere/my work/model.tuned.toml'"
     """
     path = Path(path)
     absolute = path if path.is_absolute() else Path.cwd() / path
     if absolute == Path.cwd() / "recipes" / f"{recipe}.tuned.toml":
-        return recipe
+        return shlex.quote(recipe)
     try:
-        return str(absolute.relative_to(Path.cwd()))
+        return shlex.quote(str(absolute.relative_to(Path.cwd())))
     except ValueError:
-        return str(absolute)
+        return shlex.quote(str(absolute))
 
 
 def write_profile(path: Path, recipe: str, hardware: str, profile: dict[str, Any]) -> dict[str, Any]:
@@ -88,7 +107,7 @@ def write_profile(path: Path, recipe: str, hardware: str, profile: dict[str, Any
     path = Path(path)
     data: dict[str, Any] = {"schema": SCHEMA_VERSION, "recipe": recipe, "profiles": {}}
     if path.exists():
-        data = read(path)
+        data = read(path, recipe)
     data["profiles"][hardware] = profile
     problems = validate(data)
     if problems:  # our own bug if it happens; never write a file we could not read back
@@ -136,7 +155,8 @@ def check_writable(path: Path) -> None:
     """Fail before a search, not after it, when the tuned file's folder cannot take the file.
 
     Creates nothing: a search that fails later must not leave an empty ./recipes behind. A folder still to be
-    made is checked through the nearest one that exists, where `write_profile` will make it.
+    made is checked through the nearest one that exists, where `write_profile` will make it. Its error says that
+    nothing ran: there is no study yet to keep any trial.
     """
     path = Path(path)
     folder = path.parent
@@ -153,15 +173,18 @@ def check_writable(path: Path) -> None:
         os.close(fd)
         os.unlink(tmp)
     except OSError as exc:
-        raise TunedFileWriteError(_unwritable(path, exc)) from exc
+        raise TunedFileWriteError(_unwritable(path, exc, before=True)) from exc
 
 
-def _unwritable(path: Path, exc: OSError) -> str:
+def _unwritable(path: Path, exc: OSError, before: bool = False) -> str:
+    """Why the tuned file at `path` cannot be written, and what then stands: nothing (`before` a search), or the
+    study's trials and its measured end, which the same command writes without measuring again."""
     fix = f"make {path.parent} writable" if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) else "fix that"
-    return (
-        f"cannot write tuned file {path}: {exc.strerror or exc} ({exc.filename or path.parent}); "
-        f"the study keeps its trials: {fix} and run the same command again."
-    )
+    said = f"cannot write tuned file {path}: {exc.strerror or exc} ({exc.filename or path.parent})"
+    if before:
+        return (f"{said}; a search must be able to write its tuned file before it starts, so nothing was run: "
+                f"{fix} and run the same command again.")
+    return f"{said}; the study keeps its trials: {fix} and run the same command again."
 
 
 def match(data: dict[str, Any], hardware: str) -> dict[str, Any] | None:

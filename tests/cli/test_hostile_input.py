@@ -627,3 +627,24 @@ def test_a_config_that_was_only_valued_is_drawn_as_not_run_not_as_pruned() -> No
     colours = _cell_colours(fig, [64], columns)
     assert colours[(64, "2")] == tuple(round(255 * v) for v in to_rgb(figures.NOT_RUN_COLOUR))
     assert colours[(64, "1")] == tuple(round(255 * v) for v in to_rgb(figures.PRUNED_COLOUR))
+
+
+def test_a_tuned_file_that_names_another_recipe_is_refused_naming_both(project: Path) -> None:
+    """recipes/tiny.tuned.toml copied from mnist_cnn's: its settings were measured on another workload."""
+    from autotune import load_tuned
+    from autotune.tuned.file import TunedFileError
+
+    path = _tuned_with(project, "", recipe='"mnist_cnn"')
+    said = (f"tuned file {path} is for recipe 'mnist_cnn', but was read for recipe 'tiny': a tuned file holds what "
+            f"was measured on its own recipe's workload. Tune this one with `autotune search --recipe tiny`, or, "
+            f"if the file was only renamed, set recipe = \"tiny\" in it.")
+    with pytest.raises(TunedFileError, match=f"^{re.escape(said)}$"):
+        load_tuned("tiny", "cpu")
+    for command in (["show", "--recipe", "tiny"], ["export", "--recipe", "tiny", "--to", "torch"],
+                    ["search", "--recipe", "tiny", "--trials", "1"]):
+        result = CliRunner().invoke(main, command)
+        assert result.exit_code == 2 and result.output.splitlines()[-1] == f"Error: {said}", (command, result.output)
+    assert not (project / ".autotune").exists(), "the search stopped before any study"
+    # A tuned file given as a path is read as the recipe it names (docs/tuned-file.md): nothing to refuse.
+    shown = CliRunner().invoke(main, ["show", "--recipe", str(path)])
+    assert shown.exit_code == 0, shown.output

@@ -204,7 +204,8 @@ def test_graph_off_reasons_name_the_cause() -> None:
         ({"accumulate": 2.0}, ValueError, r"`accumulate >= 1` .* but got accumulate=2\.0\."),
         ({"clip_grad_norm": -1.0}, ValueError, r"`clip_grad_norm > 0` .* but got clip_grad_norm=-1\.0\."),
         ({"clip_grad_norm": math.inf}, ValueError, r"but got clip_grad_norm=inf\."),
-        ({"after_update": 3}, TypeError, r"after_update must be a callable taking no arguments, but got 3"),
+        ({"after_update": 3}, TypeError, r"after_update must be a callable taking no arguments, but got "
+                                         r"after_update=3\."),
         ({"capture_after_update": True}, ValueError, r"capture_after_update=True .* but no after_update is given"),
     ],
 )

@@ -111,17 +111,24 @@ def locked_recipes(project: Path):  # type: ignore[no-untyped-def]
         make_writable(folder)
 
 
-def test_unwritable_recipes_folder_stops_the_search_before_any_trial(project: Path, locked_recipes: Path) -> None:
+def test_unwritable_recipes_folder_stops_the_search_before_any_trial(
+    project: Path, locked_recipes: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """There is no study yet, so the message says that nothing ran, not that a study keeps its trials."""
+    loaded: list[object] = []
+    monkeypatch.setattr("autotune.study.setup.load", loaded.append)  # the workload's code: never reached
     result = CliRunner().invoke(main, ["search", "--recipe", "tiny", "--trials", "2"])
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output
     tuned = locked_recipes / "tiny.tuned.toml"
-    assert re.search(
+    assert re.fullmatch(
         rf"Error: cannot write tuned file {re.escape(str(tuned))}: (Operation not permitted|Permission denied) "
-        rf"\(.+\); the study keeps its trials: make {re.escape(str(locked_recipes))} writable and run the same "
-        rf"command again\.",
-        result.output,
+        rf"\({re.escape(str(locked_recipes))}/\.tiny\.tuned\.toml\.\w+\.check\); a search must be able to write "
+        rf"its tuned file before it starts, so nothing was run: make {re.escape(str(locked_recipes))} writable and "
+        rf"run the same command again\.",
+        result.output.splitlines()[-1],
     ), result.output
+    assert loaded == [], "the workload was not loaded"
     assert not (project / ".autotune").exists(), "no study was started"
     assert sorted(p.name for p in locked_recipes.iterdir()) == ["tiny.py"]
 

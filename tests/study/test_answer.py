@@ -137,3 +137,69 @@ def test_a_rerun_after_a_failed_write_reuses_the_verdicts_and_rounds(
     # Written: the next run of the same command checks and measures afresh.
     search("tiny", options, echo=lambda line: None)
     assert len(parity_runs) > checked
+
+
+def _failing_write(monkeypatch: pytest.MonkeyPatch) -> object:
+    """Make the tuned file's write fail as a full disk does; returns the real write, to put back."""
+    write_profile = tuned_file.write_profile
+
+    def full_disk(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tuned_file, "write_profile", full_disk)
+    return write_profile
+
+
+def test_a_rerun_of_the_same_command_after_a_failed_write_runs_no_trial(
+    project: Path, fake_pool: type[FakePool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first run's budget ended its trials short of the target; the rerun's fresh budget must not measure more
+    trials that its reused end would then ignore."""
+    from autotune.study import trials
+
+    monkeypatch.setattr(FakePool, "parity_run", _parity({True: 1.0, False: 1.0}))
+    out_of_time = trials.out_of_time
+    monkeypatch.setattr(trials, "out_of_time", lambda setup, spent=0.0: len(FakePool.runs) >= 3)  # budget spent
+    write_profile = _failing_write(monkeypatch)
+    options = SearchOptions(trials=8, finalists=1, rounds=1)
+    with pytest.raises(OSError, match="No space left on device"):
+        search("tiny", options, echo=lambda line: None)
+    measured = list(FakePool.runs)
+    monkeypatch.setattr(trials, "out_of_time", out_of_time)  # the rerun's budget is whole again
+    monkeypatch.setattr(tuned_file, "write_profile", write_profile)
+    lines: list[str] = []
+    made = search("tiny", options, echo=lines.append).profile
+    assert FakePool.runs == measured, "no trial and no round measured again"
+    assert ("resuming study 'tiny@cpu': 3 trial(s) already finished; its tuned file was not written, so this run "
+            "writes it from them and runs no trial") in lines
+    assert ("finalists: reusing the parity verdicts and rounds of the run whose tuned file was not written; nothing "
+            "is measured again") in lines
+    assert not any(line.startswith("[") for line in lines), lines
+    assert made["knobs"]["batch_size"] != 16 and made["speedup"] == 2.0
+
+
+def test_a_rerun_that_measures_trials_after_a_failed_write_measures_its_end_afresh(
+    project: Path, fake_pool: type[FakePool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rerun asking for more trials measures them; the end then comes from every trial, and says so, even when
+    none of the new trials completed."""
+    monkeypatch.setattr(FakePool, "parity_run", _parity({True: 1.0, False: 1.0}))
+    write_profile = _failing_write(monkeypatch)
+    with pytest.raises(OSError, match="No space left on device"):
+        search("tiny", SearchOptions(trials=4, finalists=1, rounds=1), echo=lambda line: None)
+    monkeypatch.setattr(tuned_file, "write_profile", write_profile)
+    run = FakePool.run
+
+    def trials_fail(self: FakePool, config: Config, lr: float, windows: object = None, on_window: object = None,
+                    **kwargs: object) -> Outcome:
+        if on_window is None:  # a finalist's round, not a trial
+            return run(self, config, lr, windows, on_window, **kwargs)  # type: ignore[arg-type]
+        return Outcome("failed", reason="error: RuntimeError: boom")
+
+    monkeypatch.setattr(FakePool, "run", trials_fail)
+    lines: list[str] = []
+    search("tiny", SearchOptions(trials=6, finalists=1, rounds=1), echo=lines.append)
+    trial_lines = [line for line in lines if line.startswith("[")]
+    assert len(trial_lines) == 2 and all("failed: error: RuntimeError: boom" in line for line in trial_lines)
+    assert not any("reusing" in line for line in lines), lines
+    assert "finalists: measuring 1 config(s) against the baseline, 1 round(s), fresh processes" in lines

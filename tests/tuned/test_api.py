@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -135,3 +136,54 @@ def test_tuned_step_passes_the_hooks_and_turns_the_profiles_graph_off_when_asked
     assert (step.clip_grad_norm, step.accumulate, step.config.cuda_graph, step.use_graph) == (1.0, 2, False, False)
     graphed = tuned_step(model, torch.nn.CrossEntropyLoss(), optimizer, recipe="tiny", device="cpu")
     assert graphed.graph_reason == "cuda_graph needs a CUDA device, but the step runs on cpu"
+
+
+def _next_line() -> int:
+    """The line after the caller's: where the call it precedes is."""
+    import inspect
+
+    frame = inspect.currentframe()
+    assert frame is not None and frame.f_back is not None
+    return frame.f_back.f_lineno + 1
+
+
+def test_the_no_profile_warning_points_at_the_users_own_call(project: Path) -> None:
+    """Whether the user calls load_tuned or tuned_loader/tuned_step (which call it), the warning names their line."""
+    model = torch.nn.Linear(2, 2)
+    with pytest.warns(NoProfileWarning) as direct:
+        line = _next_line()
+        load_tuned("tiny", "cpu")
+    assert (direct[0].filename, direct[0].lineno) == (__file__, line)
+    with pytest.warns(NoProfileWarning) as through:
+        line = _next_line()
+        tuned_loader(_dataset(), recipe="tiny", device="cpu")
+    assert (through[0].filename, through[0].lineno) == (__file__, line)
+    with pytest.warns(NoProfileWarning) as stepped:
+        line = _next_line()
+        tuned_step(model, torch.nn.MSELoss(), torch.optim.SGD(model.parameters(), lr=0.1), recipe="tiny", device="cpu")
+    assert (stepped[0].filename, stepped[0].lineno) == (__file__, line)
+
+
+@pytest.mark.parametrize(
+    ("hooks", "builtin", "message"),
+    [
+        ({"accumulate": 0}, ValueError,
+         "`accumulate >= 1` (micro-batches per update, an int) must hold, but got accumulate=0."),
+        ({"clip_grad_norm": -1}, ValueError,
+         "`clip_grad_norm > 0` (a finite number, or None for no clipping) must hold, but got clip_grad_norm=-1."),
+        ({"after_update": 5}, TypeError,
+         "after_update must be a callable taking no arguments, but got after_update=5."),
+    ],
+)
+def test_a_hook_tuned_step_cannot_take_is_an_autotune_error_naming_value_and_rule(
+    project: Path, hooks: dict, builtin: type, message: str
+) -> None:
+    """docs/api.md: every deliberate error derives from AutotuneError, and keeps the builtin it refines."""
+    from autotune.errors import AutotuneError
+
+    _write(project, "cpu", Config(batch_size=16))
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(AutotuneError, match=f"^{re.escape(message)}$") as raised:
+        tuned_step(model, torch.nn.MSELoss(), torch.optim.SGD(model.parameters(), lr=0.1), recipe="tiny",
+                   device="cpu", **hooks)
+    assert isinstance(raised.value, builtin)

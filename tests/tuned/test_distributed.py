@@ -113,6 +113,7 @@ def test_a_profile_tuned_with_more_cores_than_a_rank_has_warns_with_the_numbers(
     _write(project, Config(batch_size=32, num_workers=6), cpu_share=8)
     with pytest.warns(distributed.CpuShareWarning) as caught:
         load_tuned("tiny", "cpu")
+    assert caught[0].filename == __file__, "the warning points at the user's call of load_tuned"
     assert str(caught[0].message) == (
         "tiny's profile for cpu was tuned with 8 CPU cores, but this host's 8 cores are shared by 2 processes (4 "
         "each): its settings (num_workers=6) were measured with cores these processes do not have. Tune one "

@@ -110,9 +110,12 @@ def test_an_unknown_target_is_one_error() -> None:
         export_profile("tiny", "cpu", PROFILE, "keras")
 
 
-def test_the_command_exports_the_committed_mnist_cnn_file() -> None:
-    result = CliRunner().invoke(main, ["export", "--recipe", "mnist_cnn", "--to", "hf", "--hardware", "NVIDIA H200",
-                                       "--storage", "sqlite:////nonexistent/study.db"])
+def test_the_command_exports_the_committed_mnist_cnn_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "recipes").mkdir()
+    committed = Path(__file__).parents[2] / "recipes" / "mnist_cnn.tuned.toml"
+    (tmp_path / "recipes" / committed.name).write_bytes(committed.read_bytes())
+    monkeypatch.chdir(tmp_path)  # no study here: the cost says it is not at hand
+    result = CliRunner().invoke(main, ["export", "--recipe", "mnist_cnn", "--to", "hf", "--hardware", "NVIDIA H200"])
     assert result.exit_code == 0, result.output
     assert result.output.startswith("# mnist_cnn, profile 'NVIDIA H200', for Hugging Face Trainer\n")
     assert "    per_device_train_batch_size=512,\n    learning_rate=0.04,\n" in result.output
@@ -148,3 +151,114 @@ def test_show_says_the_batch_is_per_process() -> None:
         "batch_size is per process: N processes (torchrun) train on N x batch_size per step, at the rate "
         "load_tuned(recipe, world_size=N).lr gives by the lr rule (docs/integrations.md)."
     )
+
+
+def test_torch_export_of_text_transformer_fits_its_dict_batches_and_names_every_knob() -> None:
+    """The committed H200 profile pads to 64 and buckets: the loader passes the padding, the loop scores a dict batch
+    with the workload's compute_loss, and bucketing is listed as lost."""
+    result = CliRunner().invoke(main, ["export", "--recipe", "text_transformer", "--to", "torch"])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "    collate_fn=functools.partial(collate_fn, pad_to_multiple_of=64),\n)\n" in out
+    assert ("# set in your own code:\n#   pad_multiple: the DataLoader above passes pad_to_multiple_of=64 to the "
+            "workload's collate_fn\n") in out
+    assert ("# not expressible here (tuned_loader/tuned_step apply them), and what that costs:\n"
+            "#   bucketing=True: batches of samples of similar length (tuned_loader's length buckets)\n") in out
+    assert "for x, y in loader" not in out and "loss_fn" not in out
+    assert ("for batch in loader:\n    batch = to_device(batch)\n"
+            '    with torch.autocast("cuda", dtype=torch.bfloat16):\n'
+            "        loss = compute_loss(model, batch)\n") in out
+
+
+def test_every_tuned_knob_is_in_the_torch_export_or_listed_as_lost() -> None:
+    config = Config(batch_size=64, num_workers=2, pin_memory=True, persistent_workers=True, prefetch_factor=3,
+                    cudnn_benchmark=True, channels_last=True, amp="fp16", cuda_graph=True, placement="device",
+                    decode="gpu", decode_share=0.5, device_normalize=True, pad_multiple=8, bucketing=True,
+                    compile="default")
+    profile = {**PROFILE, "knobs": tuned_file.config_to_knobs(config)}
+    item = export_profile("tiny", "NVIDIA H200", profile, "torch")
+    assert [lost.knob for lost in item.lost] == ["placement", "decode", "device_normalize", "cuda_graph", "bucketing"]
+    assert item.code == {"pad_multiple": "a collate_fn that pads to a multiple of 8 (pad_to_multiple_of=8)"}
+    assert item.loader_kwargs == {"batch_size": 64, "shuffle": True, "drop_last": False, "num_workers": 2,
+                                  "pin_memory": True, "persistent_workers": True, "prefetch_factor": 3}
+    text = render(item)
+    for line in ("torch.backends.cudnn.benchmark = True", "model.to(device, memory_format=torch.channels_last)",
+                 'score = torch.compile(lambda model, x, y: loss_fn(model(x), y), fullgraph=True, mode="default")',
+                 '    with torch.autocast("cuda", dtype=torch.float16):', "        loss = score(model, x, y)",
+                 "    scaler.scale(loss).backward()"):
+        assert f"\n{line}\n" in text, line
+    for target in ("hf", "lightning"):  # compile is theirs to lose too, not dropped without a word
+        assert "compile" in [lost.knob for lost in export_profile("tiny", "cpu", profile, target).lost]
+
+
+def test_the_torch_loop_for_a_dict_batch_workload_trains_as_printed() -> None:
+    """The printed loader and loop run as written on text_transformer's own data set, collate_fn and model."""
+    import torch
+
+    from autotune.tuned.torch_loop import Batches
+    from autotune.workloads import load, resolve
+
+    workload = load(resolve("text_transformer"))
+    config = Config(batch_size=16, amp="bf16", pad_multiple=64, compile="off")
+    profile = {**PROFILE, "knobs": tuned_file.config_to_knobs(config)}
+    text = render(export_profile("text_transformer", "cpu", profile, "torch",
+                                 batches=Batches(collate_fn=True, compute_loss=True)))
+    code = text[: text.index("\n# set in your own code:")]
+    torch.manual_seed(0)
+    model = workload.build_model()
+    before = [p.detach().clone() for p in model.parameters()]
+    lengths: list[int] = []
+
+    def collate_fn(samples: list, pad_to_multiple_of: int | None = None) -> dict:
+        batch = workload.collate_fn(samples, pad_to_multiple_of=pad_to_multiple_of)
+        lengths.append(batch["input_ids"].shape[1])
+        return batch
+
+    dataset = workload.build_dataset(None)
+    names = {"train_dataset": torch.utils.data.Subset(dataset, range(32)), "collate_fn": collate_fn, "model": model,
+             "compute_loss": workload.compute_loss, "YourOptimizer": torch.optim.AdamW}
+    exec(compile(code, "<export>", "exec"), names)  # noqa: S102 (the printed code, run as a user pastes it)
+    assert len(lengths) == 2 and all(n % 64 == 0 for n in lengths), lengths
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters())), "the optimizer stepped"
+
+
+def _damaged_study_file(folder: Path) -> Path:
+    import optuna
+
+    whole = folder / "whole.db"
+    study = optuna.create_study(storage=f"sqlite:///{whole}", study_name="mnist_cnn@nvidia-h200")
+    for _ in range(20):
+        study.enqueue_trial({"x": 1})
+    damaged = folder / "damaged.db"
+    damaged.write_bytes(whole.read_bytes()[:20_000])  # the header and a few pages: SQLite opens it, reading fails
+    return damaged
+
+
+@pytest.mark.parametrize(
+    ("url", "error"),
+    [
+        ("sqlite:///{tmp}/missing.db", "Error: cannot open study storage sqlite:///{tmp}/missing.db: there is no file "
+         "{tmp}/missing.db; give the URL of the study's storage (`autotune search` creates it).\n"),
+        ("postgresql://autotune:hunter2@127.0.0.1:1/nowhere",
+         "Error: cannot open study storage postgresql://autotune:***@127.0.0.1:1/nowhere: "),
+        ("sqlite:///{tmp}/damaged.db", "Error: cannot open study storage sqlite:///{tmp}/damaged.db: "
+         "(sqlite3.DatabaseError) database disk image is malformed; the file is damaged or is not an SQLite "
+         "database. Move it aside to start the study afresh (mv {tmp}/damaged.db {tmp}/damaged.db.damaged), or "
+         "give --storage and --study to keep it and use another.\n"),
+    ],
+    ids=["missing-file", "unreachable-postgresql", "damaged-file"],
+)
+def test_export_with_a_storage_it_cannot_open_fails_as_search_and_report_do(
+    tmp_path: Path, url: str, error: str
+) -> None:
+    _damaged_study_file(tmp_path)
+    url, error = url.format(tmp=tmp_path), error.format(tmp=tmp_path)
+    runner = CliRunner()
+    result = runner.invoke(main, ["export", "--recipe", "mnist_cnn", "--to", "hf", "--storage", url])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(error), result.output
+    assert "hunter2" not in result.output and "not at hand" not in result.output
+    assert not (tmp_path / "missing.db").exists(), "reading a study creates no file"
+    report = runner.invoke(main, ["report", "--recipe", "mnist_cnn", "--storage", url, "--out", str(tmp_path)])
+    assert report.exit_code == 2 and report.output.startswith(error), report.output
+    assert not (tmp_path / "missing.db").exists()

@@ -199,3 +199,25 @@ def test_a_tuned_file_of_a_path_recipe_names_a_show_command_that_works(
     command = re.search(r"`autotune (show --recipe \S+)`", header).group(1).split()
     result = CliRunner().invoke(main, command)
     assert result.exit_code == 0 and "autotune search --recipe tiny" in result.output, result.output
+
+
+def test_the_show_command_in_a_tuned_files_header_is_quoted_for_the_shell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the profile's `command =` is: pasted into a shell, it runs (made by `autotune search --recipe 'my dir
+    ü/wörk load ñ.py'`)."""
+    import shlex
+    import subprocess
+    import sys
+
+    monkeypatch.chdir(tmp_path)
+    tuned, recipe, shown = "my dir ü/wörk load ñ.tuned.toml", "wörk load ñ", "'my dir ü/wörk load ñ.tuned.toml'"
+    tuned_file.write_profile(tmp_path / tuned, recipe, "cpu", _profile())
+    header = (tmp_path / tuned).read_text(encoding="utf-8").splitlines()[1]
+    assert header == f"# Each profile says which command made it; `autotune show --recipe {shown}` prints it."
+    command = re.search(r"`(autotune show --recipe .+)`", header).group(1)
+    # Run as written, by a shell, as a user pastes it.
+    program = shlex.join([sys.executable, "-c", "from autotune.cli import run; run()"])
+    done = subprocess.run(command.replace("autotune", program, 1), shell=True, capture_output=True, text=True,
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
+    assert done.returncode == 0 and "autotune search --recipe tiny" in done.stdout, done.stderr
