@@ -6,7 +6,8 @@
 - ``device_normalize``, ``device_decode``, ``hybrid_decode``, ``crops``: the pipeline's tail, or its
   JPEG decoding and augmentation, on the device (whole or a share of each batch);
 - ``step``: one training step, eager or captured in a CUDA graph; the checks it makes when built (``hooks``),
-  the graph's capture and replay (``graph``), and the rates that graph captured as numbers (``recapture``);
+  the update after backward (``update``), the graph's capture and replay (``graph``), and the rates that
+  graph captured as numbers (``recapture``);
 - ``compiled``: the step's loss under ``torch.compile``, its compile time counted, its failures named;
 - ``lr``: learning rates on the device, which a scheduler reaches under a graph.
 """

@@ -8,8 +8,8 @@ batch. The same object serves the trials and the user's training code
 (``autotune.tuned.api.tuned_step``).
 
 Its parts, each in a module of its own: the checks it makes when built
-(``hooks``), the CUDA graph's capture and replay (``graph``), and the rates a
-graph captured as numbers (``recapture``).
+(``hooks``), the update after backward (``update``), the CUDA graph's capture
+and replay (``graph``), and the rates a graph captured as numbers (``recapture``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from torch import nn
 
 from autotune import batch as batches
 from autotune.config import Config
-from autotune.loop import compiled
+from autotune.loop import compiled, update
 from autotune.loop.graph import GRAPH_WARMUP_STEPS, GraphOffWarning, RecaptureWarning, StepGraph
 from autotune.loop.hooks import check_hooks, check_placed, device_lrs, graph_off_reason
 from autotune.loop.recapture import RECAPTURE_LIMIT
@@ -190,29 +190,14 @@ class Step:
     def _forward_backward(self, batch: Any) -> torch.Tensor:
         with self._autocast():
             loss = self.compute_loss(self.model, batch)
-        scaled = loss / self.accumulate if self.accumulate > 1 else loss  # the micro-batches' gradients average
-        (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+        update.backward(loss, self.accumulate, self.scaler)
         return loss
-
-    def _clip(self) -> None:
-        if self.clip_grad_norm is None:
-            return
-        if self.scaler is not None:
-            self.scaler.unscale_(self.optimizer)  # clip the true gradients, not the scaled ones
-        # foreach on device tensors, no error_if_nonfinite: no host sync, so it is captured with the step.
-        self.grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)
-
-    def _optimizer_step(self) -> None:
-        self._clip()
-        if self.scaler is not None:
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        else:
-            self.optimizer.step()
 
     def _update(self, with_after_update: bool = True) -> None:
         """Clip, step, and the user's after_update: eagerly, or inside a graph's capture."""
-        self._optimizer_step()
+        if self.clip_grad_norm is not None:
+            self.grad_norm = update.clip(self.model, self.optimizer, self.clip_grad_norm, self.scaler)
+        update.optimizer_step(self.optimizer, self.scaler)
         if self.after_update is not None and with_after_update:
             self.after_update()
 
