@@ -7,7 +7,7 @@ parameters, ``train()``/``eval()``). AOTAutograd compiles the backward with it, 
 backward. The optimizer step stays eager (its foreach kernels).
 
 How it combines with ``cuda_graph``: the compiled step is captured whole by the step's own
-graph code (``autotune.loop.step``), optimizer step included, after its warm-up steps have
+graph code (``autotune.loop.graph``), optimizer step included, after its warm-up steps have
 compiled it. ``default`` and ``max-autotune-no-cudagraphs`` launch Triton kernels that a
 capture records like any other. ``reduce-overhead`` is not a value: its CUDA graph trees
 capture the forward and the backward apart, with the optimizer step outside, which

@@ -13,7 +13,7 @@ tensor the graph reads, so both kinds reach it, without a host sync.
 
 Other optimizers turn a tensor rate into a number on the host inside ``step()``
 (SGD's foreach path calls ``alpha=-lr``), which a graph cannot capture: for them the
-step keeps the float and captures again when it changes (``autotune.loop.step``).
+step keeps the float and captures again when it changes (``autotune.loop.recapture``).
 """
 
 from __future__ import annotations

@@ -6,12 +6,15 @@ structure (``autotune.batch``); its loss is the workload's
 ``compute_loss(model, batch)``, or ``loss_fn(model(x), y)`` for an ``(x, y)``
 batch. The same object serves the trials and the user's training code
 (``autotune.tuned.api.tuned_step``).
+
+Its parts, each in a module of its own: the checks it makes when built
+(``hooks``), the update after backward (``update``), the CUDA graph's capture
+and replay (``graph``), and the rates a graph captured as numbers (``recapture``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -21,15 +24,16 @@ from torch import nn
 
 from autotune import batch as batches
 from autotune.config import Config
-from autotune.loop import compiled
+from autotune.loop import compiled, update
+from autotune.loop.graph import GRAPH_WARMUP_STEPS, GraphOffWarning, RecaptureWarning, StepGraph
 from autotune.loop.hooks import check_hooks, check_placed, device_lrs, graph_off_reason
-from autotune.loop.lr import TENSOR_LR_UNDER_GRAPH, group_lrs
+from autotune.loop.recapture import RECAPTURE_LIMIT
+
+# The step's public names, some of them defined in the modules the step is made of (graph, recapture).
+__all__ = ["AMP_DTYPES", "GRAPH_WARMUP_STEPS", "RECAPTURE_LIMIT", "GraphOffWarning", "RecaptureWarning", "Step",
+           "pair_loss"]
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-GRAPH_WARMUP_STEPS = 3  # eager steps on a side stream before capture, as torch.cuda.graphs asks
-# Captures again after the learning rate of an optimizer that reads it as a number changed: a per-epoch schedule
-# stays under the graph, a per-step one (a capture per step costs more than eager steps) runs eagerly after these.
-RECAPTURE_LIMIT = 16
 
 ComputeLoss = Callable[[nn.Module, Any], torch.Tensor]
 
@@ -48,14 +52,6 @@ def pair_loss(loss_fn: Callable) -> ComputeLoss:
         return loss_fn(model(x), y)
 
     return compute_loss
-
-
-class GraphOffWarning(UserWarning):
-    """The profile asks for a CUDA graph, but this step runs eagerly; the message says why."""
-
-
-class RecaptureWarning(UserWarning):
-    """The learning rate changed under a graph that reads it as a number: the step captures the graph again."""
 
 
 class Step:
@@ -147,18 +143,9 @@ class Step:
                 if "capturable" in group:  # Adam-style optimizers keep their step count on the device
                     group["capturable"] = True
         self.lrs = device_lrs(optimizer, device, tensor_lr, self.use_graph)
-        self.captured_lrs: list[float] | None = None  # the rates a graph that reads numbers was captured with
-        self.graph: torch.cuda.CUDAGraph | None = None
-        self.update_graph: torch.cuda.CUDAGraph | None = None  # with accumulate > 1: the update, apart
-        self.static: Any = None  # the captured batch's buffers
-        self.static_signature: batches.Signature | None = None
-        self.static_loss: torch.Tensor | None = None
         self.grad_norm: torch.Tensor | None = None  # the last update's gradient norm before clipping
-        self.calls = 0
-        self.micro = 0  # micro-batches since the last update
-        self.captures = 0
-        self.recaptures = 0  # captures again after the learning rate changed (autotune.loop.lr)
-        self.capture_s = 0.0  # one-time cost of the capture, reported with the trial
+        self.micro = 0  # micro-batches since the last update, eager or replayed
+        self.graphed = StepGraph(optimizer)  # the graphs and their buffers, used while use_graph holds
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         if self.amp_dtype is None:
@@ -197,32 +184,20 @@ class Step:
                 return grads
             scale /= 2
 
+    # _forward_backward, _update and _eager are the step's own work, which its graph (autotune.loop.graph) runs and
+    # captures too: one definition for both paths.
+
     def _forward_backward(self, batch: Any) -> torch.Tensor:
         with self._autocast():
             loss = self.compute_loss(self.model, batch)
-        scaled = loss / self.accumulate if self.accumulate > 1 else loss  # the micro-batches' gradients average
-        (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+        update.backward(loss, self.accumulate, self.scaler)
         return loss
-
-    def _clip(self) -> None:
-        if self.clip_grad_norm is None:
-            return
-        if self.scaler is not None:
-            self.scaler.unscale_(self.optimizer)  # clip the true gradients, not the scaled ones
-        # foreach on device tensors, no error_if_nonfinite: no host sync, so it is captured with the step.
-        self.grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)
-
-    def _optimizer_step(self) -> None:
-        self._clip()
-        if self.scaler is not None:
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        else:
-            self.optimizer.step()
 
     def _update(self, with_after_update: bool = True) -> None:
         """Clip, step, and the user's after_update: eagerly, or inside a graph's capture."""
-        self._optimizer_step()
+        if self.clip_grad_norm is not None:
+            self.grad_norm = update.clip(self.model, self.optimizer, self.clip_grad_norm, self.scaler)
+        update.optimizer_step(self.optimizer, self.scaler)
         if self.after_update is not None and with_after_update:
             self.after_update()
 
@@ -258,151 +233,39 @@ class Step:
     def _call(self, batch: Any) -> torch.Tensor:
         if not self.use_graph:
             return self._eager(self.to_device(batch))
-        signature = batches.signature(batch)
-        if self.static is not None and signature != self.static_signature:
-            if self.graph is not None and self.accumulate > 1:
-                return self._eager_beside_graphs(self.to_device(batch))
-            # Zero the captured gradient buffers in place: the graph and the scaler keep using them.
-            return self._eager(self.to_device(batch), set_to_none=self.graph is None)
-        if self.static is None:
-            self.static = batches.empty_like(batch, self.device, self.memory_format is torch.channels_last)
-            self.static_signature = signature
-        batches.copy_into(self.static, batch, non_blocking=self.non_blocking)
-        # Warm up on a side stream; with accumulation, capture only at a cycle's start (gradients all zero).
-        if self.calls < GRAPH_WARMUP_STEPS or (self.graph is None and self.micro != 0):
-            self.calls += 1
-            side = torch.cuda.Stream(self.device)
-            side.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(side):
-                loss = self._eager(self.static)
-            torch.cuda.current_stream(self.device).wait_stream(side)
-            return loss
-        if self.lrs is not None:
-            self.lrs.sync()
-        if self.graph is None:
-            self._capture()
-        if self.accumulate > 1:
-            return self._replay_micro()
-        if not self._follow_lr():
-            return self._eager(self.static)  # the graph is given up: this step and the next run eagerly
-        assert self.graph is not None and self.static_loss is not None
-        self.graph.replay()
-        self._after_replay()
-        # A copy: the static loss is overwritten by the next replay, and callers may keep losses.
-        return self.static_loss.clone()
+        return self.graphed(self, batch)
 
-    def _after_replay(self) -> None:
-        """What an update does outside the graph: fp16's whole update, or the user's after_update."""
-        if self.scaler is not None:
-            # The scaler's inf check reads a flag on the host; it stays outside the graph.
-            self._update()
-        elif self.after_update is not None and not self.capture_after_update:
-            self.after_update()
+    # The graph's state, read on the step (trial reports, tests, docs/api.md).
 
-    def _replay_micro(self) -> torch.Tensor:
-        assert self.graph is not None and self.static_loss is not None
-        self.graph.replay()
-        loss = self.static_loss.clone()
-        self.micro += 1
-        if self.micro == self.accumulate:
-            self.micro = 0
-            if self.scaler is None and self._follow_lr():
-                assert self.update_graph is not None
-                self.update_graph.replay()
-                if self.after_update is not None and not self.capture_after_update:
-                    self.after_update()
-            else:  # fp16 (the scaler reads a host flag), or the graph given up: the update eagerly
-                self._update()
-                self._zero_in_place()
-        return loss
+    @property
+    def graph(self) -> torch.cuda.CUDAGraph | None:
+        """The captured step (with accumulate > 1: a micro-batch's forward and backward); None until captured."""
+        return self.graphed.graph
 
-    def _eager_beside_graphs(self, batch: Any) -> torch.Tensor:
-        """A micro-batch of another signature under accumulation: it adds into the graphs' gradient buffers."""
-        loss = self._forward_backward(batch)
-        self.micro += 1
-        if self.micro == self.accumulate:
-            self.micro = 0
-            self._update()
-            self._zero_in_place()
-        return loss.detach()
+    @property
+    def update_graph(self) -> torch.cuda.CUDAGraph | None:
+        """With accumulate > 1, the captured update, apart; None until captured, and without accumulation."""
+        return self.graphed.update_graph
 
-    def _zero_in_place(self) -> None:
-        for p in self.model.parameters():
-            if p.grad is not None:
-                p.grad.zero_()
+    @property
+    def static(self) -> Any:
+        """The captured batch's buffers, which each graphed step copies its batch into."""
+        return self.graphed.static
 
-    def _follow_lr(self) -> bool:
-        """Before a captured update of an optimizer that reads its rate as a number: capture it again when the rate
-        changed. False when it changed too often (a per-step schedule): the graph is given up, the update runs
-        eagerly from here on, and a GraphOffWarning says so."""
-        if self.lrs is not None or self.scaler is not None or self.captured_lrs is None:
-            return True
-        now = group_lrs(self.optimizer)
-        if now == self.captured_lrs:
-            return True
-        name = type(self.optimizer).__name__
-        self.recaptures += 1
-        if self.recaptures > RECAPTURE_LIMIT:
-            self.graph_reason = (
-                f"{name} reads its learning rate as a number inside a CUDA graph, and it changed more than "
-                f"{RECAPTURE_LIMIT} times (each change costs a capture); {', '.join(TENSOR_LR_UNDER_GRAPH)} read it "
-                "from the device and keep the graph under any schedule"
-            )
-            warnings.warn(f"the step runs eagerly from here on: {self.graph_reason}", GraphOffWarning, stacklevel=4)
-            self.use_graph, self.graph, self.update_graph = False, None, None
-            return False
-        if self.recaptures == 1:
-            warnings.warn(
-                f"{name} reads its learning rate as a number inside a CUDA graph; it changed from "
-                f"{self.captured_lrs} to {now}, so the step captures its graph again (each change costs one capture, "
-                f"{self.capture_s:.3f} s the first time; after {RECAPTURE_LIMIT} changes the step runs eagerly; "
-                f"{', '.join(TENSOR_LR_UNDER_GRAPH)} read the rate from the device and need none)",
-                RecaptureWarning,
-                stacklevel=4,
-            )
-        if self.accumulate > 1:
-            self._capture_update()
-        else:
-            self._capture()
-        return True
+    @property
+    def captures(self) -> int:
+        """Captures so far: the first, and one again at each change of a rate the graph reads as a number."""
+        return self.graphed.captures
 
-    def _capture(self) -> None:
-        start = time.perf_counter()
-        assert self.static is not None
-        if self.accumulate > 1:
-            # Gradients stay allocated and add up in place across micro-batches; the update graph zeroes them.
-            self.optimizer.zero_grad(set_to_none=False)
-        else:
-            self.optimizer.zero_grad(set_to_none=True)  # gradients are then allocated from the graph's pool
-        self.graph = torch.cuda.CUDAGraph()
-        # thread_local: DataLoader's pin-memory thread keeps calling CUDA while we capture; under the
-        # default ("global") mode its calls invalidate the capture ("operation failed due to a previous
-        # error during capture", seen on an H200 with pinned, multi-worker loaders).
-        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
-            loss = self._forward_backward(self.static)
-            if self.scaler is None and self.accumulate == 1:
-                self._update(with_after_update=self.capture_after_update)
-            self.static_loss = loss.detach()
-        if self.accumulate > 1 and self.scaler is None:
-            self._capture_update(timed=False)
-        self._captured(start)
+    @property
+    def recaptures(self) -> int:
+        """Captures again after the learning rate changed (``autotune.loop.recapture``)."""
+        return self.graphed.rates.recaptures
 
-    def _capture_update(self, timed: bool = True) -> None:
-        start = time.perf_counter()
-        self.update_graph = torch.cuda.CUDAGraph()
-        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-        with torch.cuda.graph(self.update_graph, capture_error_mode="thread_local"):
-            self._update(with_after_update=self.capture_after_update)
-            torch._foreach_zero_(grads)  # the next cycle's micro-batches add into zeros
-        if timed:
-            self._captured(start)
-
-    def _captured(self, start: float) -> None:
-        torch.cuda.synchronize(self.device)
-        self.captures += 1
-        self.captured_lrs = None if self.lrs is not None or self.scaler is not None else group_lrs(self.optimizer)
-        if self.captures == 1:
-            self.capture_s = time.perf_counter() - start
+    @property
+    def capture_s(self) -> float:
+        """One-time cost of the capture, reported with the trial."""
+        return self.graphed.capture_s
 
 
 def _one(args: tuple[Any, ...]) -> Any:
