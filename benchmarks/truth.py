@@ -353,8 +353,11 @@ class JpegFiles(torch.utils.data.Dataset):
         return torch.frombuffer(bytearray(Path(self.paths[i]).read_bytes()), dtype=torch.uint8), self.targets[i]
 
 
-def by_list(batch: list[tuple[torch.Tensor, int]]) -> tuple[list[torch.Tensor], torch.Tensor]:
-    return [data for data, _ in batch], torch.tensor([target for _, target in batch])
+def by_list(batch: list[tuple[torch.Tensor, int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    # The files end to end in one tensor, and their lengths: a list of tensors crosses from a worker as one
+    # shared-memory handle each, and is pinned tensor by tensor.
+    data = [data for data, _ in batch]
+    return torch.cat(data), torch.tensor([len(d) for d in data]), torch.tensor([target for _, target in batch])
 
 
 class HybridFiles(torch.utils.data.Dataset):
@@ -373,11 +376,13 @@ class HybridFiles(torch.utils.data.Dataset):
         return (*self.dataset[i], False)
 
 
-def by_halves(batch: list[tuple[torch.Tensor, int, bool]]) -> tuple[Any, list[torch.Tensor], torch.Tensor]:
+def by_halves(batch: list[tuple[torch.Tensor, int, bool]]) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
     host = [(x, t) for x, t, device in batch if not device]
     device = [(x, t) for x, t, flag in batch if flag]
     images = torch.stack([x for x, _ in host]) if host else None
-    return images, [x for x, _ in device], torch.tensor([t for _, t in host] + [t for _, t in device])
+    packed = torch.cat([x for x, _ in device]) if device else torch.empty(0, dtype=torch.uint8)  # as by_list packs
+    lengths = torch.tensor([len(x) for x, _ in device], dtype=torch.int64)
+    return images, packed, lengths, torch.tensor([t for _, t in host] + [t for _, t in device])
 
 
 def decoded_ahead(feed: Any, pipeline: Any, device: torch.device, fmt: torch.memory_format) -> Any:
@@ -385,7 +390,8 @@ def decoded_ahead(feed: Any, pipeline: Any, device: torch.device, fmt: torch.mem
     side = torch.cuda.Stream(device) if device.type == "cuda" else None
     pending = None
     for batch in feed:
-        host, data, y = batch if len(batch) == 3 else (None, *batch)  # hybrid decode's batches come in halves
+        host, packed, lengths, y = batch if len(batch) == 4 else (None, *batch)  # hybrid decode's come in halves
+        data = list(torch.split(packed, lengths.tolist())) if len(lengths) else []
         with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
             parts = [] if host is None else [host.to(device, non_blocking=True)]
             parts += [decode_batch(pipeline, data, device, None, fmt)] if data else []

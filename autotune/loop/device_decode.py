@@ -32,7 +32,7 @@ from autotune.config import Config
 from autotune.loop.crops import boxes
 from autotune.loop.hybrid_decode import SplitSamples, assemble, collate_split
 from autotune.loop.sourced import WrappedLoader, dataloader_args
-from autotune.workloads.decode import COLLATE_REFUSAL, DevicePipeline, NotTranslatable, collate_bytes, derive
+from autotune.workloads.decode import COLLATE_REFUSAL, DevicePipeline, NotTranslatable, collate_bytes, derive, unpack
 from autotune.workloads.pixels import PixelSplit, differs, transform_of, with_transform
 from autotune.workloads.pixels import split as split_pixels
 
@@ -132,7 +132,10 @@ class DecodingLoader(WrappedLoader):
         lane = _lane(self.device)
         pending: Any = None
         for batch in batches:
-            ready = lane.launch(self._split if self.split else self._decode, *batch, generator)
+            if self.split:  # (host images, packed bytes, lengths, targets)
+                ready = lane.launch(self._split, batch[0], unpack(batch[1], batch[2]), batch[3], generator)
+            else:  # (packed bytes, lengths, targets)
+                ready = lane.launch(self._decode, unpack(batch[0], batch[1]), batch[2], generator)
             if pending is not None:
                 yield lane.take(pending)
             pending = ready

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset, default_collate
 
-from autotune.workloads.decode import JpegBytes
+from autotune.workloads.decode import JpegBytes, pack
 
 HASH = 2654435761  # Knuth's multiplicative hash: consecutive indices spread over [0, 2**32)
 
@@ -59,12 +59,16 @@ class SplitSamples(Dataset):
         return image, target, False
 
 
-def collate_split(batch: list[tuple[torch.Tensor, Any, bool]]) -> tuple[torch.Tensor | None, list[torch.Tensor], Any]:
-    """(the host-decoded images stacked, or None; the device's JPEG bytes; the targets, host's first)."""
+def collate_split(
+    batch: list[tuple[torch.Tensor, Any, bool]],
+) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor, Any]:
+    """(the host-decoded images stacked, or None; the device's JPEG bytes packed and their lengths (``pack``); the
+    targets, host's first)."""
     host = [(image, target) for image, target, device in batch if not device]
     device = [(data, target) for data, target, flag in batch if flag]
     images = torch.stack([image for image, _ in host]) if host else None
-    return images, [data for data, _ in device], default_collate([t for _, t in host] + [t for _, t in device])
+    packed, lengths = pack([data for data, _ in device])
+    return images, packed, lengths, default_collate([t for _, t in host] + [t for _, t in device])
 
 
 def assemble(host: torch.Tensor | None, decoded: torch.Tensor | None, device: torch.device,

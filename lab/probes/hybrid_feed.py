@@ -35,6 +35,7 @@ from autotune.config import Config
 from autotune.loop import device_decode
 from autotune.trial.runner import Runner
 from autotune.workloads import load, resolve
+from autotune.workloads.decode import unpack
 
 PHASES = ("wait_workers", "decode", "augment", "rest")
 
@@ -100,7 +101,11 @@ def threaded(loader: Any, depth: int = 2) -> None:
         def fill() -> None:
             try:
                 for batch in batches:
-                    ready.put(lane.launch(work, *batch, generator))
+                    if loader.split:  # (host images, packed bytes, lengths, targets), as DecodingLoader.made_from
+                        args = (batch[0], unpack(batch[1], batch[2]), batch[3])
+                    else:
+                        args = (unpack(batch[0], batch[1]), batch[2])
+                    ready.put(lane.launch(work, *args, generator))
                 ready.put(end)
             except BaseException as exc:  # noqa: BLE001 - handed to the loop's thread
                 ready.put(exc)
