@@ -4,6 +4,11 @@
 #     bash benchmarks/one_gpu_runs.sh OUT feed     # the GPU tests while the data set is written, then where a hybrid-
 #                                                  # decode loader's time goes (lab/probes/hybrid_feed.py, FEED_CONFIGS),
 #                                                  # then mnist_cnn's search at its defaults
+#     bash benchmarks/one_gpu_runs.sh OUT close    # after a `search` part (SEARCH_ONLY=1) on the same host: mnist_cnn's
+#                                                  # search at its defaults, the ImageNet winner through the truth
+#                                                  # benchmark (TRUTH_S, default 20), the GPU tests GPU_TESTS names
+#                                                  # (default: all), then the hybrid probe's FEED_CONFIGS while the
+#                                                  # part's time lasts
 #     bash benchmarks/one_gpu_runs.sh OUT small    # mnist_cnn's search at its defaults, text_transformer's at
 #                                                  # --time-budget 110, then imagenet_resnet50's in what is left
 #     bash benchmarks/one_gpu_runs.sh OUT first    # GPU tests, both decode paths on 5 cores and the gpu path on
@@ -103,6 +108,15 @@ feed)
     step feed bash -c "cd $REPO/lab/probes && python3 hybrid_feed.py --seconds 12 --step-ms 38 --out $OUT/feed.json \
         --configs '${FEED_CONFIGS:-cpu;share=1,workers=8;share=1,workers=8,thread;share=0.5,workers=15;share=0.5,workers=15,thread;share=0.3,workers=15,thread}'"
     step mnist bash -c "python3 -m autotune search --recipe mnist_cnn && python3 -m autotune show --recipe mnist_cnn"
+    ;;
+close)
+    step mnist bash -c "python3 -m autotune search --recipe mnist_cnn && python3 -m autotune show --recipe mnist_cnn"
+    cp /tmp/runs/mnist/recipes/mnist_cnn.tuned.toml "$OUT/" 2>/dev/null
+    [ -d "$AUTOTUNE_DATA/imagenet-synthetic" ] || step data bash -c "$DATA"
+    [ -f /tmp/runs/imagenet_search/recipes/imagenet_resnet50.tuned.toml ] && winner "${TRUTH_S:-20}"
+    step pytest_gpu bash -c "cd $REPO && python3 -m pytest -q -m gpu -p no:cacheprovider -rs -k '${GPU_TESTS:-}'"
+    step feed bash -c "cd $REPO/lab/probes && python3 hybrid_feed.py --seconds 12 --step-ms 38 --out $OUT/feed.json \
+        --configs '${FEED_CONFIGS:-share=1,workers=8;share=0.3,workers=15}'"
     ;;
 small)
     # The small models' searches at their defaults (text_transformer at --time-budget 110, the issue's case), then
@@ -236,7 +250,7 @@ diagnose)
     step diagnose python3 -m autotune diagnose --recipe imagenet_resnet50
     ;;
 *)
-    echo "unknown part $PART: feed, first, search, check, sweep, winner, final, cores5, speed, probe, truth or diagnose" >&2
+    echo "unknown part $PART: feed, close, first, search, check, sweep, winner, final, cores5, speed, probe, truth or diagnose" >&2
     exit 2
     ;;
 esac

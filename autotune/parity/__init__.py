@@ -5,6 +5,9 @@ the trial side (run inside a trial process, never importing Optuna) records:
 
 - ``verdict``: the families of knobs, their tolerances, and how one run is judged against the baseline's;
 - ``check``: ``ParityCheck``, the check over a search's fastest configs;
+- ``baseline``: the check's baseline run, made or adopted, and whether it is conclusive;
+- ``rates``: the learning rates a new batch size is tried at, and the batches a margin's rejections rule out;
+- ``summary``: what a finished check says of itself, and what the tuned file keeps of it;
 - ``budget``: how much of the search's time the check may take;
 - ``kept``: a check's state as plain data, which a new check of the same search goes on from;
 - ``reasons``: the verdicts that need no run, and the words a verdict gives;
@@ -25,6 +28,7 @@ __all__, __getattr__, __dir__ = lazy_exports(
         "ParityCheck": "check",
         "ParityError": "verdict",
         "ParityRunFailed": "verdict",
+        "ParityRunOutOfTime": "verdict",
         "ParityVerdict": "verdict",
         "ParityRun": "run",
     },

@@ -59,6 +59,10 @@ class ParityBudget:
         self.baseline_seconds = self.last_base_s = seconds
         self.seconds += seconds
 
+    def left_s(self) -> float | None:
+        """Seconds of the budget not yet spent (never below 0); None: no bound."""
+        return None if self.budget_s is None else max(0.0, self.budget_s - self.seconds)
+
     def spent(self, runs: int) -> bool:
         """The budget cannot pay for one more run (expected to take as long as the baseline's); says so once.
 

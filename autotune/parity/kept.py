@@ -39,21 +39,22 @@ def state(check: ParityCheck) -> dict[str, Any]:
         "version": VERSION,
         "samples": check.samples,
         "window": check.window,
-        "conclusive": check.conclusive,
-        "extended": check.extended,
+        "conclusive": check.base.conclusive,
+        "extended": check.base.extended,
         "runs": check.runs,
         "budget": {"seconds": budget.seconds, "baseline_seconds": budget.baseline_seconds,
                    "last_base_s": budget.last_base_s},
-        "baseline_run": None if check._base is None else check._base.as_dict(),
-        "baseline_from": check._base_from,
-        "baseline_needed": check._base_needed,
-        "baseline_failed": check._base_failed,
+        "baseline_run": None if check.base.run is None else check.base.run.as_dict(),
+        "baseline_from": check.base.where,
+        "baseline_needed": check.base.needed,
+        "baseline_failed": check.base.failed,
+        "baseline_out_of_time": check.base.out_of_time,
         "verdicts": [[c.as_dict(), dataclasses.asdict(v)] for c, v in check.verdicts.items()],
         # The verdicts that stand for every config with their numerics, and the (batch, rate) pairs a run rejected by a
         # margin, each with the run's verdict at that rate (a config tried at several has one verdict in `verdicts`).
         "by_numerics": [[c.as_dict(), dataclasses.asdict(v)] for c, v in check._by_numerics.values()],
         "batch_rejected": [[batch, lr, c.as_dict(), dataclasses.asdict(v)]
-                           for (batch, lr), (c, v) in check._batch_rejected.items()],
+                           for (batch, lr), (c, v) in check.rejected.by_rate.items()],
         "inputs": None if check.inputs.verdict is None else dataclasses.asdict(check.inputs.verdict),
         "numerics": [[list(key), dataclasses.asdict(v)] for key, v in check.amp.verdicts.items()],
     }
@@ -75,14 +76,15 @@ def take_up(check: ParityCheck, kept: dict[str, Any]) -> bool:
     budget = kept["budget"]
 
     check.samples, check.window = kept["samples"], kept["window"]
-    check.conclusive, check.extended, check.runs = kept["conclusive"], kept["extended"], kept["runs"]
+    check.base.conclusive, check.base.extended, check.runs = kept["conclusive"], kept["extended"], kept["runs"]
     check.budget.seconds, check.budget.baseline_seconds = budget["seconds"], budget["baseline_seconds"]
     check.budget.last_base_s = budget["last_base_s"]
-    check._base, check._base_from = base, kept["baseline_from"]
-    check._base_needed, check._base_failed = kept["baseline_needed"], kept["baseline_failed"]
+    check.base.run, check.base.where = base, kept["baseline_from"]
+    check.base.needed, check.base.failed = kept["baseline_needed"], kept["baseline_failed"]
+    check.base.out_of_time = kept.get("baseline_out_of_time")  # absent from a state kept before it was
     check.verdicts = verdicts
     check._by_numerics = {numerics(c): (c, v) for c, v in by_numerics}
-    check._batch_rejected = batch_rejected
+    check.rejected.by_rate = batch_rejected
     check.inputs.verdict = inputs
     check.amp.verdicts = amp
     return True

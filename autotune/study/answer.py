@@ -40,9 +40,9 @@ def all_rejected(checked: int, baseline: str) -> str:
     )
 
 
-def inconclusive(checked: int) -> str:
+def inconclusive(checked: int, why: str = "the baseline learned too little in it to judge by") -> str:
     return (
-        f"the parity check is inconclusive (the baseline learned too little in it to judge by), so only configs with "
+        f"the parity check is inconclusive ({why}), so only configs with "
         f"the baseline's math may win (loader knobs, placement, cudnn_benchmark, channels_last, cuda_graph; decode or "
         f"amp once their checks passed), and none of those ran faster ({checked} config(s) checked)"
     )

@@ -13,7 +13,8 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.parity.verdict import run_length
-from autotune.study.finalists import baseline_rate, check_budget, trial_run_s
+from autotune.study import round_cost
+from autotune.study.finalists import baseline_rate, check_budget, contenders, rate_leader, trial_run_s
 from autotune.study.setup import Setup
 
 
@@ -70,12 +71,18 @@ def _reserve_s(setup: Setup, complete: list[FrozenTrial], trial_s: float, check_
         check_s = min(samples / rate * (1 + 0.5 * finalists), check_budget(setup) or float("inf"))
         check_s = max(0.0, check_s - check_spent_s)  # what the check made during the trials is spent already
     # A round measures each config in a fresh process: its start and build too, which a trial in a process that
-    # served the one before does not pay. On an H200, ResNet-50's trials took 11-15 s and its first round 131 s for
-    # four configs, and the search ended 90 s past its budget. The first trial's start is that cost: its wall time
-    # in the study less its measurement's.
-    start_s = max(0.0, _wall_s(complete[0]) - float(complete[0].user_attrs.get("duration_s", 0.0))) if complete else 0.0
-    rounds_s = (finalists + 1) * min(setup.options.rounds, 1) * (trial_s + start_s)
-    return check_s + rounds_s
+    # served the one before does not pay, each config as long as its own trial took (``autotune.study.round_cost``).
+    # On an H200, ResNet-50's trials took 11-15 s, its compiled one 56 s, and its first round 131 s for four configs:
+    # costed at the median trial's time, the search ended 90 s past its budget. The likely finalists are the
+    # contenders so far, fastest first, and the rate leader; a slot no contender fills yet costs a median trial.
+    likely = list(contenders(setup))[:finalists]
+    leader = rate_leader(setup, contenders(setup))
+    if leader is not None and leader not in likely:
+        likely.append(leader)
+    measured = [setup.baseline, *likely]
+    rounds_s = sum(round_cost.config_s(setup, c, trial_s) for c in measured)
+    rounds_s += max(0, finalists - len(likely)) * (trial_s + round_cost.start_s(complete))
+    return check_s + min(setup.options.rounds, 1) * rounds_s
 
 
 MIN_PART_S = 5.0  # a parts process's start and a few windows: shorter, a part could only time out
@@ -98,13 +105,6 @@ def part_timeout(setup: Setup, stage_left_s: float | None = None) -> tuple[float
         left.append(stage_left_s)
     timeout = min(limit, max(MIN_PART_S, min(left)))
     return timeout, timeout < limit
-
-
-def _wall_s(trial: FrozenTrial) -> float:
-    """Seconds from a trial's start to its end in the study: what its measurement took, and its process's start."""
-    if trial.datetime_start is None or trial.datetime_complete is None:
-        return 0.0
-    return (trial.datetime_complete - trial.datetime_start).total_seconds()
 
 
 # A trial is given up once it has taken this many times the best declared run so far, plus this many seconds:

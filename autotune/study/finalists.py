@@ -26,14 +26,15 @@ from autotune.parity.check import ParityCheck
 from autotune.parity.inputs import InputsVerdict
 from autotune.parity.numerics import NumericsVerdict
 from autotune.parity.run import ParityRun
-from autotune.parity.verdict import CHECK_SHARE, ParityError, ParityRunFailed
+from autotune.parity.verdict import CHECK_SHARE, ParityError, ParityRunFailed, ParityRunOutOfTime
 from autotune.procs.pool import TrialPool
-from autotune.study import answer, baseline_run, kept_check
+from autotune.study import answer, baseline_run, kept_check, round_cost
 from autotune.study.pools import SearchPools, Team
 from autotune.study.setup import SearchError, Setup
 from autotune.text import rate
 
 PARITY_EXTRA_RUNS = 6  # parity runs beyond one per finalist, for the rejected configs among the fastest
+MIN_CHECK_RUN_S = 1.0  # a run given less than this by the check's share could only be stopped
 
 Results = dict[Config, list[dict[str, Any]]]  # each config's measurements, one per round
 
@@ -149,22 +150,36 @@ def new_parity_check(
     shorter runs than the first run's check and judged otherwise.
     """
     max_batch = max_batch or max(setup.space.domains["batch_size"])
-    timeout = baseline_run.PARITY_TIMEOUT_FACTOR * setup.options.trial_timeout_s
+    trial_limit = baseline_run.PARITY_TIMEOUT_FACTOR * setup.options.trial_timeout_s
+
+    def timeout() -> tuple[float, bool]:
+        """What the next run or check may take, and whether the check's share, not the trial's limit, set it: every
+        run is held to what is left of the share (never under MIN_CHECK_RUN_S), the baseline's first. On a busy
+        2-core host, a `--time-budget 60` search's baseline run took 116.8 s of its 9 s."""
+        left = check.budget.left_s()
+        if left is None or left >= trial_limit:
+            return trial_limit, False
+        return max(left, MIN_CHECK_RUN_S), True
 
     def make_run(config: Config, lr: float, samples: int) -> ParityRun:
-        outcome = pool.parity_run(config, lr, samples, setup.baseline.batch_size, timeout)
+        limit, by_share = timeout()
+        outcome = pool.parity_run(config, lr, samples, setup.baseline.batch_size, limit)
         if outcome.state != "complete" or outcome.result is None:
-            raise ParityRunFailed(outcome.reason or "no result")
+            reason = outcome.reason or "no result"
+            if by_share and reason.startswith("timeout"):
+                raise ParityRunOutOfTime(f"{reason}, what was left of the check's share ({check.budget.budget_s:.0f} "
+                                         f"s, {CHECK_SHARE:.0%} of the search's budget)")
+            raise ParityRunFailed(reason)
         return ParityRun.from_dict(outcome.result)
 
     def check_inputs(config: Config) -> InputsVerdict:
-        outcome = pool.inputs_check(config, timeout)
+        outcome = pool.inputs_check(config, timeout()[0])
         if outcome.state != "complete" or outcome.result is None:
             return parity_inputs.failed(outcome.reason or "no result")
         return parity_inputs.judge(outcome.result)
 
     def check_numerics(config: Config) -> NumericsVerdict:
-        outcome = pool.numerics_check(setup.baseline, config, setup.lr(setup.baseline), timeout)
+        outcome = pool.numerics_check(setup.baseline, config, setup.lr(setup.baseline), timeout()[0])
         if outcome.state != "complete" or outcome.result is None:
             return parity_numerics.failed(outcome.reason or "no result", parity_numerics.label(config))
         return parity_numerics.judge(outcome.result, parity_numerics.label(config))
@@ -254,8 +269,10 @@ def choose(
             setup.echo(check.summary())
     if not chosen and answer.kept(setup.study) is None:
         checked = len(check.verdicts)
-        reason = answer.inconclusive(checked) if check.conclusive is False else answer.all_rejected(
-            checked, str(setup.baseline.batch_size))
+        if check.conclusive is False:
+            reason = answer.inconclusive(checked, check.why_inconclusive())
+        else:
+            reason = answer.all_rejected(checked, str(setup.baseline.batch_size))
         answer.keep(setup.study, reason)
     return chosen, check
 
@@ -277,7 +294,7 @@ def measure_rounds(setup: Setup, pools: SearchPools, finalists: list[Config]) ->
             if r >= len(rounds) and past_budget(setup, sum(took.values())):
                 _in_part(setup, rounds[k], r, order, results, took)
                 return
-            took = _round(setup, rounds[k], r, order, results)
+            took = _round(setup, rounds[k], r, order, results, first=r < len(rounds))
 
     if len(rounds) == 1:
         rounds_on(0)
@@ -302,10 +319,26 @@ def past_budget(setup: Setup, round_s: float) -> bool:
     return budget is not None and setup.elapsed() + round_s > budget
 
 
-def _round(setup: Setup, pool: TrialPool, r: int, order: list[Config], results: Results) -> dict[Config, float]:
-    """Round `r`: every config of `order`, rotated by `r`; the seconds each took."""
+def _round(setup: Setup, pool: TrialPool, r: int, order: list[Config], results: Results,
+           first: bool = False) -> dict[Config, float]:
+    """Round `r`: every config of `order`, rotated by `r`; the seconds each took.
+
+    A `first` round always measures the baseline and the leader, the speed-up the profile states; each finalist
+    after them only while the budget covers it, costed from its own trial (``autotune.study.round_cost``). The
+    trials left the time for all of them, unless one ran long: a finalist left out is said, not waited for.
+    """
     rotated = order[r % len(order) :] + order[: r % len(order)]
-    return {config: _measure(setup, pool, r, config, results, fresh=(i == 0)) for i, config in enumerate(rotated)}
+    took: dict[Config, float] = {}
+    left_out: list[Config] = []
+    for i, config in enumerate(rotated):
+        if first and i >= 2 and past_budget(setup, round_cost.config_s(setup, config, took[rotated[0]])):
+            left_out.append(config)
+            continue
+        took[config] = _measure(setup, pool, r, config, results, fresh=(i == 0))
+    if left_out:
+        setup.echo(f"  round {r + 1}: not measured, the search's time budget ({setup.options.time_budget_s:.0f} s) "
+                   f"would not cover them: {', '.join(c.describe() for c in left_out)}")
+    return took
 
 
 def _in_part(setup: Setup, pool: TrialPool, r: int, order: list[Config], results: Results,

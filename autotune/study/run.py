@@ -61,7 +61,7 @@ def run_steps(setup: Setup, pools: SearchPools, team: Team = SOLO) -> SearchResu
     """The trials, then, for the one searcher that writes, the finalists and the tuned file; stops `pools`."""
     try:
         stored = _stored_end(setup, team)
-        check = _trials(setup, pools, team) if stored is None else None
+        check, budget_ended = _trials(setup, pools, team) if stored is None else (None, False)
         if not setup.options.write_tuned_file:
             return None
         with _writer_claim(setup) as claimed:
@@ -73,7 +73,7 @@ def run_steps(setup: Setup, pools: SearchPools, team: Team = SOLO) -> SearchResu
                 chosen, results, check = ended
                 setup.echo(REUSED)
             else:
-                chosen, results, check = _finalists(setup, pools, team, check)
+                chosen, results, check = _finalists(setup, pools, team, check, budget_ended)
                 ending.save(setup, chosen, results, check)  # a failed write loses none of it
             written = _write(setup, chosen, results, check)
             ending.clear(setup)
@@ -115,10 +115,11 @@ def _setup(recipe: str, options: SearchOptions, echo: Callable[[str], None]) -> 
     return setup
 
 
-def _trials(setup: Setup, pools: SearchPools, team: Team) -> ParityCheck | None:
+def _trials(setup: Setup, pools: SearchPools, team: Team) -> tuple[ParityCheck | None, bool]:
     """Take tickets until none is left; the writer then waits for the other searchers' last trials.
 
-    Returns the parity check the writer began while it waited (under --gpus), if any.
+    Returns the parity check the writer began while it waited (under --gpus), if any, and whether the time budget
+    ended the trials.
     """
     writes = setup.options.write_tuned_file
     if team.round_devices and writes:
@@ -137,7 +138,7 @@ def _trials(setup: Setup, pools: SearchPools, team: Team) -> ParityCheck | None:
     if too_large:
         setup.echo(too_large)
     if not writes:
-        return None
+        return None, learned.budget_ended
     if setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         pools.prestart_rounds()  # no round runs without a complete trial: the search ends saying why
     began: list[ParityCheck | None] = []
@@ -148,7 +149,8 @@ def _trials(setup: Setup, pools: SearchPools, team: Team) -> ParityCheck | None:
             began.append(finalists.check_early(setup, pools, team))
 
     wait_for_other_workers(setup, pools.trials, learned, check_while_waiting)
-    return began[0] if began else learned.families.check  # the verdicts made during the trials stand
+    # The verdicts made during the trials stand.
+    return (began[0] if began else learned.families.check), learned.budget_ended
 
 
 @contextlib.contextmanager
@@ -179,7 +181,7 @@ def _writer_claim(setup: Setup) -> Iterator[bool]:
 
 
 def _finalists(
-    setup: Setup, pools: SearchPools, team: Team, check: ParityCheck | None
+    setup: Setup, pools: SearchPools, team: Team, check: ParityCheck | None, budget_ended: bool = False
 ) -> tuple[list[Config], Results, ParityCheck | None]:
     chosen, check = finalists.choose(setup, pools, team, check)
     rounds = setup.options.rounds
@@ -192,7 +194,9 @@ def _finalists(
         setup.echo(f"keeping the workload's own settings: {why}; measuring them, {rounds} round(s), fresh processes")
     else:
         # Nothing beat the workload's own settings: they are the result, at a speed-up of 1.
-        setup.echo(f"no config ran faster than the baseline; measuring it, {rounds} round(s), fresh processes")
+        ran = len(sharing.finished(setup.study.get_trials(deepcopy=False)))
+        within = f" in the {ran} trial(s) the time budget left room for" if budget_ended else ""
+        setup.echo(f"no config ran faster than the baseline{within}; measuring it, {rounds} round(s), fresh processes")
     team.before_rounds()
     return chosen, finalists.measure_rounds(setup, pools, chosen), check
 

@@ -67,7 +67,8 @@ class Learned:
     loader: LoaderModel | None = None  # each streaming config's loader ceiling (autotune.study.predict)
     families: FamilyGate = dataclasses.field(default_factory=FamilyGate)  # parity verdicts so far, by math family
     valuation: Valuation = dataclasses.field(default_factory=Valuation)  # the loop valued from its parts
-    stopped: str | None = None  # why the trials ended early (autotune.study.patience), once said
+    stopped: str | None = None  # why the trials ended early (autotune.study.patience, or the budget), once said
+    budget_ended: bool = False  # the time budget, not the tickets or patience, ended them
 
 
 def loader_model(setup: Setup) -> LoaderModel:
@@ -104,8 +105,22 @@ def run_trials(setup: Setup, pool: TrialPool, learned: Learned | None = None, te
             break
         _run_trial(setup, ticket, pool, learned.hopeless, learned.loader, learned.families, learned.valuation)
         learned.families.judge(setup, pool)  # a new contender's family is judged now, while it can steer the search
+    else:
+        # The loop's condition ended it: the clock, with tickets left (a later call, after the last ticket, is not).
+        left = len(sharing.finished(setup.study.get_trials(deepcopy=False))) < tickets.target(setup.study,
+                                                                                           setup.options.trials)
+        if learned.stopped is None and left:
+            learned.stopped, learned.budget_ended = budget_ended(setup), True
+            setup.echo(learned.stopped)
     check_baseline(setup)
     return learned
+
+
+def budget_ended(setup: Setup) -> str:
+    """What the clock did to the trials: how many ran before the end's reserve (the check, the rounds) was due."""
+    done = len(sharing.finished(setup.study.get_trials(deepcopy=False)))
+    return (f"trials: the time budget ({setup.options.time_budget_s:.0f} s) ended them after {done} trial(s), "
+            f"{setup.elapsed():.0f} s in; the rest of it is the parity check's and the final rounds'")
 
 
 def baseline_done(setup: Setup) -> bool:

@@ -348,7 +348,7 @@ def test_under_gpus_the_writer_checks_while_another_searcher_ends_its_last_trial
 
     finisher = threading.Thread(target=finish)
     finisher.start()
-    began = run._trials(setup, search_pools, team)
+    began, _ = run._trials(setup, search_pools, team)
     finisher.join()
     assert checked.is_set() and began is not None
     waiting = next(

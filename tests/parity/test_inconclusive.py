@@ -136,7 +136,7 @@ def test_an_inconclusive_baseline_is_run_once_longer_then_only_configs_with_its_
     # The baseline at 8,192 samples, then once at twice that; no candidate runs: the one with other math cannot
     # pass, and a run of the one with the baseline's math would be judged in units of noise.
     assert calls == [(BASE, 0.05, 8192), (BASE, 0.05, 16384)]
-    assert (gate.samples, gate.window, gate.conclusive, gate.extended) == (16384, 4096, False, True)
+    assert (gate.samples, gate.window, gate.conclusive, gate.base.extended) == (16384, 4096, False, True)
     assert [gate.verdicts[c].word for c in ranked] == ["pass", "inconclusive", "inconclusive", "pass"]
     # Loader knobs alone are judged before the baseline runs, by its numerics; the record corrects it below.
     assert [gate.verdicts[c].conclusive for c in ranked] == [True, False, False, False]

@@ -82,7 +82,7 @@ def test_a_failed_baseline_parity_run_keeps_the_workloads_own_settings(
     project: Path, fake_pool: type[FakePool], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def parity_run(self: FakePool, *args: object, **kwargs: object) -> Outcome:
-        return Outcome("failed", reason="timeout: no step in 90 s")
+        return Outcome("failed", reason="crashed: trial process killed by signal SIGSEGV")
 
     monkeypatch.setattr(FakePool, "parity_run", parity_run)
     made = search("tiny", SearchOptions(trials=8, finalists=1, rounds=1), echo=lambda line: None).profile

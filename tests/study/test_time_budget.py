@@ -41,6 +41,8 @@ def _setup(trials: list[tuple[TrialState, float]], elapsed_s: float, budget_s: f
         baseline=BASELINE,
         space=SimpleNamespace(domains={"batch_size": [64, 8192]}, normalise=lambda config: config),
         config_of=lambda t: Config.from_dict(t.user_attrs["config"]),
+        workload=SimpleNamespace(defaults={"epochs": 1}),
+        facts=SimpleNamespace(size=60_000),
         started=time.monotonic() - elapsed_s,
         elapsed=lambda: elapsed_s,
     )
@@ -77,13 +79,14 @@ def test_what_the_check_spent_during_the_trials_is_not_reserved_again() -> None:
 
 def test_the_rounds_are_costed_for_no_more_finalists_than_configs_have_completed() -> None:
     # The H200 ResNet-50 search on 5 cores, 338 s: two trials of 31 and 37 s, 68 s in. Costed for three finalists
-    # (8 rounds of 34 s) it stopped there; one finalist is what it had. Reserved now: a round of 2 configs at 34 s,
-    # a trial, and the check at its share (50.7 s): 152.7 s. With four complete, three finalists: 220.7 s.
+    # (8 rounds of 34 s) it stopped there; one finalist is what it had. Reserved now: a first round of the baseline
+    # at its own trial's 31 s and one finalist at the median 34 s, a trial (34 s), and the check at its share
+    # (50.7 s): 149.7 s. With four complete, three finalists: 217.7 s.
     two = [(TrialState.COMPLETE, 31.0), (TrialState.COMPLETE, 37.0)]
-    assert not out_of_time(_setup(two, elapsed_s=185.0, budget_s=338.0))
-    assert out_of_time(_setup(two, elapsed_s=186.0, budget_s=338.0))
-    assert not out_of_time(_setup(two * 2, elapsed_s=117.0, budget_s=338.0))
-    assert out_of_time(_setup(two * 2, elapsed_s=118.0, budget_s=338.0)), "four complete: three finalists"
+    assert not out_of_time(_setup(two, elapsed_s=188.0, budget_s=338.0))
+    assert out_of_time(_setup(two, elapsed_s=189.0, budget_s=338.0))
+    assert not out_of_time(_setup(two * 2, elapsed_s=120.0, budget_s=338.0))
+    assert out_of_time(_setup(two * 2, elapsed_s=121.0, budget_s=338.0)), "four complete: three finalists"
 
 
 def test_with_only_failures_the_search_runs_until_the_budget() -> None:
@@ -158,9 +161,16 @@ def _rounds_of(seconds: dict[Config, float], rates: dict[Config, list[float | No
                 return Outcome("failed", reason="crashed: trial process killed by signal SIGKILL")
             return Outcome("complete", result={"samples_per_s": rate})
 
+    # Each config's trial took what its run takes here (``autotune.study.round_cost`` costs a first round by them).
+    study = optuna.create_study(direction="maximize")
+    for config, took in seconds.items():
+        study.add_trial(create_trial(state=TrialState.COMPLETE, value=1.0, params={"x": 0.0},
+                                     distributions={"x": FloatDistribution(0, 1)},
+                                     user_attrs={"duration_s": took, "config": dataclasses.asdict(config)}))
     setup = SimpleNamespace(options=SearchOptions(time_budget_s=budget_s, rounds=2), elapsed=lambda: clock[0],
                             lr=lambda config: 0.1, windows=None, baseline=BASELINE, echo=lines.append,
-                            workload=SimpleNamespace(defaults={"epochs": 10}), facts=SimpleNamespace(size=51_200))
+                            workload=SimpleNamespace(defaults={"epochs": 10}), facts=SimpleNamespace(size=51_200),
+                            study=study, config_of=lambda t: Config.from_dict(t.user_attrs["config"]))
     return setup, SimpleNamespace(rounds=[Pool()], trials=SimpleNamespace(stop=lambda: None)), lines, runs
 
 
@@ -241,3 +251,38 @@ def test_a_round_is_costed_with_the_fresh_process_it_starts() -> None:
     assert not out_of_time(_setup(trials, elapsed_s=480.0 - 188.0, larger_batch=False, first_wall_s=43.0))
     assert out_of_time(_setup(trials, elapsed_s=480.0 - 186.0, larger_batch=False, first_wall_s=43.0))
     assert not out_of_time(_setup(trials, elapsed_s=480.0 - 186.0, larger_batch=False)), "no start: 75 s of end"
+
+
+def test_a_contender_is_reserved_at_its_own_trial_s_time_not_the_median() -> None:
+    # The H200 ResNet-50 search: its trials measured 11-15 s, its compiled one took 56 s in the study (the compile),
+    # and its first round ran from 444 s to 569 s. Three trials of 12 s and a faster compiled one of 56 s reserve a
+    # round of the baseline (12 s), the compiled contender (56 s) and two finalists to come at the median (12 s
+    # each), and a trial: 104 s of end. At the median alone it was 60 s.
+    setup = _setup([(TrialState.COMPLETE, 12.0)] * 3, elapsed_s=0.0, larger_batch=False)
+    compiled = dataclasses.replace(BASELINE, compile="default")
+    trial = create_trial(state=TrialState.COMPLETE, value=4_573.0, params={"x": 0.0},
+                         distributions={"x": FloatDistribution(0, 1)},
+                         user_attrs={"duration_s": 12.0, "config": dataclasses.asdict(compiled)})
+    trial.datetime_start = trial.datetime_complete - datetime.timedelta(seconds=56.0)
+    setup.study.add_trial(trial)
+    setup.elapsed = lambda: 480.0 - 105.0
+    assert not out_of_time(setup)
+    setup.elapsed = lambda: 480.0 - 103.0
+    assert out_of_time(setup)
+
+
+def test_a_first_round_the_budget_cannot_cover_measures_the_baseline_and_the_leader_and_says_what_it_left_out() -> None:
+    # The H200 ResNet-50 search's first round ran from 444 s to 569 s of its 480 s budget: its finalists were all
+    # measured, whatever the budget said. At 420 s, the baseline (18 s) and the leader (16 s) are measured; the
+    # gpu-decode finalist (25 s) would end the search at 479 s, and the graph one (36 s) after its budget.
+    seconds = {BASELINE: 18.0, LEADER: 16.0, DECODE: 25.0, GRAPH: 36.0}
+    rates: dict[Config, list[float | None]] = {BASELINE: [1_297.0], LEADER: [4_205.0], DECODE: [2_953.0],
+                                               GRAPH: [2_726.0]}
+    clock = [420.0]
+    setup, pools, lines, runs = _rounds_of(seconds, rates, clock)
+    results = measure_rounds(setup, pools, [LEADER, GRAPH, DECODE])  # type: ignore[arg-type]
+    assert runs == [(BASELINE, True), (LEADER, False), (DECODE, False)]
+    assert [len(results[c]) for c in (BASELINE, LEADER, GRAPH, DECODE)] == [1, 1, 0, 1]
+    assert clock[0] == 420.0 + 18.0 + 16.0 + 25.0
+    assert lines[-2] == ("  round 1: not measured, the search's time budget (480 s) would not cover them: "
+                         f"{GRAPH.describe()}")

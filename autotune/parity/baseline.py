@@ -1,0 +1,119 @@
+"""A parity check's baseline run: made once (again, longer, when it learned too little) or adopted, and judged.
+
+Every candidate's run is compared with it, so whether it learned enough to judge
+by decides what may pass: a baseline that learned too little, whose run failed,
+or whose run the check's share of the budget stopped makes the check
+inconclusive, and then only configs with the baseline's math pass
+(``autotune.parity.check``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from autotune.config import Config
+from autotune.parity.budget import ParityBudget
+from autotune.parity.reasons import inconclusive_reason
+from autotune.parity.run import ParityRun
+from autotune.parity.verdict import (
+    MIN_PROGRESS,
+    WINDOW_PARTS,
+    ParityError,
+    ParityRunFailed,
+    ParityRunOutOfTime,
+    conclusive,
+    progress,
+)
+
+
+class BaselineRun:
+    """The baseline's run for one check, and whether it is conclusive; `make_run(samples)` makes one."""
+
+    def __init__(self, make_run: Callable[[int], ParityRun], budget: ParityBudget,
+                 echo: Callable[[str], None]) -> None:
+        self.make_run, self.budget, self.echo = make_run, budget, echo
+        self.run: ParityRun | None = None
+        self.conclusive: bool | None = None  # None until it has run; False (it learned too little, or its run failed
+        # or was stopped): only the same math may pass
+        self.extended = False  # run once more, longer
+        self.where = ""  # where an adopted run was made, for the summary
+        self.needed = False  # a config needed it (one judged by gradients alone needs none)
+        self.failed = False  # its last run failed (self.conclusive is False for that alone)
+        self.out_of_time: str | None = None  # why its run was stopped at the check's share
+
+    def adopt(self, baseline: Config, run: ParityRun, where: str, samples: int) -> None:
+        """Use a run made elsewhere (`where` says by whom), of `samples`, instead of making one."""
+        # A run trains whole batches until it has seen `samples`: it ends within one batch past them.
+        if run.batch_size != baseline.batch_size or not samples <= run.samples < samples + run.batch_size:
+            raise ValueError(
+                f"an adopted baseline run must train the baseline's batch {baseline.batch_size} for "
+                f"{samples:,} samples, but got batch {run.batch_size} and {run.samples:,} samples."
+            )
+        self.run, self.where = run, where
+        self.budget.adopt_baseline(run.seconds)
+
+    def ensure(self, samples: int, window: int) -> int:
+        """Make the run if none was adopted, and judge whether it learned enough; extend it once if not. Returns the
+        samples every run now trains: `samples`, or the extension's."""
+        self.needed = True
+        if self.out_of_time is not None:  # the share is spent: a second try would be stopped as the first
+            return samples
+        if self.run is None:
+            self.run = self._make(samples)
+            if self.run is None:  # stopped at the check's share: nothing that changes the math can be judged
+                return samples
+            if self.failed:  # an earlier try failed and made the check inconclusive; this one ran: judge it
+                self.conclusive, self.failed = None, False
+        if self.conclusive is not None:
+            return samples
+        self.conclusive = conclusive(self.run, samples, window)
+        if self.conclusive:
+            return samples
+        learned = progress(self.run, samples, window)
+        longer = self.budget.extension(samples)
+        if longer is not None:
+            self.echo(
+                f"parity: the baseline learned {learned:.1%} of its initial loss {self.run.initial_loss:.4g} in "
+                f"{samples:,} samples, under the {MIN_PROGRESS:.1%} a verdict needs; running it again for "
+                f"{longer:,}"
+            )
+            samples, window, self.extended = longer, longer // WINDOW_PARTS, True
+            self.run = self._make(samples)
+            if self.run is None:
+                return samples
+            self.conclusive = conclusive(self.run, samples, window)
+            learned = progress(self.run, samples, window)
+        if self.conclusive:
+            self.echo(f"parity: the baseline learned {learned:.1%} of its initial loss in {samples:,} samples")
+            return samples
+        self.echo(
+            f"parity: inconclusive: {self.reason(samples, window)}. Only configs that leave the math unchanged "
+            f"(loader knobs, placement, cudnn_benchmark, channels_last, cuda_graph; decode once its images are shown "
+            f"to match; amp once its gradients are shown within the batch's own noise) may win"
+        )
+        return samples
+
+    def _make(self, samples: int) -> ParityRun | None:
+        """A run of `samples`; None when the check's share ran out before it ended (the check is then inconclusive)."""
+        try:
+            return self.budget.timed_baseline(lambda: self.make_run(samples))
+        except ParityRunOutOfTime as exc:
+            self.conclusive, self.out_of_time = False, f"the baseline's run was stopped: {exc}"
+            self.echo(f"parity: inconclusive: {self.out_of_time}. Only configs that leave the math unchanged may win")
+            return None
+        except ParityRunFailed as exc:
+            self.conclusive = False  # with no baseline run, no training run can be judged: only the same math may pass
+            self.failed = True
+            raise ParityError(f"the baseline's parity run failed: {exc}") from exc
+
+    def why_inconclusive(self) -> str:
+        """Why the check is inconclusive, in a few words: the baseline learned too little, or its run was stopped."""
+        return self.out_of_time or "the baseline learned too little in it to judge by"
+
+    def reason(self, samples: int, window: int) -> str:
+        """What every inconclusive verdict states: what the baseline learned against what a verdict needs, or why
+        it has no run."""
+        if self.run is None:
+            assert self.out_of_time is not None
+            return self.out_of_time
+        return inconclusive_reason(self.run, samples, window, self.extended)
