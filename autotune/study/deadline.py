@@ -70,10 +70,9 @@ def _reserve_s(setup: Setup, complete: list[FrozenTrial], trial_s: float, check_
         samples, _ = run_length(setup.baseline.batch_size, max(setup.space.domains["batch_size"]), rate)
         check_s = min(samples / rate * (1 + 0.5 * finalists), check_budget(setup) or float("inf"))
         check_s = max(0.0, check_s - check_spent_s)  # what the check made during the trials is spent already
-    # A round measures each config in a fresh process: its start and build too, which a trial in a process that
-    # served the one before does not pay, each config as long as its own trial took (``autotune.study.round_cost``).
-    # On an H200, ResNet-50's trials took 11-15 s, its compiled one 56 s, and its first round 131 s for four configs:
-    # costed at the median trial's time, the search ended 90 s past its budget. The likely finalists are the
+    # A round measures each config as long as its own trial took, build included (``autotune.study.round_cost``).
+    # On an H200, ResNet-50's trials measured 11-15 s, its compiled one took 56 s, and its first round 131 s for four
+    # configs: costed at the median trial's time, the search ended 90 s past its budget. The likely finalists are the
     # contenders so far, fastest first, and the rate leader; a slot no contender fills yet costs a median trial.
     likely = list(contenders(setup))[:finalists]
     leader = rate_leader(setup, contenders(setup))
@@ -81,7 +80,7 @@ def _reserve_s(setup: Setup, complete: list[FrozenTrial], trial_s: float, check_
         likely.append(leader)
     measured = [setup.baseline, *likely]
     rounds_s = sum(round_cost.config_s(setup, c, trial_s) for c in measured)
-    rounds_s += max(0, finalists - len(likely)) * (trial_s + round_cost.start_s(complete))
+    rounds_s += max(0, finalists - len(likely)) * trial_s
     return check_s + min(setup.options.rounds, 1) * rounds_s
 
 

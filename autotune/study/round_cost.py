@@ -1,11 +1,14 @@
 """What measuring one config in a finalists' round costs, from its own trial.
 
-A round measures each config in a fresh process: it pays the process's start, the
-build (a compiled step compiles again) and the measurement. A config's own trial
-says what its build and measurement take; the first trial, which started its
-process too, says what a start adds. A median over all trials does not: on an H200
-a compiled ResNet-50 trial took 56 s against the others' 11-15 s, and the search's
-first round (444 s to 569 s) ended it 89 s past its 480 s budget.
+A round measures each config in a process started for the rounds (while the parity
+check runs), so what a config costs there is what its trial cost in the study: its
+build (a compiled step compiles again) and its measurement, its trial's wall time. The
+first trial's wall time has its process's start in it too, and stands for the round's
+fresh start. A median over all trials does not say it: on an H200 a compiled ResNet-50
+trial took 56 s against the others' 11-15 s, and the search's first round (444 s to
+569 s) ended it 89 s past its 480 s budget. Nor does a start added to every config: on
+an H100 the first trial's 49 s of start (the data set's first read, CUDA's) costed a
+round of three at 219 s, which took 50 s, and ended the trials 280 s into 480.
 """
 
 from __future__ import annotations
@@ -23,20 +26,10 @@ def wall_s(trial: FrozenTrial) -> float:
     return (trial.datetime_complete - trial.datetime_start).total_seconds()
 
 
-def start_s(complete: list[FrozenTrial]) -> float:
-    """What a fresh process adds to a measurement: the first complete trial's wall time less its measurement's."""
-    if not complete:
-        return 0.0
-    first = complete[0]
-    return max(0.0, wall_s(first) - float(first.user_attrs.get("duration_s", 0.0)))
-
-
 def config_s(setup: Setup, config: Config, default_s: float) -> float:
     """Seconds measuring `config` in a round takes: its longest complete trial's wall time (`default_s` for one not
-    yet tried), and a process start."""
+    yet tried)."""
     complete = setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    start = start_s(complete)
-    # The first trial's wall time has a start in it already: counted once.
-    own = [max(wall_s(t) - (start if i == 0 else 0.0), float(t.user_attrs.get("duration_s", 0.0)))
-           for i, t in enumerate(complete) if "config" in t.user_attrs and setup.config_of(t) == config]
-    return max(own, default=default_s) + start
+    own = [max(wall_s(t), float(t.user_attrs.get("duration_s", 0.0)))
+           for t in complete if "config" in t.user_attrs and setup.config_of(t) == config]
+    return max(own, default=default_s)
