@@ -20,13 +20,13 @@ import time
 import loader_args
 import torch
 
-from autotune.trial import timing
+from autotune.trial import steady, timing
 from autotune.trial.runner import Runner
 from autotune.workloads import load, resolve
 
 
 def _traced() -> None:
-    timed, skip = timing.timed, timing._skip_backlog
+    timed, skip = steady.timed, timing._skip_backlog
 
     def traced_timed(feed, step, n, clock, sync, restart=False, cpu=None):  # noqa: ANN001, ANN202
         before = feed.ready()
@@ -43,7 +43,8 @@ def _traced() -> None:
               f"last wait {feed.last_wait * 1e3:.2f} ms", flush=True)
         return taken
 
-    timing.timed, timing._skip_backlog = traced_timed, traced_skip
+    # Steady looks `timed` up in its own module; the backlog skip is measure's, in timing's
+    steady.timed, timing._skip_backlog = traced_timed, traced_skip
 
 
 def main() -> None:
