@@ -59,6 +59,7 @@ from autotune.parity.verdict import (
     TOLERANCES,
     WINDOW_PARTS,
     ParityRunFailed,
+    ParityRunOutOfTime,
     ParityVerdict,
     changes_math,
     clearly_too_far,
@@ -261,8 +262,11 @@ class ParityCheck:
         try:
             run = self.budget.timed(lambda: self.make_run(config, lr, self.samples))
         except ParityRunFailed as exc:
+            # A run the check's share stopped judged nothing: unjudged (inconclusive), not rejected by its numbers.
+            judged = not isinstance(exc, ParityRunOutOfTime)
             verdict = ParityVerdict(
-                False, name, TOLERANCES[name], self.samples, self.window, lr, base.lr, reason=str(exc)
+                False, name, TOLERANCES[name], self.samples, self.window, lr, base.lr, reason=str(exc),
+                conclusive=judged,
             )
             return verdict, False
         may_help = math.isclose(run.initial_loss, base.initial_loss, rel_tol=INITIAL_RTOL)

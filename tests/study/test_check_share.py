@@ -19,6 +19,7 @@ from autotune.config import Config
 from autotune.options import SearchOptions
 from autotune.parity.check import ParityCheck
 from autotune.parity.run import ParityRun
+from autotune.parity.verdict import ParityRunOutOfTime
 from autotune.procs.trial_process import Outcome
 from autotune.study import pools, search
 
@@ -54,6 +55,21 @@ def test_the_runs_are_sized_for_the_largest_batch_whose_shortest_run_fits_the_sh
         "it changes batch_size, and its shortest run (8 steps: 65,536 samples, 109.2 s at the baseline's 600 "
         "samples/s) does not fit the check's share of the time budget (9 s): cannot be judged"
     )
+
+
+def test_a_candidate_s_run_stopped_at_the_share_is_unjudged_not_rejected() -> None:
+    def make_run(config: Config, lr: float, samples: int) -> ParityRun:
+        if config.batch_size != BASE.batch_size:
+            raise ParityRunOutOfTime("timeout: no result within 2 s, what was left of the check's share")
+        return _learned(config, lr, samples)
+
+    check = ParityCheck(BASE, lambda c: 0.1, make_run, [], echo=lambda line: None, max_batch=128,
+                        baseline_rate=600.0, budget_s=9.0)
+    larger = dataclasses.replace(BASE, batch_size=128)
+    assert check.select([larger], want=1, max_runs=1) == []
+    verdict = check.verdicts[larger]
+    assert (verdict.passed, verdict.conclusive) == (False, False)
+    assert verdict.reason == "timeout: no result within 2 s, what was left of the check's share"
 
 
 def test_without_a_budget_the_runs_are_sized_for_the_largest_batch_as_before() -> None:
