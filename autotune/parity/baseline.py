@@ -77,10 +77,11 @@ class BaselineRun:
                 f"{samples:,} samples, under the {MIN_PROGRESS:.1%} a verdict needs; running it again for "
                 f"{longer:,}"
             )
-            samples, window, self.extended = longer, longer // WINDOW_PARTS, True
-            self.run = self._make(samples)
-            if self.run is None:
+            made = self._make(longer)  # failed or stopped: the short run stands, at its own length
+            if made is None:
                 return samples
+            self.run, self.extended = made, True
+            samples, window = longer, longer // WINDOW_PARTS
             self.conclusive = conclusive(self.run, samples, window)
             learned = progress(self.run, samples, window)
         if self.conclusive:

@@ -47,11 +47,14 @@ class ParityBudget:
             self.seconds += time.perf_counter() - start
 
     def timed_baseline(self, run: Callable[[], ParityRun]) -> ParityRun:
-        """`timed`, and kept as the baseline's time when it returns a run."""
+        """`timed`, its time the baseline's (a run that failed or was stopped cost it too), and, when it returns a
+        run, what a candidate's run is expected to take."""
         before = self.seconds
-        made = self.timed(run)
+        try:
+            made = self.timed(run)
+        finally:
+            self.baseline_seconds += self.seconds - before
         self.last_base_s = self.seconds - before
-        self.baseline_seconds += self.last_base_s
         return made
 
     def adopt_baseline(self, seconds: float) -> None:

@@ -198,7 +198,10 @@ class ParityCheck:
                             self.lr_of(self.baseline), self.samples, self.window, why)
 
     def why_hopeless(self, config: Config) -> str | None:
-        """Why `config` would be rejected without a run (its batch, or a smaller one, rejected at every rate)."""
+        """Why `config` cannot pass without a run: its batch, or a smaller one, rejected at every rate, or too large
+        for a run to fit the check's share (measuring it would spend a trial on a config that cannot win)."""
+        if config.batch_size > self.batch_limit and changes_math(self.baseline, config):
+            return self._unrun(config).reason
         found = self.rejected.hopeless(config)
         return None if found is None else found[2]
 
@@ -250,6 +253,8 @@ class ParityCheck:
                 break
             failed.append((rule, verdict))
         if verdict is None:  # every rate it would be tried at failed for another config of its batch size
+            return with_checks(failed[-1][1], inputs)
+        if not verdict.conclusive and failed:  # the share stopped a gentler rate's run: the rejection before it stands
             return with_checks(failed[-1][1], inputs)
         return with_checks(verdict, inputs)
 

@@ -48,6 +48,14 @@ def inconclusive(checked: int, why: str = "the baseline learned too little in it
     )
 
 
+def unjudged(checked: int) -> str:
+    return (
+        f"no config faster than the baseline could be judged within the parity check's share of the time budget "
+        f"({checked} config(s) checked: their runs did not fit it, or were stopped at it); a longer --time-budget "
+        f"gives the check more"
+    )
+
+
 def check_failed(error: str) -> str:
     return f"the parity check could not judge any faster config: {error.rstrip('.')}"
 

@@ -153,9 +153,11 @@ def new_parity_check(
     trial_limit = baseline_run.PARITY_TIMEOUT_FACTOR * setup.options.trial_timeout_s
 
     def timeout() -> tuple[float, bool]:
-        """What the next run or check may take, and whether the check's share, not the trial's limit, set it: every
+        """What the next training run may take, and whether the check's share, not the trial's limit, set it: every
         run is held to what is left of the share (never under MIN_CHECK_RUN_S), the baseline's first. On a busy
-        2-core host, a `--time-budget 60` search's baseline run took 116.8 s of its 9 s."""
+        2-core host, a `--time-budget 60` search's baseline run took 116.8 s of its 9 s. (The images and the
+        gradients take a few batches: they keep the trial's limit, since one stopped would stand as a failure for
+        every config it judges, and neither starts once the share is spent.)"""
         left = check.budget.left_s()
         if left is None or left >= trial_limit:
             return trial_limit, False
@@ -173,13 +175,13 @@ def new_parity_check(
         return ParityRun.from_dict(outcome.result)
 
     def check_inputs(config: Config) -> InputsVerdict:
-        outcome = pool.inputs_check(config, timeout()[0])
+        outcome = pool.inputs_check(config, trial_limit)
         if outcome.state != "complete" or outcome.result is None:
             return parity_inputs.failed(outcome.reason or "no result")
         return parity_inputs.judge(outcome.result)
 
     def check_numerics(config: Config) -> NumericsVerdict:
-        outcome = pool.numerics_check(setup.baseline, config, setup.lr(setup.baseline), timeout()[0])
+        outcome = pool.numerics_check(setup.baseline, config, setup.lr(setup.baseline), trial_limit)
         if outcome.state != "complete" or outcome.result is None:
             return parity_numerics.failed(outcome.reason or "no result", parity_numerics.label(config))
         return parity_numerics.judge(outcome.result, parity_numerics.label(config))
@@ -271,6 +273,8 @@ def choose(
         checked = len(check.verdicts)
         if check.conclusive is False:
             reason = answer.inconclusive(checked, check.why_inconclusive())
+        elif check.verdicts and not any(v.conclusive for v in check.verdicts.values()):
+            reason = answer.unjudged(checked)  # not one rejected by its numbers: the clock left them unjudged
         else:
             reason = answer.all_rejected(checked, str(setup.baseline.batch_size))
         answer.keep(setup.study, reason)
@@ -330,11 +334,13 @@ def _round(setup: Setup, pool: TrialPool, r: int, order: list[Config], results: 
     rotated = order[r % len(order) :] + order[: r % len(order)]
     took: dict[Config, float] = {}
     left_out: list[Config] = []
-    for i, config in enumerate(rotated):
-        if first and i >= 2 and past_budget(setup, round_cost.config_s(setup, config, took[rotated[0]])):
+    stated = order[:2]  # the baseline and the leader, wherever a later pool's rotation puts them (under --gpus)
+    for config in rotated:
+        if first and config not in stated and past_budget(
+                setup, round_cost.config_s(setup, config, max(took.values(), default=0.0))):
             left_out.append(config)
             continue
-        took[config] = _measure(setup, pool, r, config, results, fresh=(i == 0))
+        took[config] = _measure(setup, pool, r, config, results, fresh=not took)
     if left_out:
         setup.echo(f"  round {r + 1}: not measured, the search's time budget ({setup.options.time_budget_s:.0f} s) "
                    f"would not cover them: {', '.join(c.describe() for c in left_out)}")

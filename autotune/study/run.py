@@ -32,7 +32,7 @@ from autotune.study.finalists import Results
 from autotune.study.pools import SOLO, SearchPools, Team
 from autotune.study.profile import SearchResult
 from autotune.study.setup import Setup, announce, open_study, prepare
-from autotune.study.trials import run_trials, wait_for_other_workers
+from autotune.study.trials import run_trials, taken, wait_for_other_workers
 
 
 def search(
@@ -194,8 +194,7 @@ def _finalists(
         setup.echo(f"keeping the workload's own settings: {why}; measuring them, {rounds} round(s), fresh processes")
     else:
         # Nothing beat the workload's own settings: they are the result, at a speed-up of 1.
-        ran = len(sharing.finished(setup.study.get_trials(deepcopy=False)))
-        within = f" in the {ran} trial(s) the time budget left room for" if budget_ended else ""
+        within = f" in the {taken(setup)} trial(s) the time budget left room for" if budget_ended else ""
         setup.echo(f"no config ran faster than the baseline{within}; measuring it, {rounds} round(s), fresh processes")
     team.before_rounds()
     return chosen, finalists.measure_rounds(setup, pools, chosen), check

@@ -106,9 +106,9 @@ def run_trials(setup: Setup, pool: TrialPool, learned: Learned | None = None, te
         _run_trial(setup, ticket, pool, learned.hopeless, learned.loader, learned.families, learned.valuation)
         learned.families.judge(setup, pool)  # a new contender's family is judged now, while it can steer the search
     else:
-        # The loop's condition ended it: the clock, with tickets left (a later call, after the last ticket, is not).
-        left = len(sharing.finished(setup.study.get_trials(deepcopy=False))) < tickets.target(setup.study,
-                                                                                           setup.options.trials)
+        # The loop's condition ended it: the clock, with tickets left. A later call (the writer's, waiting for another
+        # searcher's last trial) after every ticket was taken is not; a config the plan valued is no ticket taken.
+        left = taken(setup) < tickets.target(setup.study, setup.options.trials)
         if learned.stopped is None and left:
             learned.stopped, learned.budget_ended = budget_ended(setup), True
             setup.echo(learned.stopped)
@@ -116,10 +116,14 @@ def run_trials(setup: Setup, pool: TrialPool, learned: Learned | None = None, te
     return learned
 
 
+def taken(setup: Setup) -> int:
+    """The trials taken so far, by any searcher, running or finished: what ``--trials`` counts."""
+    return len(tickets.started(setup.study.get_trials(deepcopy=False)))
+
+
 def budget_ended(setup: Setup) -> str:
     """What the clock did to the trials: how many ran before the end's reserve (the check, the rounds) was due."""
-    done = len(sharing.finished(setup.study.get_trials(deepcopy=False)))
-    return (f"trials: the time budget ({setup.options.time_budget_s:.0f} s) ended them after {done} trial(s), "
+    return (f"trials: the time budget ({setup.options.time_budget_s:.0f} s) ended them after {taken(setup)} trial(s), "
             f"{setup.elapsed():.0f} s in; the rest of it is the parity check's and the final rounds'")
 
 

@@ -47,6 +47,9 @@ def test_the_runs_are_sized_for_the_largest_batch_whose_shortest_run_fits_the_sh
     assert check.samples / 600.0 <= 9.0
 
     large, small = dataclasses.replace(BASE, batch_size=8192), dataclasses.replace(BASE, batch_size=128)
+    # During the trials, the search skips it: a trial of a config that cannot win is spent for nothing.
+    assert check.why_hopeless(large) is not None and "does not fit the check's share" in check.why_hopeless(large)
+    assert check.why_hopeless(small) is None
     assert check.select([large, small], want=2, max_runs=4) == [small]
     assert runs == [(64, 4096), (128, 4096)], "batch 8192 is not run, nor sized for"
     verdict = check.verdicts[large]
@@ -112,3 +115,41 @@ def test_the_baseline_s_run_is_stopped_at_the_share_and_a_loader_config_still_wi
     # Batch 256 changes the math and cannot be judged; a worker at the workload's batch keep it, and win.
     assert profile["knobs"]["batch_size"] == 16 and profile["knobs"]["num_workers"] == 1
     assert profile["parity"]["passed"] is True and profile["parity"]["conclusive"] is False
+
+
+def test_a_search_whose_contenders_no_run_could_judge_says_so_not_that_they_were_rejected(
+    busy: list[Any],
+) -> None:
+    # A 20 s search: a 3 s share, 0.75 s of it for the baseline's run at its 1,600/s: batch 150 at most. The one
+    # faster config is batch 256: not run, unjudged, and the workload's own settings are the answer, for that reason.
+    fixes = {"batch_size": (16, 256), "placement": ("stream",), "num_workers": (0,), "amp": ("off",),
+             "channels_last": (False,), "pin_memory": (False,), "cudnn_benchmark": (False,)}
+    options = SearchOptions(trials=4, fixes=fixes, finalists=2, rounds=1, cpu_share=1, time_budget_s=20.0)
+    profile = search("random_labels", options, echo=lambda line: None).profile
+    assert busy == [], "no parity run: batch 256's shortest run does not fit the share"
+    assert profile["knobs"]["batch_size"] == 16
+    assert profile["parity"]["reason"] == (
+        "kept the workload's own settings: no config faster than the baseline could be judged within the parity "
+        "check's share of the time budget (1 config(s) checked: their runs did not fit it, or were stopped at it); "
+        "a longer --time-budget gives the check more"
+    )
+
+
+def test_a_longer_baseline_run_stopped_at_the_share_leaves_the_short_one_standing() -> None:
+    runs: list[int] = []
+
+    def make_run(config: Config, lr: float, samples: int) -> ParityRun:
+        runs.append(samples)
+        if len(runs) > 1:  # the longer run, asked for because the first learned 0.5% of its loss
+            raise ParityRunOutOfTime("timeout: no result within 5 s, what was left of the check's share")
+        return ParityRun(config.batch_size, lr, 2.0, 1.99, (samples,), (1.99,), True, 0.01)
+
+    check = ParityCheck(BASE, lambda c: 0.1, make_run, [], echo=lambda line: None, max_batch=128)
+    larger = dataclasses.replace(BASE, batch_size=128)
+    assert check.select([larger], want=1, max_runs=1) == []
+    assert runs == [32768, 65536]
+    assert (check.samples, check.conclusive, check.base.extended) == (32768, False, False)
+    assert check.base.run is not None and check.base.run.samples == 32768
+    assert check.why_inconclusive() == ("the baseline's run was stopped: timeout: no result within 5 s, what was "
+                                        "left of the check's share")
+    assert check.budget.baseline_seconds > 0.0

@@ -20,7 +20,7 @@ from autotune.config import Config, LrRule, lr_rule_for
 from autotune.options import SearchOptions
 from autotune.parity.check import ParityCheck
 from autotune.parity.run import ParityRun
-from autotune.parity.verdict import ParityRunFailed
+from autotune.parity.verdict import ParityRunFailed, ParityRunOutOfTime
 from autotune.procs.trial_process import Outcome
 from autotune.study import pools, search
 from autotune.tuned import file as tuned_file
@@ -336,3 +336,22 @@ def test_a_rate_that_failed_for_being_too_high_is_never_followed_by_a_bolder_one
                        lr_rule=SQRT, lr_at=lr_at)
     assert gate.select([big], want=1, max_runs=9) == []
     assert calls == [(16, 0.05), (64, 0.1), (64, 0.05)]  # as far behind at both: linear's 0.2 is not tried
+
+
+def test_a_rejection_stands_when_the_check_s_share_stops_the_gentler_rate_s_run() -> None:
+    # Linear's 0.2 fails batch 64 by a wide margin; sqrt's run is then stopped by what is left of the check's share.
+    # That run judged nothing: the rejection at 0.2 is the verdict, so batch 64's family is ruled out as rejected.
+    calls: list[tuple[int, float]] = []
+    unstable = unstable_above(0.1, calls)
+
+    def make_run(config: Config, lr: float, samples: int) -> ParityRun:
+        if config.batch_size == 64 and lr < 0.2:
+            raise ParityRunOutOfTime("timeout: no result within 3 s, what was left of the check's share")
+        return unstable(config, lr, samples)
+
+    big = Config(batch_size=64)
+    gate = gate_for(make_run, [big], [])
+    assert gate.select([big], want=1, max_runs=5) == []
+    verdict = gate.verdicts[big]
+    assert (verdict.passed, verdict.conclusive, verdict.lr) == (False, True, 0.2)
+    assert verdict.deviation is not None and verdict.deviation > 0.25

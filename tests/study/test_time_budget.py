@@ -286,3 +286,20 @@ def test_a_first_round_the_budget_cannot_cover_measures_the_baseline_and_the_lea
     assert clock[0] == 420.0 + 18.0 + 16.0 + 25.0
     assert lines[-2] == ("  round 1: not measured, the search's time budget (480 s) would not cover them: "
                          f"{GRAPH.describe()}")
+
+
+def test_a_first_round_on_a_later_pool_still_measures_the_baseline_and_the_leader_whatever_the_rotation() -> None:
+    # Under --gpus a second device's first round is round 2, its order rotated by one: the leader first, then a
+    # finalist, the last, and the baseline. The budget covers none beyond the two the speed-up is made of.
+    from autotune.study.finalists import _round
+
+    seconds = {BASELINE: 18.0, LEADER: 16.0, DECODE: 25.0, GRAPH: 36.0}
+    rates: dict[Config, list[float | None]] = {c: [1_000.0] for c in seconds}
+    clock = [440.0]
+    setup, pools, lines, runs = _rounds_of(seconds, rates, clock)
+    results: dict[Config, list[dict[str, float]]] = {c: [] for c in seconds}
+    took = _round(setup, pools.rounds[0], 1, [BASELINE, LEADER, GRAPH, DECODE], results, first=True)  # type: ignore[arg-type]
+    assert runs == [(LEADER, True), (BASELINE, False)]
+    assert set(took) == {LEADER, BASELINE}
+    assert lines[-1] == ("  round 2: not measured, the search's time budget (480 s) would not cover them: "
+                         f"{GRAPH.describe()}, {DECODE.describe()}")
