@@ -116,10 +116,11 @@ class ParityCheck:
         largest = max_batch if max_batch is not None else max([c.batch_size for c in candidates], default=1)
         # A batch whose shortest run outlasts the check's share is not run at all (``_unrun``): sized for it, every
         # run, the baseline's first, would be.
+        run_s = run_seconds(budget_s)
         self.batch_limit = math.inf if budget_s is None or baseline_rate is None else largest_batch(
-            baseline.batch_size, 2**62, baseline_rate, run_seconds(budget_s))
+            baseline.batch_size, baseline_rate, run_s)
         self.samples, self.window = run_length(baseline.batch_size, int(min(largest, self.batch_limit)),
-                                               baseline_rate, run_seconds(budget_s))
+                                               baseline_rate, run_s)
         self.rate = baseline_rate
         self.verdicts: dict[Config, ParityVerdict] = {}
         self.runs = 0  # candidates' runs; a config with the numerics (or hopeless batch) of a run reuses its verdict

@@ -103,19 +103,17 @@ def run_length(
     return samples, samples // WINDOW_PARTS
 
 
-def largest_batch(baseline_batch: int, batch: int, baseline_rate: float | None, run_s: float) -> int:
-    """The largest batch, up to `batch`, whose shortest run (CANDIDATE_STEPS of it) the baseline trains in `run_s` at
-    its trial's rate; never under the baseline's own. A larger one's run would outlast the check's share: on a busy
-    2-core host, mnist_cnn's check sized for batch 8192 (65,536 samples) took 116.8 s of its 9 s.
+def largest_batch(baseline_batch: int, baseline_rate: float, run_s: float) -> int:
+    """The largest batch whose shortest run (CANDIDATE_STEPS of it) the baseline trains in `run_s` at its trial's
+    rate; never under the baseline's own. A larger one's run would outlast the check's share: on a busy 2-core host,
+    mnist_cnn's check sized for batch 8192 (65,536 samples) took 116.8 s of its 9 s.
 
-    >>> largest_batch(64, 8192, baseline_rate=2000.0, run_s=2.25)  # 4,500 samples: 562 of them 8 times
+    >>> largest_batch(64, baseline_rate=2000.0, run_s=2.25)  # 4,500 samples: 562 of them 8 times
     562
-    >>> largest_batch(256, 2048, baseline_rate=1000.0, run_s=18.0)
-    2048
+    >>> largest_batch(256, baseline_rate=1000.0, run_s=18.0)
+    2250
     """
-    if baseline_rate is None:
-        return batch
-    return min(batch, max(baseline_batch, int(run_s * baseline_rate) // CANDIDATE_STEPS))
+    return max(baseline_batch, int(run_s * baseline_rate) // CANDIDATE_STEPS)
 
 
 def run_seconds(budget_s: float | None) -> float:

@@ -74,12 +74,12 @@ def _reserve_s(setup: Setup, complete: list[FrozenTrial], trial_s: float, check_
     # On an H200, ResNet-50's trials measured 11-15 s, its compiled one took 56 s, and its first round 131 s for four
     # configs: costed at the median trial's time, the search ended 90 s past its budget. The likely finalists are the
     # contenders so far, fastest first, and the rate leader; a slot no contender fills yet costs a median trial.
-    likely = list(contenders(setup))[:finalists]
-    leader = rate_leader(setup, contenders(setup))
+    found = contenders(setup)
+    likely = list(found)[:finalists]
+    leader = rate_leader(setup, found)
     if leader is not None and leader not in likely:
         likely.append(leader)
-    measured = [setup.baseline, *likely]
-    rounds_s = sum(round_cost.config_s(setup, c, trial_s) for c in measured)
+    rounds_s = sum(round_cost.config_s(setup, complete, c, trial_s) for c in [setup.baseline, *likely])
     rounds_s += max(0, finalists - len(likely)) * trial_s
     return check_s + min(setup.options.rounds, 1) * rounds_s
 

@@ -335,11 +335,14 @@ def _round(setup: Setup, pool: TrialPool, r: int, order: list[Config], results: 
     took: dict[Config, float] = {}
     left_out: list[Config] = []
     stated = order[:2]  # the baseline and the leader, wherever a later pool's rotation puts them (under --gpus)
+    complete: list[FrozenTrial] | None = None  # read once, when a config first needs its cost
     for config in rotated:
-        if first and config not in stated and past_budget(
-                setup, round_cost.config_s(setup, config, max(took.values(), default=0.0))):
-            left_out.append(config)
-            continue
+        if first and config not in stated:
+            complete = complete if complete is not None else setup.study.get_trials(
+                deepcopy=False, states=(TrialState.COMPLETE,))
+            if past_budget(setup, round_cost.config_s(setup, complete, config, max(took.values(), default=0.0))):
+                left_out.append(config)
+                continue
         took[config] = _measure(setup, pool, r, config, results, fresh=not took)
     if left_out:
         setup.echo(f"  round {r + 1}: not measured, the search's time budget ({setup.options.time_budget_s:.0f} s) "

@@ -13,7 +13,7 @@ round of three at 219 s, which took 50 s, and ended the trials 280 s into 480.
 
 from __future__ import annotations
 
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
 from autotune.config import Config
 from autotune.study.setup import Setup
@@ -26,10 +26,9 @@ def wall_s(trial: FrozenTrial) -> float:
     return (trial.datetime_complete - trial.datetime_start).total_seconds()
 
 
-def config_s(setup: Setup, config: Config, default_s: float) -> float:
-    """Seconds measuring `config` in a round takes: its longest complete trial's wall time (`default_s` for one not
-    yet tried)."""
-    complete = setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+def config_s(setup: Setup, complete: list[FrozenTrial], config: Config, default_s: float) -> float:
+    """Seconds measuring `config` in a round takes: its longest trial's wall time among `complete` (the study's
+    complete trials), `default_s` for one not yet tried."""
     own = [max(wall_s(t), float(t.user_attrs.get("duration_s", 0.0)))
            for t in complete if "config" in t.user_attrs and setup.config_of(t) == config]
     return max(own, default=default_s)
