@@ -70,7 +70,7 @@ from autotune.trial.cputime import cpu_times
 from autotune.trial.timing import Windows
 from autotune.tuned import file as tuned_file
 from autotune.workloads import load, resolve
-from autotune.workloads.decode import translate
+from autotune.workloads.decode import pack, translate, unpack
 from autotune.workloads.locate import data_root
 
 SEARCH_WINDOWS = Windows(window_s=0.2)  # what a search times a trial with on a GPU (autotune.study.setup)
@@ -354,10 +354,9 @@ class JpegFiles(torch.utils.data.Dataset):
 
 
 def by_list(batch: list[tuple[torch.Tensor, int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    # The files end to end in one tensor, and their lengths: a list of tensors crosses from a worker as one
-    # shared-memory handle each, and is pinned tensor by tensor.
-    data = [data for data, _ in batch]
-    return torch.cat(data), torch.tensor([len(d) for d in data]), torch.tensor([target for _, target in batch])
+    # The files end to end in one tensor, and their lengths (``pack``): a list of tensors crosses from a worker as
+    # one shared-memory handle each, and is pinned tensor by tensor.
+    return (*pack([data for data, _ in batch]), torch.tensor([target for _, target in batch]))
 
 
 class HybridFiles(torch.utils.data.Dataset):
@@ -380,9 +379,7 @@ def by_halves(batch: list[tuple[torch.Tensor, int, bool]]) -> tuple[Any, torch.T
     host = [(x, t) for x, t, device in batch if not device]
     device = [(x, t) for x, t, flag in batch if flag]
     images = torch.stack([x for x, _ in host]) if host else None
-    packed = torch.cat([x for x, _ in device]) if device else torch.empty(0, dtype=torch.uint8)  # as by_list packs
-    lengths = torch.tensor([len(x) for x, _ in device], dtype=torch.int64)
-    return images, packed, lengths, torch.tensor([t for _, t in host] + [t for _, t in device])
+    return (images, *pack([x for x, _ in device]), torch.tensor([t for _, t in host] + [t for _, t in device]))
 
 
 def decoded_ahead(feed: Any, pipeline: Any, device: torch.device, fmt: torch.memory_format) -> Any:
@@ -391,7 +388,7 @@ def decoded_ahead(feed: Any, pipeline: Any, device: torch.device, fmt: torch.mem
     pending = None
     for batch in feed:
         host, packed, lengths, y = batch if len(batch) == 4 else (None, *batch)  # hybrid decode's come in halves
-        data = list(torch.split(packed, lengths.tolist())) if len(lengths) else []
+        data = unpack(packed, lengths)
         with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
             parts = [] if host is None else [host.to(device, non_blocking=True)]
             parts += [decode_batch(pipeline, data, device, None, fmt)] if data else []
