@@ -60,6 +60,8 @@ def seed_configs(workload: Workload, machine: Machine, space: Space) -> list[Con
         Config(batch_size=bs, **all_cores, cudnn_benchmark=True, channels_last=True, amp=amp, device_normalize=True,
                cuda_graph=True, compile="default"),
     ] if "default" in space.domains["compile"] else []
+    if compiled and not on_device:
+        compiled.pop(0)  # clipped to a stream, the device-resident one would be a 0-worker loop, as on_device's would
     if compiled and "gpu" in space.domains["decode"]:
         compiled.append(Config(batch_size=bs, **all_cores, cudnn_benchmark=True, channels_last=True, amp=amp,
                                decode="gpu", decode_share=0.5, cuda_graph=True, compile="default"))

@@ -39,11 +39,16 @@ MIN_MARGIN = 0.15  # a config predicted within this share of the best measured i
 # step's (batch size, amp, channels_last, cuda_graph, and whatever knob of the step comes later, compile).
 # decode_share too: the workers decode the share the device does not (autotune.loop.hybrid_decode).
 LOADER_SIDE = (*LOADER_KNOBS, "batch_size", "placement", "decode", "decode_share", "bucketing", "pad_multiple")
+# What the step on device-resident batches never sees: how the loader made them. Decoded on the device, normalised
+# there or by the workers, a batch reaches the step as the same float tensor of the same layout (the loaders of
+# autotune.loop.device_decode and device_normalize run their device work as the loader's, not the step's), so one
+# step rate serves every decode path: one compile of ResNet-50 values the compiled step fed by each of them.
+STEP_UNSEEN = (*LOADER_KNOBS, "decode", "decode_share")
 
 
 def step_key(config: Config) -> tuple[tuple[str, Any], ...]:
-    """What a step rate depends on: every knob of the step, and where the batch comes from (its layout, dtype)."""
-    return tuple((k, v) for k, v in config.as_dict().items() if k not in LOADER_KNOBS or k == "device_normalize")
+    """What a step rate depends on: every knob of the step, the batch's size and layout, where the data set is."""
+    return tuple((k, v) for k, v in config.as_dict().items() if k not in STEP_UNSEEN)
 
 
 def loader_key(config: Config) -> tuple[tuple[str, Any], ...]:

@@ -203,3 +203,51 @@ def test_a_config_the_plan_only_valued_is_judged_again_when_proposed_not_taken_a
     # Never run, so no outcome to reuse: its prediction is judged again, by what the search learned since.
     assert earlier_trial_of(made, after, made.config_of(valued)) is None
     assert earlier_trial_of(made, after, made.config_of(measured)).number == measured.number
+
+
+def test_the_plan_measures_each_seed_first_and_skips_what_a_measured_part_bounds_under_the_best() -> None:
+    """ResNet-50 from JPEGs, in the rates an H100 host measured: the workers' loader (4,400/s) under the eager bf16
+    step (4,700/s); the device's decode feeds 6,300/s; compiled, the step runs 6,700/s."""
+    from autotune.study.plan import order
+    from autotune.study.valuation import Valuation
+
+    feed = dict(batch_size=256, num_workers=15, pin_memory=True, persistent_workers=True, prefetch_factor=4,
+                cudnn_benchmark=True, channels_last=True, amp="bf16")
+    workers = Config(**feed, device_normalize=True)
+    on_device = Config(**feed, decode="gpu")
+    compiled_by_workers = Config(**feed, device_normalize=True, cuda_graph=True, compile="default")
+    compiled_by_device = Config(**feed, decode="gpu", decode_share=0.5, cuda_graph=True, compile="default")
+    fewer_workers = Config(**{**feed, "num_workers": 8}, device_normalize=True)
+    groups = [[workers, fewer_workers], [on_device], [compiled_by_workers], [compiled_by_device]]
+
+    def step(config: Config) -> float:
+        return 6700.0 if config.compile != "off" else 4700.0
+
+    def loader(config: Config) -> float:
+        return {1.0: 6300.0, 0.5: 7400.0}[config.decode_share] if config.decode == "gpu" else 290.0 * config.num_workers
+
+    v = Valuation()
+    measured: list[tuple[Config, list[str]]] = []
+    for config in order(groups, v):
+        missing = v.missing(config)
+        measured.append((config, missing))
+        v.add(config, {part: {"samples_per_s": (step if part == "step" else loader)(config)} for part in missing})
+    # Each seed in turn; the compiled step fed by the workers is never compiled: their loader (4,350/s) bounds it
+    # under the eager step fed by the device (4,700/s). One step rate serves both decode paths: the device's seed
+    # needs only its loader.
+    assert measured == [(workers, ["step", "loader"]), (on_device, ["loader"]),
+                        (compiled_by_device, ["step", "loader"])]
+    assert v.raw(compiled_by_device) == 6700.0
+    # Nor the 8-worker variant: its step is the 15 workers' one, known at 4,700/s, under the best by then (6,700/s).
+    assert fewer_workers not in [c for c, _ in measured]
+
+
+def test_one_step_rate_serves_every_decode_path_and_the_workers_normalising_or_not() -> None:
+    from autotune.study.valuation import loader_key, step_key
+
+    base = dict(batch_size=256, num_workers=15, channels_last=True, amp="bf16")
+    paths = [Config(**base), Config(**base, device_normalize=True), Config(**base, decode="gpu"),
+             Config(**base, decode="gpu", decode_share=0.5)]
+    assert len({step_key(c) for c in paths}) == 1
+    assert len({loader_key(c) for c in paths}) == 4
+    assert step_key(Config(**{**base, "channels_last": False})) != step_key(paths[0])  # the batch's layout is seen
