@@ -9,6 +9,8 @@
 #                                                  # benchmark (TRUTH_S, default 20), the GPU tests GPU_TESTS names
 #                                                  # (default: all), then the hybrid probe's FEED_CONFIGS while the
 #                                                  # part's time lasts
+#     bash benchmarks/one_gpu_runs.sh OUT engines  # each JPEG decoder on the device, idle and beside busy SMs
+#                                                  # (lab/probes/decode_engines.py; nvImageCodec from NVIMGCODEC_PATH)
 #     bash benchmarks/one_gpu_runs.sh OUT small    # mnist_cnn's search at its defaults, text_transformer's at
 #                                                  # --time-budget 110, then imagenet_resnet50's in what is left
 #     bash benchmarks/one_gpu_runs.sh OUT first    # GPU tests, both decode paths on 5 cores and the gpu path on
@@ -117,6 +119,10 @@ close)
     step pytest_gpu bash -c "cd $REPO && python3 -m pytest -q -m gpu -p no:cacheprovider -rs -k '${GPU_TESTS:-}'"
     step feed bash -c "cd $REPO/lab/probes && python3 hybrid_feed.py --seconds 12 --step-ms 38 --out $OUT/feed.json \
         --configs '${FEED_CONFIGS:-share=1,workers=8;share=0.3,workers=15}'"
+    ;;
+engines)
+    [ -d "$AUTOTUNE_DATA/imagenet-synthetic" ] || step data bash -c "$DATA"
+    step engines bash -c "cd $REPO/lab/probes && python3 decode_engines.py --out $OUT/engines.json"
     ;;
 small)
     # The small models' searches at their defaults (text_transformer at --time-budget 110, the issue's case), then
