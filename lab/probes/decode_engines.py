@@ -53,7 +53,8 @@ def nvimgcodec_engine(kinds: tuple[str, ...]) -> Decode:
     backends = [nv.Backend(getattr(nv.BackendKind, k)) for k in kinds]
     decoder = nv.Decoder(device_id=torch.cuda.current_device(), backends=backends,
                          options="nvjpeg_hw_decoder:preallocate_batch_size=256")
-    params = nv.DecodeParams(color_spec=nv.ColorSpec.SRGB, apply_exif_orientation=False)
+    params = nv.DecodeParams(apply_exif_orientation=False, color_spec=nv.ColorSpec.SRGB,
+                             sample_format=nv.SampleFormat.I_RGB)  # RGB for grey files too, as ImageReadMode.RGB
 
     def decode(blobs: list[bytes], stream: torch.cuda.Stream) -> list[torch.Tensor]:
         images = decoder.decode([nv.CodeStream(b) for b in blobs], params=params, cuda_stream=stream.cuda_stream)
@@ -61,7 +62,8 @@ def nvimgcodec_engine(kinds: tuple[str, ...]) -> Decode:
         if missing:
             raise RuntimeError(f"nvImageCodec could not decode {len(missing)} of {len(blobs)} images")
         with torch.cuda.stream(stream):
-            return [torch.from_dlpack(image).permute(2, 0, 1) for image in images]  # HWC -> CHW, as torchvision's
+            # HWC -> CHW, as torchvision decodes
+            return [torch.from_dlpack(image.to_dlpack()).permute(2, 0, 1) for image in images]
 
     return decode
 
