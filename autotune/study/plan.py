@@ -172,29 +172,23 @@ def order(groups: list[list[Config]], valuation: Valuation) -> Iterator[Config]:
 
     Where the workers' loader runs slower than the eager step fed by the device's decode (ResNet-50 from JPEGs on
     16 cores), the compiled step fed by the workers is never compiled, and the one fed by the device is. The order
-    before this measured each group's worker counts and prefetch depths first and every
-    compile last: on that host, 2 step and 6 loader rates of the first group filled the plan's 120 s, and no
-    compiled config was valued or measured.
+    before this measured each group's worker counts and prefetch depths first and every compile last: on that host,
+    2 step and 6 loader rates of the first group filled the plan's 120 s, and no compiled config was valued.
     """
 
-    def best() -> float:
-        rates = [valuation.raw(c) for g in groups for c in g]
-        return max((r for r in rates if r is not None), default=0.0)
+    def fastest(configs: list[Config]) -> float:
+        return max((r for c in configs if (r := valuation.raw(c)) is not None), default=0.0)
 
-    def worth(config: Config) -> bool:
-        return bool(valuation.missing(config)) and bound(config, valuation) > best()
+    def candidates() -> Iterator[Config]:
+        yield from (group[0] for group in groups)
+        for group in sorted(groups, key=lambda g: -fastest(g)):  # sorted once the seeds are measured
+            yield from group[1:]
 
-    for group in groups:
-        if worth(group[0]):
-            yield group[0]
-
-    def fastest(group: list[Config]) -> float:
-        return max((r for c in group if (r := valuation.raw(c)) is not None), default=0.0)
-
-    for group in sorted(groups, key=lambda g: -fastest(g)):  # sorted once, when the seeds are measured
-        for config in group[1:]:
-            if worth(config):
-                yield config
+    best = 0.0  # the fastest prediction: it moves only when the caller measures, after a yield
+    for config in candidates():
+        if valuation.missing(config) and bound(config, valuation) > best:
+            yield config
+            best = fastest([c for g in groups for c in g])
 
 
 def make(setup: Setup, pool: TrialPool, valuation: Valuation) -> Plan | None:
