@@ -13,8 +13,10 @@ COMPILE_CHOICES = ("off", "default", "max-autotune-no-cudagraphs")
 # Seconds a trial's time limit (and its give-up time) grows by while its step compiles: the compile is a one-time
 # cost of the declared run, and a trial compiling sends no window to judge it by. ResNet-50 at batch 256 compiled
 # in 38 s in default mode on an H200 (issue 43), cold; three times that for a busier host. max-autotune benchmarks
-# kernel choices for every matmul and convolution: not yet measured, so ten minutes until benchmarks/compile_steps.py
-# says better. A warm cache (autotune.loop.compile_cache) makes either a fraction of this.
+# kernel choices for every matmul and convolution: mnist_cnn's trials in that mode took 147 and 153 s on an H100,
+# most of it compiling; ResNet-50's not yet measured, so ten minutes until benchmarks/compile_steps.py says better.
+# A warm cache (autotune.loop.compile_cache) makes either a fraction of this. Where a compile of the model took
+# longer than the best config's whole run, no compiled config is measured at all (autotune.study.compile_cost).
 COMPILE_ALLOWANCE_S = {"off": 0.0, "default": 120.0, "max-autotune-no-cudagraphs": 600.0}
 DECODE_CHOICES = ("cpu", "gpu")  # gpu: workers read JPEG bytes, the device decodes and augments (loop.device_decode)
 # With decode = gpu, the share of each batch's samples the device decodes; the workers decode the rest through the

@@ -31,7 +31,7 @@ from optuna.trial import TrialState
 
 from autotune.config import Config
 from autotune.procs.pool import TrialPool
-from autotune.study import sharing, tickets
+from autotune.study import compile_cost, sharing, tickets
 from autotune.study.deadline import part_timeout
 from autotune.study.seeds import seed_configs
 from autotune.study.setup import Setup
@@ -205,6 +205,8 @@ def make(setup: Setup, pool: TrialPool, valuation: Valuation) -> Plan | None:
         if time.monotonic() - began > limit:
             plan.cut_short = True
             break
+        if compile_cost.why_skip(setup, config, valuation) is not None:
+            continue  # a compile of this model took longer than the best whole run: no compiled step can win it
         # A part that fails is not asked for again: a step out of memory fails its configs' trials at once (the loop
         # cannot fit where its step alone did not), another failure leaves them to be measured end to end.
         valuation.measure(pool, config, setup.lr(config), *part_timeout(setup, limit - (time.monotonic() - began)))

@@ -23,7 +23,8 @@ from autotune.config import COMPILE_ALLOWANCE_S, Config
 from autotune.procs import lifecycle
 from autotune.procs.pool import TrialPool
 from autotune.procs.trial_process import GAVE_UP, Outcome
-from autotune.study import patience, plan, seed_retry, sharing, skip, tickets
+from autotune.study import compile_cost, patience, plan, seed_retry, sharing, skip, tickets
+from autotune.study.compile_cost import CANNOT_PAY
 from autotune.study.deadline import OUT_OF_TIME, give_up_after, out_of_time
 from autotune.study.failures import Finished, Hopeless, blocks, hopeless_values
 from autotune.study.families import SKIPPED, FamilyGate
@@ -189,6 +190,9 @@ def _run_trial(
                 outcome = Outcome("pruned", reason=rejected)
                 if trial.user_attrs.get("role") == "seed":
                     families.queue_same_math(setup, config)  # the guess's other knobs, measured next
+            elif trial.user_attrs.get("role") != "baseline" and (
+                    why := compile_cost.why_skip(setup, config, valuation)) is not None:  # its compile alone loses
+                outcome = Outcome("pruned", reason=why)
             elif (why := skip.predicted(setup, trial, config, loader)) is not None:  # cannot win: not run
                 outcome = Outcome("pruned", reason=why)
             elif valuation is not None and (spared := skip.valued(setup, trial, config, lr, pool, valuation)):
@@ -285,7 +289,7 @@ def _outcome_of(trial: FrozenTrial) -> Outcome:
     )
 
 
-SAID_AS_THEY_ARE = (PREDICTED, GAVE_UP, SKIPPED, VALUED, OUT_OF_TIME)  # pruned: what was done, then why
+SAID_AS_THEY_ARE = (PREDICTED, GAVE_UP, SKIPPED, VALUED, OUT_OF_TIME, CANNOT_PAY)  # pruned: what was done, then why
 
 
 def _progress(setup: Setup, number: int, config: Config, outcome: Outcome, same: FrozenTrial | None,
@@ -326,7 +330,7 @@ def trained(trial: FrozenTrial) -> bool:
     built its config, so it shows nothing of its values."""
     reason = str(trial.user_attrs.get("reason") or "")
     return trial.state == TrialState.COMPLETE or (
-        trial.state == TrialState.PRUNED and not reason.startswith((PREDICTED, SKIPPED, VALUED)))
+        trial.state == TrialState.PRUNED and not reason.startswith((PREDICTED, SKIPPED, VALUED, CANNOT_PAY)))
 
 
 def learn_failures(setup: Setup, learned: Learned) -> None:

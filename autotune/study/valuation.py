@@ -78,6 +78,8 @@ class Valuation:
     errors: list[float] = dataclasses.field(default_factory=list)  # predicted / measured - 1, before learning it
     # ("step" or "loader", its key) -> why that part could not be measured: it is not asked for again
     failed: dict[tuple[str, tuple[tuple[str, Any], ...]], str] = dataclasses.field(default_factory=dict)
+    # compile mode -> the least seconds a step part's compile took in it (autotune.study.compile_cost)
+    compiles: dict[str, float] = dataclasses.field(default_factory=dict)
     valued: int = 0  # configs given a predicted rate
     ruled_out: int = 0  # of them, not measured end to end because of it
 
@@ -119,6 +121,9 @@ class Valuation:
     def add(self, config: Config, parts: dict[str, dict[str, float]]) -> None:
         if "step" in parts:
             self.steps[step_key(config)] = float(parts["step"]["samples_per_s"])
+            took = float(parts["step"].get("compile_s") or 0.0)
+            if took > 0 and config.compile != "off":
+                self.compiles[config.compile] = min(took, self.compiles.get(config.compile, took))
         if "loader" in parts:
             self.loaders[loader_key(config)] = float(parts["loader"]["samples_per_s"])
 

@@ -36,7 +36,10 @@ def step_rate(runner: Any, config: Config, lr: float, windows: Windows = PART_WI
     del loader
     fed = Repeat(synthetic(on_device), count=runner.workload.count)
     p = probe("step", step, fed, runner.device, windows, runner.workload.count)
-    return {"samples_per_s": p.samples_per_s, "spread": p.spread, "seconds": round(p.seconds, 3)}
+    # What its compile cost, where it compiles: the search weighs it against the best declared run
+    # (autotune.study.compile_cost).
+    return {"samples_per_s": p.samples_per_s, "spread": p.spread, "seconds": round(p.seconds, 3),
+            "compile_s": round(step.compile_s, 3)}
 
 
 def loader_rate(runner: Any, config: Config, lr: float, windows: Windows = PART_WINDOWS) -> dict[str, float]:

@@ -37,6 +37,7 @@ class Rates:
 
     runs: list[Config] = []
     parts_asked: list[tuple[Config, tuple[str, ...]]] = []
+    compile_s = 0.0  # what a compiled step's first steps take, in its step part and its trial
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         pass
@@ -46,12 +47,15 @@ class Rates:
         rate = true_rate(config)
         return Outcome("complete", windows=(rate,), result=dict(
             samples_per_s=rate, steady_samples_per_s=rate, spread=0.01, step_s=config.batch_size / rate,
-            epoch_s=512 / rate, setup_s=0.0, materialize_s=0.0, stopped_early=False))
+            epoch_s=512 / rate, setup_s=0.0, materialize_s=0.0, stopped_early=False,
+            compile_s=Rates.compile_s if config.compile != "off" else 0.0))
 
     def parts(self, config: Config, lr: float, which: list[str], timeout_s: float) -> Outcome:
         Rates.parts_asked.append((config, tuple(which)))
         made = {"step": step_rate(config), "loader": loader_rate(config)}
-        return Outcome("complete", result={w: {"samples_per_s": made[w], "spread": 0.01} for w in which})
+        took = {"step": Rates.compile_s if config.compile != "off" else 0.0, "loader": 0.0}
+        return Outcome("complete", result={w: {"samples_per_s": made[w], "spread": 0.01, "compile_s": took[w]}
+                                           for w in which})
 
     def prestart(self, n: int) -> None:
         pass
@@ -70,7 +74,7 @@ def rates(project: Path, monkeypatch: pytest.MonkeyPatch) -> type[Rates]:
 
     monkeypatch.setattr(setup, "build_space", with_compile)
     monkeypatch.setattr(pools, "TrialPool", Rates)
-    Rates.runs, Rates.parts_asked = [], []
+    Rates.runs, Rates.parts_asked, Rates.compile_s = [], [], 0.0
     return Rates
 
 
@@ -105,6 +109,42 @@ def test_the_plan_values_a_grid_measures_its_fastest_next_and_records_the_rest(r
     summary = next(line for line in lines if line.startswith("valuation: "))
     valued_in_all = int(summary.split()[1])  # the plan's grid and the trials valued one by one after it
     assert valued_in_all >= plan["valued"] and "interference factor 0.90" in summary, summary
+
+
+def test_a_compile_longer_than_the_best_whole_run_rules_out_every_compiled_config_after_it(rates: type[Rates]) -> None:
+    """tiny's declared run (2 epochs of 512 samples) takes about a second at its best; its step compiles in 30 s.
+    Once one compile has been timed (the plan's first compiled step part), no other compiled step is compiled or
+    measured, and each compiled config the search proposes says why it was not run."""
+    from autotune.study import search, setup
+    from autotune.study.compile_cost import CANNOT_PAY
+
+    Rates.compile_s = 30.0
+    lines: list[str] = []
+    options = SearchOptions(trials=24, seed=1, parity_check=False, rounds=1, time_budget_s=None)
+    search("tiny", options, echo=lines.append)
+    compiled_parts = [(c, which) for c, which in Rates.parts_asked if c.compile != "off" and "step" in which]
+    assert len(compiled_parts) == 1, [c.describe() for c, _ in compiled_parts]
+    assert [c for c in Rates.runs if c.compile != "off"] == []
+    study = setup.open_study(setup.prepare("tiny", options, echo=lambda line: None)).study
+    skipped = [t for t in study.get_trials() if str(t.user_attrs.get("reason")).startswith(CANNOT_PAY)]
+    assert skipped and all(t.state == TrialState.PRUNED for t in skipped)
+    best = min((t for t in study.get_trials(states=(TrialState.COMPLETE,))),
+               key=lambda t: 2 * t.user_attrs["result"]["epoch_s"])
+    run_s = 2 * best.user_attrs["result"]["epoch_s"]
+    reason = str(skipped[-1].user_attrs["reason"])
+    assert reason == (f"{CANNOT_PAY}: compiling this model's step took 30.0 s (a step part, compile=default), longer "
+                      f"than the best config's whole declared run (2 epoch(s) in {run_s:.1f} s, trial {best.number})")
+    assert any(f"trial {skipped[-1].number:<3} {CANNOT_PAY}" in line for line in lines)
+
+
+def test_a_compile_shorter_than_the_best_whole_run_is_measured(rates: type[Rates]) -> None:
+    """The same search with a compile of 10 ms: the compiled configs, predicted fastest, are measured and win."""
+    from autotune.study import search
+
+    Rates.compile_s = 0.01
+    search("tiny", SearchOptions(trials=24, seed=1, parity_check=False, rounds=1, time_budget_s=None),
+           echo=lambda line: None)
+    assert Rates.runs[1].compile != "off"  # the plan's fastest prediction, measured first after the baseline
 
 
 def test_a_search_asked_for_few_trials_makes_no_plan(rates: type[Rates]) -> None:
@@ -147,7 +187,9 @@ def test_a_config_whose_step_alone_runs_out_of_memory_fails_without_running_end_
         if "step" in which and config.batch_size >= 128:
             return Outcome("failed", reason=too_large)
         made = {"step": step_rate(config), "loader": loader_rate(config)}
-        return Outcome("complete", result={w: {"samples_per_s": made[w], "spread": 0.01} for w in which})
+        took = {"step": Rates.compile_s if config.compile != "off" else 0.0, "loader": 0.0}
+        return Outcome("complete", result={w: {"samples_per_s": made[w], "spread": 0.01, "compile_s": took[w]}
+                                           for w in which})
 
     monkeypatch.setattr(Rates, "parts", parts)
     options = SearchOptions(trials=16, seed=1, parity_check=False, rounds=1, time_budget_s=None)

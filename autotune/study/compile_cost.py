@@ -1,0 +1,57 @@
+"""When compiling cannot pay: a compiled config is not measured once a compile of the model took longer than the
+best config's whole declared run.
+
+The search ranks configs by the time they take to finish the workload's declared run, one-time costs included
+(``autotune.study.finalists.declared_run_s``), and a compile is one of them. Where the whole run is seconds long, no
+compiled step can win it: on an H100, mnist_cnn's best config trained its 10 epochs in 1.6 s, its step compiled in
+about 15 s in default mode, and two trials of max-autotune-no-cudagraphs took 147 and 153 s each, most of it
+compiling, before the pruner could judge them (their search took 445 s where the one before had taken 95 s). A
+compile's cost is known once one step of the model has compiled, in a trial or in a step part
+(``autotune.trial.parts``); a mode that does more (max-autotune benchmarks kernel choices on top of what default
+mode compiles) costs at least as much. Where the run is long (ResNet-50's 90 epochs, 990 s), nothing is skipped.
+"""
+
+from __future__ import annotations
+
+from optuna.trial import TrialState
+
+from autotune.config import COMPILE_CHOICES, Config
+from autotune.study.finalists import trial_run_s
+from autotune.study.setup import Setup
+from autotune.study.valuation import Valuation
+
+CANNOT_PAY = "skipped, its compile cannot pay"  # how a trial's reason begins when it was not run for this
+
+
+def least_compile_s(setup: Setup, valuation: Valuation | None, mode: str) -> tuple[float, str] | None:
+    """The least a compile in `mode` can cost this model, and where that was measured: the least any compile in
+    `mode` or a cheaper mode took, in a complete trial or a step part. None before any did."""
+    cheaper = COMPILE_CHOICES[1 : COMPILE_CHOICES.index(mode) + 1]  # "off" is no compile
+    seen: list[tuple[float, str]] = []
+    for t in setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        took = (t.user_attrs.get("result") or {}).get("compile_s")
+        if took and "config" in t.user_attrs and setup.config_of(t).compile in cheaper:
+            seen.append((float(took), f"trial {t.number}, compile={setup.config_of(t).compile}"))
+    if valuation is not None:
+        seen += [(took, f"a step part, compile={m}") for m, took in valuation.compiles.items() if m in cheaper]
+    return min(seen, default=None)
+
+
+def why_skip(setup: Setup, config: Config, valuation: Valuation | None) -> str | None:
+    """Why `config` cannot finish the declared run first: its compile alone takes longer than the best run so far;
+    None where it may (it compiles nothing, no compile was measured yet, or no trial is complete)."""
+    if config.compile == "off":
+        return None
+    known = least_compile_s(setup, valuation, config.compile)
+    complete = [t for t in setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                if "config" in t.user_attrs]
+    if known is None or not complete:
+        return None
+    best = min(complete, key=lambda t: trial_run_s(setup, t))
+    run_s = trial_run_s(setup, best)
+    compile_s, where = known
+    if compile_s <= run_s:
+        return None
+    epochs = setup.workload.defaults["epochs"]
+    return (f"{CANNOT_PAY}: compiling this model's step took {compile_s:.1f} s ({where}), longer than the best "
+            f"config's whole declared run ({epochs} epoch(s) in {run_s:.1f} s, trial {best.number})")

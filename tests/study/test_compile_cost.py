@@ -1,0 +1,57 @@
+"""When compiling cannot pay: a compile's cost, measured once, against the best config's whole declared run."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import optuna
+from optuna.distributions import CategoricalDistribution
+
+from autotune.config import Config
+from autotune.study.compile_cost import CANNOT_PAY, least_compile_s, why_skip
+from autotune.study.valuation import Valuation
+
+EAGER = Config(batch_size=1024, placement="device", cuda_graph=True)
+DEFAULT = Config(batch_size=128, placement="device", cuda_graph=True, compile="default")
+AUTOTUNED = Config(batch_size=256, placement="device", cuda_graph=True, compile="max-autotune-no-cudagraphs")
+
+
+def study_of(*trials: tuple[Config, dict[str, float]]) -> SimpleNamespace:
+    """A setup over an in-memory study holding complete trials: mnist_cnn's declared run, 10 epochs of 60,000."""
+    study = optuna.create_study(direction="maximize")
+    for config, result in trials:
+        study.add_trial(optuna.trial.create_trial(
+            value=result["samples_per_s"], params={"bs": config.batch_size},
+            distributions={"bs": CategoricalDistribution([config.batch_size])},
+            user_attrs={"config": config.as_dict(), "result": result}))
+    return SimpleNamespace(study=study, config_of=lambda t: Config.from_dict(t.user_attrs["config"]),
+                           workload=SimpleNamespace(defaults={"epochs": 10}), facts=SimpleNamespace(size=60_000))
+
+
+def test_a_cheaper_mode_s_compile_bounds_a_dearer_one_and_not_the_other_way() -> None:
+    """max-autotune compiles what default mode does and benchmarks kernels on top: default's 15 s bounds it; its
+    own 140 s says nothing of default's."""
+    setup = study_of((AUTOTUNED, {"samples_per_s": 400_000.0, "epoch_s": 0.15, "setup_s": 141.0,
+                                  "compile_s": 140.0}))
+    assert least_compile_s(setup, None, "default") is None
+    assert least_compile_s(setup, None, "max-autotune-no-cudagraphs") == (
+        140.0, "trial 0, compile=max-autotune-no-cudagraphs")
+    parts = Valuation(compiles={"default": 15.2})
+    assert least_compile_s(setup, parts, "max-autotune-no-cudagraphs") == (15.2, "a step part, compile=default")
+    assert least_compile_s(setup, parts, "default") == (15.2, "a step part, compile=default")
+
+
+def test_a_compiled_config_is_skipped_only_past_the_best_whole_run() -> None:
+    # mnist_cnn on an H100: 10 epochs in 1.6 s at best (0.1 s a epoch, 0.6 s of set-up), a compile of 15.2 s.
+    setup = study_of((EAGER, {"samples_per_s": 1_300_000.0, "epoch_s": 0.1, "setup_s": 0.6}))
+    parts = Valuation(compiles={"default": 15.2})
+    assert why_skip(setup, EAGER, parts) is None  # compiles nothing
+    assert why_skip(setup, DEFAULT, Valuation()) is None  # no compile timed yet
+    assert why_skip(setup, AUTOTUNED, parts) == (
+        f"{CANNOT_PAY}: compiling this model's step took 15.2 s (a step part, compile=default), longer than the best "
+        f"config's whole declared run (10 epoch(s) in 1.6 s, trial 0)")
+    # ResNet-50's declared run, 990 s at best: a compile of 60 s can pay, and is measured.
+    long_run = study_of((EAGER, {"samples_per_s": 4_800.0, "epoch_s": 98.0, "setup_s": 10.0}))
+    assert why_skip(long_run, DEFAULT, Valuation(compiles={"default": 60.0})) is None
+    # No trial complete: nothing to weigh the compile against.
+    assert why_skip(study_of(), DEFAULT, parts) is None
