@@ -55,6 +55,7 @@ import multiprocessing
 import os
 import re
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -507,14 +508,21 @@ def compared(name: str, config: Config, lr: float, workload_path: Path, args: ar
     share, longest = args.seconds / slices, LONGEST * args.seconds
     hands: list[dict[str, Any]] = []
 
+    began = time.monotonic()
+
+    def said(what: str) -> None:  # each measurement as it ends, to stderr: a row cut short still shows what it had
+        print(f"  {name}: {what} ({time.monotonic() - began:.0f} s into the row)", file=sys.stderr, flush=True)
+
     def hand_slice() -> None:
         hands.append(in_a_fresh_process(workload_path, config, lr, share, device, slice_limit(hands, longest)))
+        said(f"hand slice {len(hands)}: {hands[-1]['samples_per_s']:,.0f}/s over {hands[-1]['seconds']:.0f} s")
 
     if not args.no_bracket:
         hand_slice()
     rounds = []
     for _ in range(args.rounds):
         rounds.append(by_autotune(workload_path, config, lr, cores, logs, device))
+        said(f"autotune round {len(rounds)}: {rounds[-1]['samples_per_s']:,.0f}/s")
         if not args.no_bracket or len(rounds) == args.rounds:
             hand_slice()
     hand = joined(hands)
