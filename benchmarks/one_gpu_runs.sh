@@ -8,7 +8,13 @@
 #                                                  # search at its defaults, the ImageNet winner through the truth
 #                                                  # benchmark (TRUTH_S, default 20), the GPU tests GPU_TESTS names
 #                                                  # (default: all), then the hybrid probe's FEED_CONFIGS while the
-#                                                  # part's time lasts
+#                                                  # part's time lasts. On an H100 host (2026-12-06): mnist 450 s
+#                                                  # before the compile-cost rule, 95 s the day before; a compiled
+#                                                  # winner's truth row ran past 243 s (a non-compiled one: 196 s);
+#                                                  # all GPU tests 171 s. So: mnist and the winner in one part, the
+#                                                  # tests and the probes in a `tests` part
+#     bash benchmarks/one_gpu_runs.sh OUT tests    # all GPU tests, the hybrid probe with the real compiled step
+#                                                  # (FEED_CONFIGS), then each JPEG decoder (NVIMGCODEC_PATH)
 #     bash benchmarks/one_gpu_runs.sh OUT engines  # each JPEG decoder on the device, idle and beside busy SMs
 #                                                  # (lab/probes/decode_engines.py; nvImageCodec from NVIMGCODEC_PATH)
 #     bash benchmarks/one_gpu_runs.sh OUT small    # mnist_cnn's search at its defaults, text_transformer's at
@@ -119,6 +125,15 @@ close)
     step pytest_gpu bash -c "cd $REPO && python3 -m pytest -q -m gpu -p no:cacheprovider -rs -k '${GPU_TESTS:-}'"
     step feed bash -c "cd $REPO/lab/probes && python3 hybrid_feed.py --seconds 12 --step-ms 38 --out $OUT/feed.json \
         --configs '${FEED_CONFIGS:-share=1,workers=8;share=0.3,workers=15}'"
+    ;;
+tests)
+    [ -d "$AUTOTUNE_DATA/imagenet-synthetic" ] || step data bash -c "$DATA" &
+    step pytest_gpu bash -c "cd $REPO && python3 -m pytest -q -m gpu -p no:cacheprovider -rs"
+    wait
+    # The real compiled step, not a GPU sleep: its kernels take the SMs the device decode needs.
+    step feed bash -c "cd $REPO/lab/probes && python3 hybrid_feed.py --seconds 12 --out $OUT/feed.json --configs \
+        '${FEED_CONFIGS:-cpu,real,workers=15;share=0.5,workers=15,real;share=0.25,workers=15,real;share=0.25,workers=13,real,thread}'"
+    step engines bash -c "cd $REPO/lab/probes && python3 decode_engines.py --out $OUT/engines.json"
     ;;
 engines)
     [ -d "$AUTOTUNE_DATA/imagenet-synthetic" ] || step data bash -c "$DATA"

@@ -12,9 +12,13 @@ augmentation after it (queued work), the rest; and the thread's CPU seconds; wit
         [--seconds 20] [--step-ms 38] [--out hybrid.json]
 
 Each config: `share` (decode_share; `cpu` in it: decode=cpu with device_normalize; `thread` in it: the device
-decode in a thread of its own, see `threaded`), `workers`, `prefetch`
+decode in a thread of its own, see `threaded`; `real` in it: the workload's own step, compiled, in a CUDA graph, bf16,
+channels_last, cudnn.benchmark, as the search's compiled seeds run it), `workers`, `prefetch`
 (4 by default), batch 256, pinned, persistent. `--step-ms` queues a GPU sleep of that long per batch on the main
-stream, a stand-in for a compiled step (ResNet-50 at 256 in bf16 compiled: about 38 ms on an H200).
+stream, a stand-in for a compiled step (ResNet-50 at 256 in bf16 compiled: about 38 ms on an H200). A sleep takes
+no SMs from the decode; the real step does: beside SMs kept busy, torchvision's device decode of 256 ImageNet JPEGs
+took 41 ms where it took 11 ms idle (an H100, lab/results/h100_2026-12-06), and a `real` row shows what that costs
+the loop. Its step's host time (launching the replay) is the `step` phase.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from autotune.trial.runner import Runner
 from autotune.workloads import load, resolve
 from autotune.workloads.decode import unpack
 
-PHASES = ("wait_workers", "decode", "augment", "rest")
+PHASES = ("wait_workers", "decode", "augment", "step", "rest")
 
 
 class Clock:
@@ -131,6 +135,8 @@ def parse(spec: str) -> list[tuple[Config, bool]]:
                       pin_memory=True, persistent_workers=True, prefetch_factor=int(fields.get("prefetch", "4")),
                       channels_last=True)
         thread = "thread" in fields  # the device decode in a thread of its own (`threaded`)
+        if "real" in fields:  # the workload's step as the compiled seeds run it
+            common.update(cudnn_benchmark=True, amp="bf16", cuda_graph=True, compile="default")
         if "cpu" in fields:
             configs.append((Config(**common, device_normalize=True), False))
         else:
@@ -145,7 +151,11 @@ def run(runner: Runner, config: Config, seconds: float, step_ms: float, warmup: 
     torchvision.io.decode_jpeg = clock.timed("decode", decode)  # device_decode imports it at each call
     device_decode.augment = clock.timed("augment", augment)
     try:
-        loader, _, _ = runner.build(config, 0.1)
+        loader, step, _ = runner.build(config, 0.1)
+        real = config.compile != "off"  # the config's own step runs; no stand-in
+        step = clock.timed("step", step)
+        # The compile and the graph's capture happen in the real step's first calls: all before the timing.
+        warmup = max(warmup, 30) if real else warmup
         if thread:
             threaded(loader)
         inner = getattr(loader, "loader", None)
@@ -158,7 +168,9 @@ def run(runner: Runner, config: Config, seconds: float, step_ms: float, warmup: 
         watcher = threading.Thread(target=host_busy, args=(stop, cores), daemon=True)
         for n, batch in enumerate(loader):
             x = batch[0].to(device, non_blocking=True)
-            if cuda and step_ms > 0:
+            if real:
+                step(*batch)
+            elif cuda and step_ms > 0:
                 torch.cuda._sleep(int(step_ms * 1.98e6))  # about 1.98 GHz: the sleep's cycles, a stand-in step
             if n == warmup:
                 if cuda:
@@ -187,7 +199,9 @@ def run(runner: Runner, config: Config, seconds: float, step_ms: float, warmup: 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--recipe", default="imagenet_resnet50")
-    parser.add_argument("--configs", default="share=1,workers=8;share=0.5,workers=15;share=0.5,workers=12;cpu")
+    parser.add_argument("--configs", default="share=1,workers=8;share=0.5,workers=15;share=0.5,workers=12;cpu;"
+                        "cpu,real,workers=15;share=0.5,workers=15,real;share=0.25,workers=15,real;"
+                        "share=0.25,workers=13,real,thread")
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--warmup", type=int, default=10, help="batches before timing (the workers' backlog)")
     parser.add_argument("--step-ms", type=float, default=0.0)
