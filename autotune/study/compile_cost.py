@@ -39,9 +39,10 @@ def least_compile_s(setup: Setup, valuation: Valuation | None, mode: str) -> tup
 
 def why_skip(setup: Setup, config: Config, valuation: Valuation | None) -> str | None:
     """Why `config` cannot finish the declared run first: its compile alone takes longer than the best run so far;
-    None where it may (it compiles nothing, no compile was measured yet, or no trial is complete)."""
-    if config.compile == "off":
-        return None
+    None where it may (it compiles nothing, no compile was measured yet, or no trial is complete), and wherever the
+    space has no uncompiled config to prefer."""
+    if config.compile == "off" or "off" not in setup.space.domains["compile"]:
+        return None  # compiles nothing; or the user pinned compile on (--fix compile=...): the best compiled is wanted
     known = least_compile_s(setup, valuation, config.compile)
     complete = [t for t in setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
                 if "config" in t.user_attrs]

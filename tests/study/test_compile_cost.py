@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import optuna
 from optuna.distributions import CategoricalDistribution
 
-from autotune.config import Config
+from autotune.config import COMPILE_CHOICES, Config
 from autotune.study.compile_cost import CANNOT_PAY, least_compile_s, why_skip
 from autotune.study.valuation import Valuation
 
@@ -16,7 +16,8 @@ DEFAULT = Config(batch_size=128, placement="device", cuda_graph=True, compile="d
 AUTOTUNED = Config(batch_size=256, placement="device", cuda_graph=True, compile="max-autotune-no-cudagraphs")
 
 
-def study_of(*trials: tuple[Config, dict[str, float]]) -> SimpleNamespace:
+def study_of(*trials: tuple[Config, dict[str, float]], compile_domain: tuple[str, ...] = COMPILE_CHOICES
+             ) -> SimpleNamespace:
     """A setup over an in-memory study holding complete trials: mnist_cnn's declared run, 10 epochs of 60,000."""
     study = optuna.create_study(direction="maximize")
     for config, result in trials:
@@ -25,6 +26,7 @@ def study_of(*trials: tuple[Config, dict[str, float]]) -> SimpleNamespace:
             distributions={"bs": CategoricalDistribution([config.batch_size])},
             user_attrs={"config": config.as_dict(), "result": result}))
     return SimpleNamespace(study=study, config_of=lambda t: Config.from_dict(t.user_attrs["config"]),
+                           space=SimpleNamespace(domains={"compile": compile_domain}),
                            workload=SimpleNamespace(defaults={"epochs": 10}), facts=SimpleNamespace(size=60_000))
 
 
@@ -55,3 +57,7 @@ def test_a_compiled_config_is_skipped_only_past_the_best_whole_run() -> None:
     assert why_skip(long_run, DEFAULT, Valuation(compiles={"default": 60.0})) is None
     # No trial complete: nothing to weigh the compile against.
     assert why_skip(study_of(), DEFAULT, parts) is None
+    # --fix compile=default,max-autotune-no-cudagraphs: the user wants the best compiled config, whatever it costs.
+    pinned = study_of((DEFAULT, {"samples_per_s": 1_000_000.0, "epoch_s": 0.1, "setup_s": 16.0, "compile_s": 15.2}),
+                      compile_domain=COMPILE_CHOICES[1:])
+    assert why_skip(pinned, AUTOTUNED, parts) is None
