@@ -16,7 +16,7 @@ from __future__ import annotations
 from optuna.trial import TrialState
 
 from autotune.config import COMPILE_CHOICES, Config
-from autotune.study.finalists import trial_run_s
+from autotune.study.finalists import shortest_run
 from autotune.study.setup import Setup
 from autotune.study.valuation import Valuation
 
@@ -30,8 +30,9 @@ def least_compile_s(setup: Setup, valuation: Valuation | None, mode: str) -> tup
     seen: list[tuple[float, str]] = []
     for t in setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         took = (t.user_attrs.get("result") or {}).get("compile_s")
-        if took and "config" in t.user_attrs and setup.config_of(t).compile in cheaper:
-            seen.append((float(took), f"trial {t.number}, compile={setup.config_of(t).compile}"))
+        mode = setup.config_of(t).compile if took and "config" in t.user_attrs else None
+        if mode in cheaper:
+            seen.append((float(took), f"trial {t.number}, compile={mode}"))
     if valuation is not None:
         seen += [(took, f"a step part, compile={m}") for m, took in valuation.compiles.items() if m in cheaper]
     return min(seen, default=None)
@@ -43,14 +44,10 @@ def why_skip(setup: Setup, config: Config, valuation: Valuation | None) -> str |
     space has no uncompiled config to prefer."""
     if config.compile == "off" or "off" not in setup.space.domains["compile"]:
         return None  # compiles nothing; or the user pinned compile on (--fix compile=...): the best compiled is wanted
-    known = least_compile_s(setup, valuation, config.compile)
-    complete = [t for t in setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                if "config" in t.user_attrs]
-    if known is None or not complete:
+    known, shortest = least_compile_s(setup, valuation, config.compile), shortest_run(setup)
+    if known is None or shortest is None:
         return None
-    best = min(complete, key=lambda t: trial_run_s(setup, t))
-    run_s = trial_run_s(setup, best)
-    compile_s, where = known
+    (compile_s, where), (best, run_s) = known, shortest
     if compile_s <= run_s:
         return None
     epochs = setup.workload.defaults["epochs"]

@@ -14,7 +14,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.parity.verdict import run_length
 from autotune.study import round_cost
-from autotune.study.finalists import baseline_rate, check_budget, contenders, rate_leader, trial_run_s
+from autotune.study.finalists import baseline_rate, check_budget, contenders, rate_leader, shortest_run
 from autotune.study.setup import Setup
 
 
@@ -123,11 +123,10 @@ def give_up_after(setup: Setup, trial: optuna.Trial) -> tuple[float, str] | None
     """
     if trial.user_attrs.get("role") == "baseline":  # every speed-up is stated against it
         return None
-    complete = setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    if not complete:
+    shortest = shortest_run(setup)
+    if shortest is None:
         return None
-    best = min(complete, key=lambda t: trial_run_s(setup, t))
-    run_s = trial_run_s(setup, best)
+    best, run_s = shortest
     epochs = setup.workload.defaults["epochs"]
     why = f"the best so far (trial {best.number}) finishes the whole declared run ({epochs} epoch(s)) in {run_s:.1f} s"
     return GIVE_UP_FACTOR * run_s + GIVE_UP_MARGIN_S, why
