@@ -16,7 +16,7 @@ from __future__ import annotations
 from optuna.trial import TrialState
 
 from autotune.config import COMPILE_CHOICES, Config
-from autotune.study.finalists import shortest_run
+from autotune.study.deadline import shortest_run
 from autotune.study.setup import Setup
 from autotune.study.valuation import Valuation
 

@@ -14,7 +14,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.parity.verdict import run_length
 from autotune.study import round_cost
-from autotune.study.finalists import baseline_rate, check_budget, contenders, rate_leader, shortest_run
+from autotune.study.finalists import baseline_rate, check_budget, contenders, rate_leader, trial_run_s
 from autotune.study.setup import Setup
 
 
@@ -111,6 +111,15 @@ def part_timeout(setup: Setup, stage_left_s: float | None = None) -> tuple[float
 # trial on a busy host, or one in a process that has just started, from being stopped on what noise costs.
 GIVE_UP_FACTOR = 2.0
 GIVE_UP_MARGIN_S = 30.0
+
+
+def shortest_run(setup: Setup) -> tuple[FrozenTrial, float] | None:
+    """The complete trial whose declared run is shortest, and that run's seconds; None before any completed."""
+    complete = setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if not complete:
+        return None
+    best = min(complete, key=lambda t: trial_run_s(setup, t))
+    return best, trial_run_s(setup, best)
 
 
 def give_up_after(setup: Setup, trial: optuna.Trial) -> tuple[float, str] | None:

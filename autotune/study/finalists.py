@@ -63,15 +63,6 @@ def trial_run_s(setup: Setup, trial: FrozenTrial) -> float:
     return declared_run_s(result, setup.workload.defaults["epochs"], setup.facts.size)
 
 
-def shortest_run(setup: Setup) -> tuple[FrozenTrial, float] | None:
-    """The complete trial whose declared run is shortest, and that run's seconds; None before any completed."""
-    complete = setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    if not complete:
-        return None
-    best = min(complete, key=lambda t: trial_run_s(setup, t))
-    return best, trial_run_s(setup, best)
-
-
 def ranked(setup: Setup) -> dict[Config, int]:
     """Distinct complete configs, shortest declared run first, each with that trial's number; not the baseline.
 
