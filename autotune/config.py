@@ -21,8 +21,9 @@ COMPILE_ALLOWANCE_S = {"off": 0.0, "default": 120.0, "max-autotune-no-cudagraphs
 DECODE_CHOICES = ("cpu", "gpu")  # gpu: workers read JPEG bytes, the device decodes and augments (loop.device_decode)
 # With decode = gpu, the share of each batch's samples the device decodes; the workers decode the rest through the
 # host pipeline (loop.hybrid_decode), so both the cores and the device make images: on an H200 the host path tops out
-# near 3,700-4,000/s on 16 cores and the device path alone is below it there, 3.5x it on 5 cores (issue 43).
-DECODE_SHARES = (1.0, 0.75, 0.5, 0.25)
+# near 3,700-4,000/s on 16 cores and the device path alone is below it there, 3.5x it on 5 cores (issue 43). Down to
+# an eighth: beside a compiled step on an H100 the two sides balanced at 9% (autotune.study.balance).
+DECODE_SHARES = (1.0, 0.75, 0.5, 0.25, 0.125)
 # The loader's knobs: they change how fast batches come, not which samples, their values or their order.
 # device_normalize moves ToTensor and Normalize from the workers to the device, with the same arithmetic.
 LOADER_KNOBS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "device_normalize")
@@ -80,7 +81,7 @@ class Config:
         else:
             parts.append(f"workers={self.num_workers}")
             if self.decode == "gpu":
-                parts.append("gpu-decode" if self.decode_share == 1 else f"gpu-decode {self.decode_share:.0%}")
+                parts.append("gpu-decode" if self.decode_share == 1 else f"gpu-decode {self.decode_share * 100:g}%")
             if self.device_normalize:
                 parts.append("device-normalize")
             if self.pin_memory:

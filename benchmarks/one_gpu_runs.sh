@@ -134,7 +134,7 @@ tests)
     wait
     # The real compiled step, not a GPU sleep: its kernels take the SMs the device decode needs.
     step feed bash -c "cd $REPO/lab/probes && python3 hybrid_feed.py --seconds 12 --out $OUT/feed.json --configs \
-        '${FEED_CONFIGS:-cpu,real,workers=15;share=0.5,workers=15,real;share=0.25,workers=15,real;share=0.25,workers=13,real,thread}'"
+        '${FEED_CONFIGS:-cpu,real,workers=15;share=0.5,workers=15,real;share=0.25,workers=15,real;share=0.125,workers=15,real}'"
     step engines bash -c "cd $REPO/lab/probes && python3 decode_engines.py --out $OUT/engines.json"
     ;;
 engines)

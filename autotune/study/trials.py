@@ -23,7 +23,7 @@ from autotune.config import COMPILE_ALLOWANCE_S, Config
 from autotune.procs import lifecycle
 from autotune.procs.pool import TrialPool
 from autotune.procs.trial_process import GAVE_UP, Outcome
-from autotune.study import compile_cost, patience, plan, seed_retry, sharing, skip, tickets
+from autotune.study import balance, compile_cost, patience, plan, seed_retry, sharing, skip, tickets
 from autotune.study.compile_cost import CANNOT_PAY
 from autotune.study.deadline import OUT_OF_TIME, give_up_after, out_of_time
 from autotune.study.failures import Finished, Hopeless, blocks, hopeless_values
@@ -195,7 +195,8 @@ def _run_trial(
                 outcome = Outcome("pruned", reason=why)
             elif (why := skip.predicted(setup, trial, config, loader)) is not None:  # cannot win: not run
                 outcome = Outcome("pruned", reason=why)
-            elif valuation is not None and (spared := skip.valued(setup, trial, config, lr, pool, valuation)):
+            elif valuation is not None and balance.SOLVED not in trial.user_attrs and (
+                    spared := skip.valued(setup, trial, config, lr, pool, valuation)):
                 outcome = spared  # its predicted rate is clearly worse, or its step alone ran out of memory: not run
             else:
 
@@ -246,6 +247,9 @@ def _run_trial(
             if error is not None:
                 trial.set_user_attr("prediction_error", round(error, 4))
             study.set_user_attr(VALUATION_ATTRIBUTE, valuation.record())
+            said = balance.queue_next(setup, config, float(outcome.result["samples_per_s"]), valuation)
+            if said is not None:  # a hybrid measured: the share its host and card balance at, queued next
+                setup.echo(said)
         study.tell(trial, float(outcome.result["samples_per_s"]))
     else:
         study.tell(trial, state=TrialState.PRUNED if outcome.state == "pruned" else TrialState.FAIL)

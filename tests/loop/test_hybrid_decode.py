@@ -102,7 +102,7 @@ def test_a_pipeline_the_device_cannot_finish_leaves_the_host_half_whole(tmp_path
 
 def test_the_knob_applies_with_device_decode_only() -> None:
     space = build_space(256, GPU, JPEGS)
-    assert space.domains["decode_share"] == (1.0, 0.75, 0.5, 0.25)
+    assert space.domains["decode_share"] == (1.0, 0.75, 0.5, 0.25, 0.125)
     hybrid = Config(batch_size=256, num_workers=15, prefetch_factor=2, decode="gpu", decode_share=0.5)
     params = space.params(hybrid)
     assert params is not None and params["decode_share"] == 0.5
