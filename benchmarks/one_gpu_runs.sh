@@ -34,8 +34,9 @@
 #                                                  # H200 host: the data set 25 s, the sweep 481 s, the winner 79 s,
 #                                                  # the own settings 48 s: more than one 585 s part (call 77 left
 #                                                  # the own settings to a call of their own)
-#     bash benchmarks/one_gpu_runs.sh OUT winner   # the winner through the truth benchmark, then the own settings,
-#                                                  # then the truth rows TRUTH_MATCH finds (default "^0 |^8 ")
+#     bash benchmarks/one_gpu_runs.sh OUT winner   # the winner through the truth benchmark (TRUTH_S, default 30),
+#                                                  # then the own settings, then the truth rows TRUTH_MATCH finds
+#                                                  # (default "^0 |^8 "); WINNER_ONLY=1: the winner alone
 #     bash benchmarks/one_gpu_runs.sh OUT final    # autotune search --recipe text_transformer, GPU tests, the hand
 #                                                  # sweep's best row, the ImageNet search on 5 cores with what is left
 #     bash benchmarks/one_gpu_runs.sh OUT cores5   # the ImageNet search on 5 cores (--cpus 5), then its winner and
@@ -121,7 +122,9 @@ close)
     step mnist bash -c "python3 -m autotune search --recipe mnist_cnn && python3 -m autotune show --recipe mnist_cnn"
     cp /tmp/runs/mnist/recipes/mnist_cnn.tuned.toml "$OUT/" 2>/dev/null
     [ -d "$AUTOTUNE_DATA/imagenet-synthetic" ] || step data bash -c "$DATA"
-    [ -f /tmp/runs/imagenet_search/recipes/imagenet_resnet50.tuned.toml ] && winner "${TRUTH_S:-20}"
+    # WINNER=-: not the winner (a `winner` part with WINNER_ONLY=1 times it in a 10-minute command of its own).
+    [ "${WINNER:-}" != - ] && [ -f /tmp/runs/imagenet_search/recipes/imagenet_resnet50.tuned.toml ] \
+        && winner "${TRUTH_S:-20}"
     # GPU_TESTS=- and FEED_CONFIGS=-: neither (a `tests` part runs them), so the winner's row has the rest of the part.
     [ "${GPU_TESTS:-}" != - ] && step pytest_gpu bash -c "cd $REPO && python3 -m pytest -q -m gpu -p no:cacheprovider \
         -rs -k '${GPU_TESTS:-}'"
@@ -197,7 +200,8 @@ check)
     ;;
 winner)
     [ -d "$AUTOTUNE_DATA/imagenet-synthetic" ] || step data bash -c "$DATA"
-    winner
+    winner "${TRUTH_S:-30}"
+    [ -n "${WINNER_ONLY:-}" ] && exit  # the winner's row alone: the part ends with it, its time given back
     # What the winner is held against, and then the truth benchmark's other rows, while the part's time lasts.
     step own python3 "$REPO/benchmarks/truth.py" --configs default --match own --seconds 30 --out .
     cp /tmp/runs/own/truth.json "$OUT/own.json" 2>/dev/null
