@@ -200,7 +200,7 @@ check)
     ;;
 winner)
     [ -d "$AUTOTUNE_DATA/imagenet-synthetic" ] || step data bash -c "$DATA"
-    winner "${TRUTH_S:-30}"
+    winner "${TRUTH_S:-30}" winner ${TRUTH_ARGS:-}  # TRUTH_ARGS: more of truth.py's options, --rounds 1 say
     [ -n "${WINNER_ONLY:-}" ] && exit  # the winner's row alone: the part ends with it, its time given back
     # What the winner is held against, and then the truth benchmark's other rows, while the part's time lasts.
     step own python3 "$REPO/benchmarks/truth.py" --configs default --match own --seconds 30 --out .
