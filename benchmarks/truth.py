@@ -38,8 +38,9 @@ of a loop, not the arithmetic of a crop, which the CPU tests compare with
 torchvision's. A ``device_normalize`` config's hand loop gives its workers the pipeline up to
 ToTensor, then PILToTensor, and divides by 255 and normalises on the device itself. A
 hybrid decode config's (``decode_share`` below 1) gives its workers the same split by
-sample index as autotune's loader, each batch's host half made by the pipeline and its
-device half decoded on the side stream.
+sample index as autotune's loader, each batch's host half made by the pipeline (up to
+uint8 pixels, finished on the device, where it ends in ToTensor and Normalize, as
+autotune's does) and its device half decoded on the side stream.
 A hand loop does not capture CUDA graphs; a config that asks for one is run eager,
 and its row says so.
 """
@@ -170,7 +171,8 @@ def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: to
     if config.decode == "gpu":
         files, collate = JpegFiles([path for path, _ in dataset.samples], [t for _, t in dataset.samples]), by_list
         if config.decode_share < 1:  # hybrid: the workers decode the rest through the data set's own pipeline
-            files, collate = HybridFiles(dataset, files, config.decode_share), by_halves
+            host, finish = hybrid_host(dataset, device)
+            files, collate = HybridFiles(host, files, config.decode_share), by_halves
     elif config.device_normalize:
         files, collate, finish = uint8_pixels(dataset, device)
     else:
@@ -181,7 +183,7 @@ def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: to
 
     def step(x: torch.Tensor, y: torch.Tensor) -> None:
         x = x.to(device, non_blocking=config.pin_memory)
-        if config.device_normalize:
+        if config.device_normalize and config.decode == "cpu":
             x = finish(x)
         x = x.contiguous(memory_format=fmt)
         y = y.to(device, non_blocking=config.pin_memory)
@@ -197,7 +199,7 @@ def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: to
 
     feed = batches()
     if config.decode == "gpu":
-        feed = decoded_ahead(feed, translate(dataset.transform), device, fmt)
+        feed = decoded_ahead(feed, translate(dataset.transform), device, fmt, finish)
     capacity = config.num_workers * (config.prefetch_factor or 2) if config.num_workers else 0
     taken = 10 + 2 * capacity
     for _ in range(taken):  # warm-up (cuDNN autotuning), then twice what the workers can hold ready
@@ -383,15 +385,30 @@ def by_halves(batch: list[tuple[torch.Tensor, int, bool]]) -> tuple[Any, torch.T
     return (images, *pack([x for x, _ in device]), torch.tensor([t for _, t in host] + [t for _, t in device]))
 
 
-def decoded_ahead(feed: Any, pipeline: Any, device: torch.device, fmt: torch.memory_format) -> Any:
-    """Batches of bytes in, decoded batches out: batch k+1 decodes on a side stream while batch k trains."""
+def hybrid_host(dataset: Any, device: torch.device) -> tuple[Any, Any]:
+    """What a hybrid's workers make of their half, and what the device then does to it: uint8 pixels, finished on the
+    device, where the pipeline ends in ToTensor and Normalize (autotune's hybrid loader does the same there); else
+    the whole pipeline, and nothing. A hand loop written with the float tail on the workers ran 3,046/s where
+    autotune's ran 4,483/s (an H100, lab/results/h100_balance_2026-12-06): not the same loop."""
+    tail = [type(t).__name__ for t in getattr(dataset.transform, "transforms", [])[-2:]]
+    if tail != ["ToTensor", "Normalize"]:
+        return dataset, None
+    pixels, _, finish = uint8_pixels(dataset, device)
+    return pixels, finish
+
+
+def decoded_ahead(feed: Any, pipeline: Any, device: torch.device, fmt: torch.memory_format,
+                  finish: Any = None) -> Any:
+    """Batches of bytes in, decoded batches out: batch k+1 decodes on a side stream while batch k trains. `finish`:
+    what the device does to a hybrid's host half (uint8 pixels to the pipeline's floats), if anything."""
     side = torch.cuda.Stream(device) if device.type == "cuda" else None
     pending = None
     for batch in feed:
         host, packed, lengths, y = batch if len(batch) == 4 else (None, *batch)  # hybrid decode's come in halves
         data = unpack(packed, lengths)
         with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
-            parts = [] if host is None else [host.to(device, non_blocking=True)]
+            host = None if host is None else host.to(device, non_blocking=True)
+            parts = [] if host is None else [host if finish is None else finish(host)]
             parts += [decode_batch(pipeline, data, device, None, fmt)] if data else []
             x = torch.cat(parts).contiguous(memory_format=fmt)
             y = y.to(device, non_blocking=True)
