@@ -8,8 +8,8 @@
 #                                                  # search at its defaults, the ImageNet winner through the truth
 #                                                  # benchmark (TRUTH_S, default 20), the GPU tests GPU_TESTS names
 #                                                  # (default: all), then the hybrid probe's FEED_CONFIGS while the
-#                                                  # part's time lasts. On an H100 host (2026-12-06): mnist 450 s
-#                                                  # before the compile-cost rule, 95 s the day before; a compiled
+#                                                  # part's time lasts. On H100 hosts (2026-12-06): mnist 450 s
+#                                                  # before the compile-cost rule, 102 s after it; a compiled
 #                                                  # winner's truth row ran past 243 s (a non-compiled one: 196 s);
 #                                                  # all GPU tests 171 s. So: mnist and the winner in one part, the
 #                                                  # tests and the probes in a `tests` part
