@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from _pools import FakePool, ran
 from optuna.trial import TrialState
 
 from autotune.config import COMPILE_CHOICES, DECODE_CHOICES, DECODE_SHARES, Config
@@ -54,20 +55,14 @@ def fake_true_rate(config: Config) -> float:
     return min(STEP, HOST)
 
 
-class Card:
+class Card(FakePool):
     """A trial pool of one card and host: every step runs STEP alone, the workers HOST, the hybrid as the model."""
 
     runs: list[Config] = []
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        pass
-
     def run(self, config: Config, lr: float, *args: object, **kwargs: object) -> Outcome:
         Card.runs.append(config)
-        rate = fake_true_rate(config)
-        return Outcome("complete", windows=(rate,), result=dict(
-            samples_per_s=rate, steady_samples_per_s=rate, spread=0.01, step_s=config.batch_size / rate,
-            epoch_s=512 / rate, setup_s=0.0, materialize_s=0.0, stopped_early=False, compile_s=0.0))
+        return ran(config, fake_true_rate(config))
 
     def parts(self, config: Config, lr: float, which: list[str], timeout_s: float) -> Outcome:
         # Each alone: the hybrid's loader overlaps both halves on an idle device, which is why its parts overrate it.
@@ -75,11 +70,6 @@ class Card:
         made = {"step": STEP, "loader": loader}
         return Outcome("complete", result={w: {"samples_per_s": made[w], "spread": 0.01, "compile_s": 0.0}
                                            for w in which})
-
-    def prestart(self, n: int) -> None:
-        pass
-
-    ask_to_exit = stop = kill = lambda self: None
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+from _pools import FakePool, ran
 from optuna.trial import TrialState
 
 from autotune.config import COMPILE_CHOICES, Config
@@ -32,23 +33,16 @@ def true_rate(config: Config) -> float:
     return 0.9 * min(step_rate(config), loader_rate(config))  # a tenth lost to interference, the same everywhere
 
 
-class Rates:
+class Rates(FakePool):
     """A trial pool whose parts and whole loops run at the fake rates above."""
 
     runs: list[Config] = []
     parts_asked: list[tuple[Config, tuple[str, ...]]] = []
     compile_s = 0.0  # what a compiled step's first steps take, in its step part and its trial
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        pass
-
     def run(self, config: Config, lr: float, *args: object, **kwargs: object) -> Outcome:
         Rates.runs.append(config)
-        rate = true_rate(config)
-        return Outcome("complete", windows=(rate,), result=dict(
-            samples_per_s=rate, steady_samples_per_s=rate, spread=0.01, step_s=config.batch_size / rate,
-            epoch_s=512 / rate, setup_s=0.0, materialize_s=0.0, stopped_early=False,
-            compile_s=Rates.compile_s if config.compile != "off" else 0.0))
+        return ran(config, true_rate(config), Rates.compile_s if config.compile != "off" else 0.0)
 
     def parts(self, config: Config, lr: float, which: list[str], timeout_s: float) -> Outcome:
         Rates.parts_asked.append((config, tuple(which)))
@@ -56,11 +50,6 @@ class Rates:
         took = {"step": Rates.compile_s if config.compile != "off" else 0.0, "loader": 0.0}
         return Outcome("complete", result={w: {"samples_per_s": made[w], "spread": 0.01, "compile_s": took[w]}
                                            for w in which})
-
-    def prestart(self, n: int) -> None:
-        pass
-
-    ask_to_exit = stop = kill = lambda self: None
 
 
 @pytest.fixture
