@@ -15,6 +15,8 @@
 #                                                  # tests and the probes in a `tests` part
 #     bash benchmarks/one_gpu_runs.sh OUT tests    # all GPU tests, the hybrid probe with the real compiled step
 #                                                  # (FEED_CONFIGS), then each JPEG decoder (NVIMGCODEC_PATH)
+#     bash benchmarks/one_gpu_runs.sh OUT where    # the hybrid probe beside the real compiled step, its device's
+#                                                  # streams traced (FEED_CONFIGS)
 #     bash benchmarks/one_gpu_runs.sh OUT engines  # each JPEG decoder on the device, idle and beside busy SMs
 #                                                  # (lab/probes/decode_engines.py; nvImageCodec from NVIMGCODEC_PATH)
 #     bash benchmarks/one_gpu_runs.sh OUT small    # mnist_cnn's search at its defaults, text_transformer's at
@@ -139,6 +141,13 @@ tests)
     step feed bash -c "cd $REPO/lab/probes && python3 hybrid_feed.py --seconds 12 --out $OUT/feed.json --configs \
         '${FEED_CONFIGS:-cpu,real,workers=15;share=0.5,workers=15,real;share=0.25,workers=15,real;share=0.125,workers=15,real}'"
     step engines bash -c "cd $REPO/lab/probes && python3 decode_engines.py --out $OUT/engines.json"
+    ;;
+where)
+    # Where a hybrid's time goes beside the real compiled step: the loop's thread by phase, and (trace=N) the
+    # device's streams under the profiler; the uint8 host feed and two shares, the decode inline and threaded.
+    [ -d "$AUTOTUNE_DATA/imagenet-synthetic" ] || step data bash -c "$DATA"
+    step feed bash -c "cd $REPO/lab/probes && python3 hybrid_feed.py --seconds 12 --out $OUT/feed.json --configs \
+        '${FEED_CONFIGS:-cpu,real,workers=15,trace=8;share=0.25,workers=15,real,trace=8;share=0.125,workers=15,real,trace=8;share=0.25,workers=15,real,thread}'"
     ;;
 engines)
     [ -d "$AUTOTUNE_DATA/imagenet-synthetic" ] || step data bash -c "$DATA"
@@ -277,7 +286,7 @@ diagnose)
     step diagnose python3 -m autotune diagnose --recipe imagenet_resnet50
     ;;
 *)
-    echo "unknown part $PART: feed, close, first, search, check, sweep, winner, final, cores5, speed, probe, truth or diagnose" >&2
+    echo "unknown part $PART: feed, where, close, first, search, check, sweep, winner, final, cores5, speed, probe, truth or diagnose" >&2
     exit 2
     ;;
 esac

@@ -19,6 +19,9 @@ stream, a stand-in for a compiled step (ResNet-50 at 256 in bf16 compiled: about
 no SMs from the decode; the real step does: beside SMs kept busy, torchvision's device decode of 256 ImageNet JPEGs
 took 41 ms where it took 11 ms idle (an H100, lab/results/h100_2026-12-06), and a `real` row shows what that costs
 the loop. Its step's host time (launching the replay) is the `step` phase.
+`trace=N` in a config: after its timed window, N more batches run under the profiler, and the row adds where the
+device's time went in them (`device_time`): the step's stream busy, how much of that beside a side stream's work,
+the time no stream ran, and each stream's time by kind of work.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import queue
+import re
 import threading
 import time
 from pathlib import Path
@@ -126,7 +130,91 @@ def threaded(loader: Any, depth: int = 2) -> None:
     loader.made_from = made_from
 
 
-def parse(spec: str) -> list[tuple[Config, bool]]:
+def epochs(loader: Any, most: int = 100) -> Any:
+    """`loader`'s batches, epoch after epoch (a window may outlast one: ImageNet's 200 batches of 256 pass in 12 s)."""
+    for _ in range(most):
+        yield from loader
+
+
+def trace_activities(cuda: bool) -> list[torch.profiler.ProfilerActivity]:
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    return activities + [torch.profiler.ProfilerActivity.CUDA] if cuda else activities
+
+
+# What a device event is, by its name: the step's kernels are every other one on the busiest stream.
+KINDS = (("copy", re.compile(r"^Memcpy|^Memset|copy_kernel|CatArrayBatched", re.I)),
+         ("crop and resize", re.compile(r"roi_align|upsample|interpolat", re.I)),
+         ("jpeg", re.compile(r"jpeg|huffman|idct|dct|colou?r|yuv|ycbcr", re.I)))
+
+
+def union(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """`spans` (start, end) merged where they overlap, in order."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def covered(spans: list[tuple[int, int]]) -> int:
+    return sum(end - start for start, end in spans)
+
+
+def overlap(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
+    """How long two merged span lists are both busy."""
+    total, i, j = 0, 0, 0
+    while i < len(a) and j < len(b):
+        total += max(0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def device_time(events: Any, batches: int, wall_s: float) -> dict[str, Any]:
+    """Where the device's time went in `batches` traced batches, in ms a batch: each stream's busy time, how much of
+    the step's stream's was spent while another stream ran too, the time no stream ran at all, and each stream's
+    device time by kind of work (the step's stream: the step; a side stream: decode, crop and resize, copies, the
+    rest). The question it answers: does a device-decoded share cost the step SMs (overlapped time on the step's
+    stream grows), or does it leave the device idle (a gap no stream fills)?"""
+    per_stream: dict[int, list[tuple[int, int]]] = {}
+    kinds: dict[int, dict[str, int]] = {}
+    names: dict[tuple[int, str], int] = {}
+    for e in events:
+        if e.device_type() != torch.autograd.DeviceType.CUDA or e.duration_ns() <= 0:
+            continue
+        stream, name = int(e.device_resource_id()), e.name()
+        per_stream.setdefault(stream, []).append((e.start_ns(), e.start_ns() + e.duration_ns()))
+        kind = next((k for k, pattern in KINDS if pattern.search(name)), "other")
+        kinds.setdefault(stream, {}).setdefault(kind, 0)
+        kinds[stream][kind] += e.duration_ns()
+        names[(stream, name[:60])] = names.get((stream, name[:60]), 0) + e.duration_ns()
+    if not per_stream:
+        return {"batches": batches, "wall_ms_per_batch": 1e3 * wall_s / max(1, batches), "streams": []}
+    merged = {s: union(spans) for s, spans in per_stream.items()}
+    step = max(merged, key=lambda s: covered(merged[s]))
+    others = union([span for s, spans in merged.items() if s != step for span in spans])
+    everything = union([span for spans in merged.values() for span in spans])
+    first, last = everything[0][0], everything[-1][1]
+    per = 1e-6 / max(1, batches)  # ns to ms a batch
+    streams = []
+    for s in sorted(merged, key=lambda s: -covered(merged[s])):
+        top = sorted(((n, t) for (st, n), t in names.items() if st == s), key=lambda nt: -nt[1])[:6]
+        streams.append({"stream": s, "role": "step" if s == step else "side", "busy_ms": covered(merged[s]) * per,
+                        "by_kind_ms": {k: t * per for k, t in sorted(kinds[s].items())},
+                        "top_ms": {n: t * per for n, t in top}})
+    return {"batches": batches, "wall_ms_per_batch": 1e3 * wall_s / max(1, batches),
+            "traced_span_ms_per_batch": (last - first) * per,
+            "step_stream_busy_ms": covered(merged[step]) * per,
+            "step_stream_shared_ms": overlap(merged[step], others) * per,
+            "no_stream_busy_ms": ((last - first) - covered(everything)) * per,
+            "streams": streams}
+
+
+def parse(spec: str) -> list[tuple[Config, bool, int]]:
     configs = []
     for part in filter(None, spec.split(";")):
         fields = dict(kv.split("=") if "=" in kv else (kv, "1") for kv in part.split(","))
@@ -138,14 +226,16 @@ def parse(spec: str) -> list[tuple[Config, bool]]:
         if "real" in fields:  # the workload's step as the compiled seeds run it
             common.update(cudnn_benchmark=True, amp="bf16", cuda_graph=True, compile="default")
         if "cpu" in fields:
-            configs.append((Config(**common, device_normalize=True), False))
+            config = Config(**common, device_normalize=True)
         else:
-            configs.append((Config(**common, decode="gpu", decode_share=share), thread))
+            config = Config(**common, decode="gpu", decode_share=share)
+        # trace=N: after the timed window, N more batches under the profiler (`device_time`)
+        configs.append((config, thread and "cpu" not in fields, int(fields.get("trace", "0"))))
     return configs
 
 
 def run(runner: Runner, config: Config, seconds: float, step_ms: float, warmup: int,
-        thread: bool = False) -> dict[str, Any]:
+        thread: bool = False, trace: int = 0) -> dict[str, Any]:
     clock = Clock()
     decode, augment = torchvision.io.decode_jpeg, device_decode.augment
     torchvision.io.decode_jpeg = clock.timed("decode", decode)  # device_decode imports it at each call
@@ -166,7 +256,9 @@ def run(runner: Runner, config: Config, seconds: float, step_ms: float, warmup: 
         batches = samples = 0
         begin = cpu0 = 0.0
         watcher = threading.Thread(target=host_busy, args=(stop, cores), daemon=True)
-        for n, batch in enumerate(loader):
+        tracer: Any = None  # after the timed window, `trace` batches under the profiler (the timing never sees it)
+        traced_from, tracing_to = 0.0, 0
+        for n, batch in enumerate(epochs(loader)):
             x = batch[0].to(device, non_blocking=True)
             if real:
                 step(*batch)
@@ -178,22 +270,47 @@ def run(runner: Runner, config: Config, seconds: float, step_ms: float, warmup: 
                 begin, cpu0 = time.perf_counter(), time.thread_time()
                 clock.on = True
                 watcher.start()
+            elif tracer is not None:
+                if n >= tracing_to:
+                    if cuda:
+                        torch.cuda.synchronize()
+                    traced_wall = time.perf_counter() - traced_from
+                    tracer.__exit__(None, None, None)
+                    break
             elif n > warmup:
                 batches, samples = batches + 1, samples + len(x)
                 if time.perf_counter() - begin > seconds:
-                    break
-        if cuda:
-            torch.cuda.synchronize()
-        wall, cpu = time.perf_counter() - begin, time.thread_time() - cpu0
-        stop.set()
+                    if cuda:
+                        torch.cuda.synchronize()
+                    wall, cpu = time.perf_counter() - begin, time.thread_time() - cpu0
+                    stop.set()
+                    clock.on = False
+                    if not trace:
+                        break
+                    tracer, tracing_to = torch.profiler.profile(activities=trace_activities(cuda)), n + trace
+                    tracer.__enter__()
+                    traced_from = time.perf_counter()
+        else:  # the loader ran out first
+            if cuda:
+                torch.cuda.synchronize()
+            if tracer is None:
+                wall, cpu = time.perf_counter() - begin, time.thread_time() - cpu0
+                stop.set()
+            else:
+                traced_wall = time.perf_counter() - traced_from
+                tracer.__exit__(None, None, None)
+                trace = n - tracing_to + trace  # the batches it did trace
     finally:
         torchvision.io.decode_jpeg, device_decode.augment = decode, augment
     spent = {k: 1000 * v / max(1, batches) for k, v in clock.spent.items()}
     spent["rest"] = 1000 * wall / max(1, batches) - sum(spent.values())
-    return {"config": config.describe() + (" decode-thread" if thread else ""), "samples_per_s": samples / wall,
-            "batches": batches,
-            "ms_per_batch": spent, "loop_thread_cpu_share": cpu / wall,
-            "host_busy_cores": sum(c for _, c in cores) / max(1, len(cores))}
+    row = {"config": config.describe() + (" decode-thread" if thread else ""), "samples_per_s": samples / wall,
+           "batches": batches,
+           "ms_per_batch": spent, "loop_thread_cpu_share": cpu / wall,
+           "host_busy_cores": sum(c for _, c in cores) / max(1, len(cores))}
+    if tracer is not None:
+        row["trace"] = device_time(tracer.profiler.kineto_results.events(), trace, traced_wall)
+    return row
 
 
 def main() -> None:
@@ -212,12 +329,20 @@ def main() -> None:
     rows = []
     heading = "ms a batch: " + " / ".join(PHASES)
     print(f"{'samples/s':>10}  {heading:<44} {'loop thread':>11} {'host cores':>10}  config")
-    for config, thread in parse(args.configs):
-        row = run(runner, config, args.seconds, args.step_ms, args.warmup, thread)
+    for config, thread, trace in parse(args.configs):
+        try:
+            row = run(runner, config, args.seconds, args.step_ms, args.warmup, thread, trace)
+        except Exception as exc:  # noqa: BLE001 - one config's failure is its row; the next configs still run
+            print(f"{'failed':>10}  {config.describe()}{' decode-thread' if thread else ''}: "
+                  f"{type(exc).__name__}: {str(exc)[:300]}", flush=True)
+            rows.append({"config": config.describe(), "thread": thread, "error": f"{type(exc).__name__}: {exc}"})
+            continue
         rows.append(row)
         ms = " / ".join(f"{row['ms_per_batch'][p]:.1f}" for p in PHASES)
         print(f"{row['samples_per_s']:10,.0f}  {ms:<44} {row['loop_thread_cpu_share']:11.2f} "
               f"{row['host_busy_cores']:10.1f}  {row['config']}", flush=True)
+        if "trace" in row:
+            print("           device, ms a batch:", json.dumps(row["trace"]), flush=True)
     args.out.write_text(json.dumps({"step_ms": args.step_ms, "rows": rows}, indent=1))
 
 
