@@ -32,9 +32,7 @@ loop's rate per 5 s, which shows a host whose cores slow under sustained load.
 
 A ``decode = gpu`` config's hand loop is written out the same way: workers read each
 file's bytes, and batch k+1 is decoded and augmented on a side stream while batch
-k trains, on a stream of the loop's own (on the legacy default stream, each step
-would wait for nvJPEG's decode; ``autotune.loop.own_stream``). The one autotune
-function it calls is the per-batch decode itself
+k trains. The one autotune function it calls is the per-batch decode itself
 (``autotune.loop.device_decode.decode_batch``): what is checked is the measurement
 of a loop, not the arithmetic of a crop, which the CPU tests compare with
 torchvision's. A ``device_normalize`` config's hand loop gives its workers the pipeline up to
@@ -202,13 +200,6 @@ def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: to
     feed = batches()
     if config.decode == "gpu":
         feed = decoded_ahead(feed, translate(dataset.transform), device, fmt, finish)
-        if device.type == "cuda":
-            # nvJPEG's hardware engine works on streams of its own that wait for the legacy default stream and make
-            # it wait for them: a step there would wait for each decode. The loop trains on a stream of its own, as
-            # it does over autotune's decoding loader.
-            train = torch.cuda.Stream(device)
-            train.wait_stream(torch.cuda.current_stream(device))
-            torch.cuda.set_stream(train)
     capacity = config.num_workers * (config.prefetch_factor or 2) if config.num_workers else 0
     taken = 10 + 2 * capacity
     for _ in range(taken):  # warm-up (cuDNN autotuning), then twice what the workers can hold ready

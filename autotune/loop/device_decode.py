@@ -10,9 +10,7 @@ crop and flip from the distribution torchvision draws from
 and one affine map per channel does ToTensor's scaling and Normalize.
 
 On CUDA this runs on a side stream, one batch ahead: while the step trains on
-batch k, batch k+1 is decoded; and while the loader is iterated, the loop's own
-step runs on a stream of its own, not the legacy default stream
-(``autotune.loop.own_stream``: there it would wait for each decode). On any other device the same code runs inline,
+batch k, batch k+1 is decoded. On any other device the same code runs inline,
 so CPU tests exercise it whole. For example::
 
     loader = decoding_loader(image_folder, config, shuffle=True, drop_last=False, device=torch.device("cuda"))
@@ -31,7 +29,6 @@ from torch.utils.data import DataLoader
 
 from autotune.batch import queued
 from autotune.config import Config
-from autotune.loop import own_stream
 from autotune.loop.crops import boxes
 from autotune.loop.hybrid_decode import SplitSamples, assemble, collate_split
 from autotune.loop.sourced import WrappedLoader, dataloader_args
@@ -134,19 +131,16 @@ class DecodingLoader(WrappedLoader):
         generator.manual_seed(seed if seed is not None else int(torch.initial_seed()))
         lane = _lane(self.device)
         pending: Any = None
-        # The loop's step, between these batches, runs on a stream of its own: on the legacy default stream it would
-        # wait for each of nvJPEG's decodes, and they for it (autotune.loop.own_stream).
-        with own_stream.loop_stream(self.device):
-            for batch in batches:
-                if self.split:  # (host images, packed bytes, lengths, targets)
-                    ready = lane.launch(self._split, batch[0], unpack(batch[1], batch[2]), batch[3], generator)
-                else:  # (packed bytes, lengths, targets)
-                    ready = lane.launch(self._decode, unpack(batch[0], batch[1]), batch[2], generator)
-                if pending is not None:
-                    yield lane.take(pending)
-                pending = ready
+        for batch in batches:
+            if self.split:  # (host images, packed bytes, lengths, targets)
+                ready = lane.launch(self._split, batch[0], unpack(batch[1], batch[2]), batch[3], generator)
+            else:  # (packed bytes, lengths, targets)
+                ready = lane.launch(self._decode, unpack(batch[0], batch[1]), batch[2], generator)
             if pending is not None:
                 yield lane.take(pending)
+            pending = ready
+        if pending is not None:
+            yield lane.take(pending)
 
     def _decode(self, data: list[torch.Tensor], targets: torch.Tensor, generator: torch.Generator) -> Batch:
         images = decode_batch(self.pipeline, data, self.device, generator, self.memory_format)

@@ -19,7 +19,6 @@ stream, a stand-in for a compiled step (ResNet-50 at 256 in bf16 compiled: about
 no SMs from the decode; the real step does: beside SMs kept busy, torchvision's device decode of 256 ImageNet JPEGs
 took 41 ms where it took 11 ms idle (an H100, lab/results/h100_2026-12-06), and a `real` row shows what that costs
 the loop. Its step's host time (launching the replay) is the `step` phase.
-`legacy` in a config: the step stays on the legacy default stream, as it ran before `autotune.loop.own_stream`.
 `trace=N` in a config: after its timed window, N more batches run under the profiler, and the row adds where the
 device's time went in them (`device_time`): the step's stream busy, how much of that beside a side stream's work,
 the time no stream ran, and each stream's time by kind of work.
@@ -28,7 +27,6 @@ the time no stream ran, and each stream's time by kind of work.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import queue
 import re
@@ -42,7 +40,7 @@ import torchvision.io
 from loader_probe import host_busy  # this folder's: the host's busy cores once a second
 
 from autotune.config import Config
-from autotune.loop import device_decode, own_stream
+from autotune.loop import device_decode
 from autotune.trial.runner import Runner
 from autotune.workloads import load, resolve
 from autotune.workloads.decode import unpack
@@ -216,7 +214,7 @@ def device_time(events: Any, batches: int, wall_s: float) -> dict[str, Any]:
             "streams": streams}
 
 
-def parse(spec: str) -> list[tuple[Config, str, int]]:
+def parse(spec: str) -> list[tuple[Config, bool, int]]:
     configs = []
     for part in filter(None, spec.split(";")):
         fields = dict(kv.split("=") if "=" in kv else (kv, "1") for kv in part.split(","))
@@ -232,21 +230,16 @@ def parse(spec: str) -> list[tuple[Config, str, int]]:
         else:
             config = Config(**common, decode="gpu", decode_share=share)
         # trace=N: after the timed window, N more batches under the profiler (`device_time`)
-        mode = "thread" if thread and "cpu" not in fields else ""
-        mode += " legacy" if "legacy" in fields else ""  # the step on the legacy default stream, as before own_stream
-        configs.append((config, mode.strip(), int(fields.get("trace", "0"))))
+        configs.append((config, thread and "cpu" not in fields, int(fields.get("trace", "0"))))
     return configs
 
 
 def run(runner: Runner, config: Config, seconds: float, step_ms: float, warmup: int,
-        mode: str = "", trace: int = 0) -> dict[str, Any]:
+        thread: bool = False, trace: int = 0) -> dict[str, Any]:
     clock = Clock()
-    thread = "thread" in mode
-    decode, augment, switch = torchvision.io.decode_jpeg, device_decode.augment, own_stream.loop_stream
+    decode, augment = torchvision.io.decode_jpeg, device_decode.augment
     torchvision.io.decode_jpeg = clock.timed("decode", decode)  # device_decode imports it at each call
     device_decode.augment = clock.timed("augment", augment)
-    if "legacy" in mode:  # the step stays on the legacy default stream
-        own_stream.loop_stream = lambda device: contextlib.nullcontext()
     try:
         loader, step, _ = runner.build(config, 0.1)
         real = config.compile != "off"  # the config's own step runs; no stand-in
@@ -308,10 +301,10 @@ def run(runner: Runner, config: Config, seconds: float, step_ms: float, warmup: 
                 tracer.__exit__(None, None, None)
                 trace = n - tracing_to + trace  # the batches it did trace
     finally:
-        torchvision.io.decode_jpeg, device_decode.augment, own_stream.loop_stream = decode, augment, switch
+        torchvision.io.decode_jpeg, device_decode.augment = decode, augment
     spent = {k: 1000 * v / max(1, batches) for k, v in clock.spent.items()}
     spent["rest"] = 1000 * wall / max(1, batches) - sum(spent.values())
-    row = {"config": config.describe() + (f" ({mode})" if mode else ""), "samples_per_s": samples / wall,
+    row = {"config": config.describe() + (" decode-thread" if thread else ""), "samples_per_s": samples / wall,
            "batches": batches,
            "ms_per_batch": spent, "loop_thread_cpu_share": cpu / wall,
            "host_busy_cores": sum(c for _, c in cores) / max(1, len(cores))}
@@ -336,12 +329,13 @@ def main() -> None:
     rows = []
     heading = "ms a batch: " + " / ".join(PHASES)
     print(f"{'samples/s':>10}  {heading:<44} {'loop thread':>11} {'host cores':>10}  config")
-    for config, mode, trace in parse(args.configs):
+    for config, thread, trace in parse(args.configs):
         try:
-            row = run(runner, config, args.seconds, args.step_ms, args.warmup, mode, trace)
+            row = run(runner, config, args.seconds, args.step_ms, args.warmup, thread, trace)
         except Exception as exc:  # noqa: BLE001 - one config's failure is its row; the next configs still run
-            print(f"{'failed':>10}  {config.describe()} ({mode}): {type(exc).__name__}: {str(exc)[:300]}", flush=True)
-            rows.append({"config": config.describe(), "mode": mode, "error": f"{type(exc).__name__}: {exc}"})
+            print(f"{'failed':>10}  {config.describe()}{' decode-thread' if thread else ''}: "
+                  f"{type(exc).__name__}: {str(exc)[:300]}", flush=True)
+            rows.append({"config": config.describe(), "thread": thread, "error": f"{type(exc).__name__}: {exc}"})
             continue
         rows.append(row)
         ms = " / ".join(f"{row['ms_per_batch'][p]:.1f}" for p in PHASES)
