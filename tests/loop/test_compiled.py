@@ -106,7 +106,6 @@ def test_recompiles_up_to_dynamo_s_limit_are_named_with_the_guard_and_the_advice
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     with_backend(monkeypatch, fake)
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 3)
     model = nn.Linear(4, 2)
 
     def compute_loss(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -114,7 +113,9 @@ def test_recompiles_up_to_dynamo_s_limit_are_named_with_the_guard_and_the_advice
         return out.sum() if x.shape[0] % 2 else out.square().sum()  # a Python branch on the shape
 
     loss = compiled.CompiledLoss(compute_loss, "default")
-    with pytest.raises(compiled.CompileError, match=re.escape(
+    # Dynamo's own patch, not monkeypatch: monkeypatch's undo leaves a torch config option hidden, and every later
+    # compile in the process fails.
+    with torch._dynamo.config.patch(recompile_limit=3), pytest.raises(compiled.CompileError, match=re.escape(
         "compile: recompiled: 3 graphs, Dynamo's limit of 3 (it runs any further call eagerly); the last guard "
         "that failed: "
     )) as raised:
