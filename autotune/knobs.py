@@ -1,7 +1,7 @@
 """The knob vocabulary every package may import: the knobs, what the machine and the data allow.
 
 The bottom layer: plain names and data, no Optuna, no other autotune package.
-``autotune.study.space`` builds a search space from them; trials, the tuned
+``autotune.study.space.domains`` builds a search space from them; trials, the tuned
 file and the diagnosis read the same names.
 """
 

@@ -23,7 +23,7 @@ from autotune.text import printable
 def export(recipe: str, target: str, hardware: str | None, storage: str | None) -> None:
     """Print the tuned settings in a framework's own terms, and what it cannot express."""
     from autotune.errors import AutotuneError
-    from autotune.study.storage import open_storage
+    from autotune.study.shared.storage import open_storage
     from autotune.tuned.export import export as export_recipe
     from autotune.tuned.export import render
 

@@ -139,7 +139,7 @@ def _say(line: str) -> None:
 def _parse_fixes(fixes: tuple[str, ...]) -> dict[str, Any]:
     """The --fix options by knob; a knob given twice with other values is bad input, not the last one winning."""
     from autotune.knobs import SpaceError
-    from autotune.study.space import parse_fix
+    from autotune.study.space.domains import parse_fix
 
     parsed: dict[str, Any] = {}
     try:
@@ -176,7 +176,7 @@ def _run(recipe: str, options: SearchOptions, gpus: str | None) -> None:
     try:
         import torch
 
-        from autotune.study.parallel import search_parallel
+        from autotune.study.gpus.parallel import search_parallel
         from autotune.study.run import search as run_search
 
         if gpus is not None:

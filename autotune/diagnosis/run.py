@@ -27,7 +27,7 @@ from autotune.config import Config
 from autotune.diagnosis.bottleneck import Bottleneck, Measured, decide
 from autotune.errors import AutotuneError
 from autotune.knobs import detect_machine
-from autotune.study.space import build_space
+from autotune.study.space.domains import build_space
 from autotune.trial.probe import Probe, Repeat, probe, synthetic
 from autotune.trial.runner import Runner, classify_failure
 from autotune.trial.timing import Windows

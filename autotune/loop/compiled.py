@@ -17,7 +17,7 @@ capture the forward and the backward apart, with the optimizer step outside, whi
 Why ``fullgraph=True``: a step broken into several graphs returns to Python between them
 (a guard check and a launch gap at each break, no fusion across it), and the break is in
 the workload's code, where only its author can remove it. So a break fails the trial with
-its line named (``autotune.study.failures`` then stops trying compile on the workload),
+its line named (``autotune.study.failed.hopeless`` then stops trying compile on the workload),
 rather than a slower compiled step being measured as if it were the compiler's best.
 
 Failures become ``CompileError``, whose message is the trial's reason:
@@ -52,7 +52,7 @@ COMPILE_OPTIONS: dict[str, dict[str, Any]] = {
     "default": {"mode": "default"},
     "max-autotune-no-cudagraphs": {"mode": "max-autotune-no-cudagraphs"},
 }
-REASON = "compile:"  # how every reason of a compile failure starts; autotune.study.failures keys on it
+REASON = "compile:"  # how every reason of a compile failure starts; autotune.study.failed.hopeless keys on it
 GRAPH_BREAK = "compile: graph break"
 RECOMPILED = "compile: recompiled"
 COMPILER_ERROR = "compile: compiler error"

@@ -12,7 +12,7 @@ rejected 5 of 6 configs; its winner ran 2.04x, the uninterrupted search's 2.52x.
 and the length it was made at, what the runs cost, the checks made without a run
 (images, gradients), and what a verdict rules out for others. ``take_up`` makes a
 new check of the same search go on from it, so a verdict once reached stands.
-The search keeps it in the study (``autotune.study.kept_check``).
+The search keeps it in the study (``autotune.study.checks.kept_check``).
 """
 
 from __future__ import annotations

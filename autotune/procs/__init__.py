@@ -6,7 +6,7 @@
 - ``searchers``: the ``--gpus`` searcher processes;
 - ``early``: what the command line starts before it imports torch;
 - ``trial_main``: the trial process's entry point (``python -m ...``); a ``--gpus`` searcher's is
-  ``autotune.study.searcher_main``.
+  ``autotune.study.gpus.searcher_main``.
 """
 
 from autotune.exports import lazy_exports

@@ -15,7 +15,7 @@ Processes. ``autotune search`` (the *search*) starts:
   and may start DataLoader workers of its own. It starts a new session, so its
   process group holds it and its DataLoader workers, and one signal to the
   group reaches them all;
-- under ``--gpus``, one *searcher* (``python -m autotune.study.searcher_main``) per
+- under ``--gpus``, one *searcher* (``python -m autotune.study.gpus.searcher_main``) per
   GPU but the first (``autotune.procs.searchers``); a searcher starts trial
   processes of its own, exactly as the search does;
 - some of both *early*, before the search imports torch (``autotune.procs.early``):
@@ -55,7 +55,7 @@ ends, and finalist rounds start trial processes from searcher threads. A search
 killed outright (SIGKILL) leaves its running trial RUNNING in the study; its
 heartbeat stops, and after a grace period any searcher, or the same command run
 again, fails it as ``interrupted`` and queues its config again
-(``autotune.study.sharing``).
+(``autotune.study.shared.sharing``).
 """
 
 from __future__ import annotations

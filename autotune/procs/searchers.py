@@ -1,6 +1,6 @@
 """The searcher processes of ``autotune search --gpus``, one per GPU but the first, seen from the search.
 
-A searcher (``python -m autotune.study.searcher_main``) starts before the study
+A searcher (``python -m autotune.study.gpus.searcher_main``) starts before the study
 exists: it imports torch and builds the data set while the search does the
 same, then waits for one line on its stdin saying where the study is. If stdin
 closes first (the search could not set the study up), it ends without a word.
@@ -89,7 +89,7 @@ class Searcher:
         self.label, self.echo = label, echo
         self.joined = False
         self.proc = lifecycle.spawn(
-            "autotune.study.searcher_main",
+            "autotune.study.gpus.searcher_main",
             [recipe, options_to_json(options)],
             env=dict(os.environ),
             stdout=subprocess.PIPE,

@@ -45,8 +45,8 @@ from autotune.reporting.trials import (
     parity_verdicts,
     row_of,
 )
-from autotune.study.sharing import SharingError
-from autotune.study.storage import open_storage, redact
+from autotune.study.shared.sharing import SharingError
+from autotune.study.shared.storage import open_storage, redact
 from autotune.text import bar, percent, table
 from autotune.workloads import resolve
 

@@ -16,7 +16,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import Config
-from autotune.study.pruner import ClearlyWorsePruner
+from autotune.study.space.pruner import ClearlyWorsePruner
 
 MIN_IMPORTANCE_TRIALS = 5  # fewer complete trials than this say nothing about importances
 EXAMPLES = 3  # configs quoted per failure group

@@ -1,30 +1,31 @@
 """The search: an Optuna study over the knobs, measured in trial processes.
 
-``search()`` (``run``) is four steps, each in a module of its own:
+``search()`` (``run``) is four steps, each a module of this package:
 
-- ``setup``: the workload, the machine, the ``space`` of knobs, the study and its ``seeds``;
-- ``trials``: after the baseline, value a grid of configs from their parts and queue the fastest
-  (``plan``); take tickets (``tickets``, ``sharing``) one at a time while the clock allows (``deadline``),
-  measure each config unless it need not run (``skip``: memory, the loader's ceiling, its value from its
-  parts, ``valuation``, ``predict``), judge each new contender's math family
-  (``families``), learn hopeless values (``failures``) and retry seeds without them (``seed_retry``),
-  stop clearly worse trials early (``pruner``), and end once many in a row found nothing faster
-  (``patience``);
-- ``finalists``: the parity check (``autotune.parity``; ``kept_check``: its verdicts kept in the study as they
-  are reached, taken up by a rerun after a stop) and the rounds measured again;
-- ``profile``: the winner and its profile, written to the tuned file (``answer``: the workload's own
-  settings when nothing faster may win; ``ending``: what a rerun reuses when only the write failed).
+- ``setup``: the workload, the machine, the space of knobs, and the study they are measured in;
+- ``trials``: take the study's tickets one by one and measure each config in a trial process, unless it need not
+  run (``planning.skip``);
+- ``finalists``: the fastest contenders that pass the parity check, measured again beside the baseline (``rounds``);
+- ``profile``: the winner and its profile, written to the tuned file (``answer``: the workload's own settings when
+  nothing faster may win; ``ending``: what a rerun reuses when only the write failed).
 
-Around them: ``storage`` (SQLite or PostgreSQL), ``claim`` (which searcher
-writes), ``pools`` (the search's trial processes), ``baseline_run``,
-``memory`` (batch sizes too large for the device), ``predict`` (configs that
-cannot win), ``content`` (what a trial measured), ``sharing`` (tickets and
-heartbeats of one study), and ``parallel``/``searcher``/``searcher_main``
-(``--gpus``: a searcher process per GPU). What a search is asked to do is
-``autotune.options``.
+Below the steps, which import only downwards (``tests/test_layers.py`` keeps the order):
 
-Optuna is used here and by ``autotune.reporting``, which reads a stored study;
-the code that measures (``autotune.trial``, ``autotune.loop``) never imports it.
+- ``context``: ``Prepared``, ``Setup`` and ``SearchError``, which every part takes or raises;
+- ``ranking``: the trials ranked by the time each config takes to finish the declared run;
+- ``pools``: the trial processes one search uses;
+- ``space``: the knobs and their domains (the only place that calls ``suggest_*``), the seeds, the pruner;
+- ``shared``: one study for many searchers: its storage, tickets, heartbeats, the writer's claim;
+- ``clock``: when no trial may start, when one is given up, what a round costs, when patience ends the trials;
+- ``failed``: knob values learned hopeless from failed trials, seeds retried without them, failures of a changed
+  workload measured again;
+- ``planning``: a grid of configs valued from their parts (step and loader rates measured apart), and why a config
+  need not run end to end (memory, the loader's ceiling, its predicted rate, a compile that cannot pay);
+- ``checks``: the parity check as the search makes it, and the verdicts by math family during the trials.
+
+Above them, ``gpus``: ``--gpus``, a searcher process per GPU sharing one study. What a search is asked to do is
+``autotune.options``. Optuna is used here and by ``autotune.reporting``, which reads a stored study; the code that
+measures (``autotune.trial``, ``autotune.loop``) never imports it.
 """
 
 from autotune.exports import lazy_exports
@@ -32,11 +33,11 @@ from autotune.exports import lazy_exports
 __all__, __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-                "SearchError": "setup",
+        "SearchError": "context",
         "SearchResult": "profile",
         "search": "run",
-        "search_parallel": "parallel",
-        "SpaceError": "space",
-        "parse_fix": "space",
+        "search_parallel": "gpus.parallel",
+        "SpaceError": "space.domains",
+        "parse_fix": "space.domains",
     },
 )

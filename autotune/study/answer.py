@@ -17,7 +17,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune.study import sharing
+from autotune.study.shared import sharing
 
 KEPT_ATTRIBUTE = "kept_baseline"  # the study's user attribute: why the workload's own settings are the answer
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.config import Config
-from autotune.study.finalists import Results
-from autotune.study.setup import Setup
+from autotune.study.context import Setup
+from autotune.study.ranking import Results
 
 ATTRIBUTE = "end:unwritten"  # the study's user attribute holding an end whose tuned file was not written
 KEPT_RESULT_KEYS = (

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from autotune.procs import compile_cache, lifecycle
 from autotune.procs.pool import TrialPool
-from autotune.study.setup import Prepared
+from autotune.study.context import Prepared
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,9 +19,10 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import Config
 from autotune.parity.check import ParityCheck
-from autotune.study import answer, tickets
-from autotune.study.finalists import Results, learning_rate, run_s
-from autotune.study.setup import SearchError, Setup
+from autotune.study import answer
+from autotune.study.context import SearchError, Setup
+from autotune.study.ranking import Results, learning_rate, run_s
+from autotune.study.shared import tickets
 from autotune.text import rate
 from autotune.tuned import file as tuned_file
 from autotune.tuned import replaced

@@ -4,9 +4,9 @@
 
 Each step is a function of a few lines over a frozen ``Setup``; the state lives
 in the Optuna study. The study survives a killed search: the same command
-resumes it. Several searchers may share one study (``autotune.study.sharing``);
+resumes it. Several searchers may share one study (``autotune.study.shared.sharing``);
 one of them measures the finalists and writes the tuned file
-(``autotune.study.claim``). ``autotune.study.parallel`` runs the same steps
+(``autotune.study.shared.claim``). ``autotune.study.gpus.parallel`` runs the same steps
 under ``--gpus``.
 """
 
@@ -25,13 +25,18 @@ from autotune.config import Config
 from autotune.options import SearchOptions
 from autotune.parity.check import ParityCheck
 from autotune.procs.pool import TrialPool
-from autotune.study import answer, ending, finalists, kept_check, memory, profile, sharing, tickets
-from autotune.study.claim import wait_for_writer
+from autotune.study import answer, ending, finalists, profile, rounds
+from autotune.study.checks import kept_check
+from autotune.study.checks.parity import check_early
+from autotune.study.context import Setup
 from autotune.study.ending import StoredCheck
-from autotune.study.finalists import Results
+from autotune.study.planning import memory
 from autotune.study.pools import SOLO, SearchPools, Team
 from autotune.study.profile import SearchResult
-from autotune.study.setup import Setup, announce, open_study, prepare
+from autotune.study.ranking import Results
+from autotune.study.setup import announce, open_study, prepare
+from autotune.study.shared import sharing, tickets
+from autotune.study.shared.claim import wait_for_writer
 from autotune.study.trials import run_trials, taken, wait_for_other_workers
 
 
@@ -146,7 +151,7 @@ def _trials(setup: Setup, pools: SearchPools, team: Team) -> tuple[ParityCheck |
     def check_while_waiting() -> None:
         # Under --gpus, idle time for the check; none is left to make where the trials judged the families already.
         if team.round_devices and setup.options.parity_check and learned.families.check is None:
-            began.append(finalists.check_early(setup, pools, team))
+            began.append(check_early(setup, pools, team))
 
     wait_for_other_workers(setup, pools.trials, learned, check_while_waiting)
     # The verdicts made during the trials stand.
@@ -184,20 +189,20 @@ def _finalists(
     setup: Setup, pools: SearchPools, team: Team, check: ParityCheck | None, budget_ended: bool = False
 ) -> tuple[list[Config], Results, ParityCheck | None]:
     chosen, check = finalists.choose(setup, pools, team, check)
-    rounds = setup.options.rounds
+    count = setup.options.rounds
     if chosen:
         setup.echo(
-            f"finalists: measuring {len(chosen)} config(s) against the baseline, {rounds} round(s), fresh processes"
+            f"finalists: measuring {len(chosen)} config(s) against the baseline, {count} round(s), fresh processes"
         )
     elif (why := answer.kept(setup.study)) is not None:
         # Faster configs ran, but none may win: the workload's own settings are the answer, at a speed-up of 1.
-        setup.echo(f"keeping the workload's own settings: {why}; measuring them, {rounds} round(s), fresh processes")
+        setup.echo(f"keeping the workload's own settings: {why}; measuring them, {count} round(s), fresh processes")
     else:
         # Nothing beat the workload's own settings: they are the result, at a speed-up of 1.
         within = f" in the {taken(setup)} trial(s) the time budget left room for" if budget_ended else ""
-        setup.echo(f"no config ran faster than the baseline{within}; measuring it, {rounds} round(s), fresh processes")
+        setup.echo(f"no config ran faster than the baseline{within}; measuring it, {count} round(s), fresh processes")
     team.before_rounds()
-    return chosen, finalists.measure_rounds(setup, pools, chosen), check
+    return chosen, rounds.measure_rounds(setup, pools, chosen), check
 
 
 def _write(

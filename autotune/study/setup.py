@@ -4,7 +4,7 @@
 allows, and builds the space. A ``--gpus`` searcher prepares while the search
 that started it sets the study up. ``open_study`` then opens or creates the
 study, and under its lock checks that it measures this hardware and records its
-target and seeds (``autotune.study.tickets`` queues them as they are taken). The
+target and seeds (``autotune.study.shared.tickets`` queues them as they are taken). The
 result is a frozen ``Setup``: state lives in the study, not on an object others
 patch.
 """
@@ -15,77 +15,28 @@ import dataclasses
 import os
 import re
 import time
-import traceback
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import optuna
 
-from autotune.config import Config, LrRule, scaled_lr
-from autotune.errors import AutotuneError
-from autotune.knobs import DataFacts, Machine, SpaceError, detect_machine
+from autotune.knobs import SpaceError, detect_machine
 from autotune.options import SearchOptions
-from autotune.study import content, sharing, tickets
-from autotune.study.pruner import ClearlyWorsePruner
-from autotune.study.seeds import seed_configs
-from autotune.study.space import Space, build_space
-from autotune.study.storage import open_storage, redact
+from autotune.study.context import Prepared, SearchError, Setup, where_raised
+from autotune.study.failed import content
+from autotune.study.shared import sharing, tickets
+from autotune.study.shared.storage import open_storage, redact
+from autotune.study.space.domains import build_space
+from autotune.study.space.pruner import ClearlyWorsePruner
+from autotune.study.space.seeds import seed_configs
 from autotune.trial.timing import Windows
 from autotune.tuned import file as tuned_file
-from autotune.workloads import RecipeRef, Workload, WorkloadError, load, resolve
+from autotune.workloads import WorkloadError, load, resolve
 from autotune.workloads.decode import verdict as decode_verdict
 from autotune.workloads.pixels import verdict as pixels_verdict
 from autotune.workloads.settings import baseline_config, workload_lr_rule
 
 DEFAULT_WINDOW_S = 0.2  # seconds of work a timing window aims for
-
-
-class SearchError(AutotuneError, RuntimeError):
-    """A search that cannot start or finish; the message says why and what to do."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Prepared:
-    """What a search knows before it opens its study."""
-
-    options: SearchOptions
-    ref: RecipeRef
-    workload: Workload
-    machine: Machine
-    facts: DataFacts
-    space: Space
-    baseline: Config  # the workload's own settings, in this space's terms
-    device: str  # "cuda:N" or "cpu"
-    study_name: str
-    storage_url: str
-    windows: Windows  # how each trial is timed
-    lr_rule: LrRule  # how the learning rate follows a new batch size, and why (the optimizer, or --lr-scaling)
-    echo: Callable[[str], None]
-    started: float  # time.monotonic() when the search began
-    started_at: float  # time.time(), compared with other searchers' records
-
-    def lr(self, config: Config, rule: str | None = None) -> float:
-        """The learning rate `config` trains at: the workload's, scaled to its batch size by `rule` (default: the
-        search's rule; the parity check tries gentler ones when a batch size fails at it)."""
-        d = self.workload.defaults
-        rule = rule or self.lr_rule.name
-        return scaled_lr(float(d["lr"]), d["batch_size"], config.batch_size, rule, self.workload.lr_max)
-
-    def config_of(self, trial: optuna.trial.FrozenTrial) -> Config:
-        """The config a trial measured, in this space's terms."""
-        return self.space.normalise(Config.from_dict(trial.user_attrs["config"]))
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self.started
-
-
-@dataclasses.dataclass(frozen=True)
-class Setup(Prepared):
-    """A prepared search with its study open."""
-
-    study: optuna.Study
-    storage: optuna.storages.RDBStorage
 
 
 def slug(text: str) -> str:
@@ -269,9 +220,3 @@ def _bind(p: Prepared, study: optuna.Study) -> Prepared:
     return dataclasses.replace(p, machine=machine, space=space)
 
 
-def where_raised(exc: BaseException, path: Path) -> str:
-    """`Type: message (file, line N)`, at the innermost line of the workload file that raised."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename) == Path(path)]
-    first = (str(exc).strip().splitlines() or [""])[0]
-    at = f" ({path}, line {frames[-1].lineno})" if frames else ""
-    return f"{type(exc).__name__}: {first}{at}"

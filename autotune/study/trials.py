@@ -5,7 +5,7 @@ The loop follows ``optuna/study/_optimize.py``: ``run_trials`` -> ``_optimize``
 config is suggested by the space, measured by a trial pool, and told to the
 study with its result or its failure reason. Every searcher's failures teach every
 searcher: a knob value that fails every time it is tried is not tried again
-(``autotune.study.failures``).
+(``autotune.study.failed.hopeless``).
 """
 
 from __future__ import annotations
@@ -23,15 +23,18 @@ from autotune.config import COMPILE_ALLOWANCE_S, Config
 from autotune.procs import lifecycle
 from autotune.procs.pool import TrialPool
 from autotune.procs.trial_process import GAVE_UP, Outcome
-from autotune.study import balance, compile_cost, patience, plan, seed_retry, sharing, skip, tickets
-from autotune.study.compile_cost import CANNOT_PAY
-from autotune.study.deadline import OUT_OF_TIME, give_up_after, out_of_time
-from autotune.study.failures import Finished, Hopeless, blocks, hopeless_values
-from autotune.study.families import SKIPPED, FamilyGate
+from autotune.study.checks.families import SKIPPED, FamilyGate
+from autotune.study.clock import patience
+from autotune.study.clock.deadline import OUT_OF_TIME, give_up_after, out_of_time
+from autotune.study.context import SearchError, Setup
+from autotune.study.failed import seed_retry
+from autotune.study.failed.hopeless import Finished, Hopeless, blocks, hopeless_values
+from autotune.study.planning import balance, compile_cost, plan, skip
+from autotune.study.planning.compile_cost import CANNOT_PAY
+from autotune.study.planning.predict import PREDICTED, LoaderModel
+from autotune.study.planning.valuation import VALUATION_ATTRIBUTE, VALUED, Valuation
 from autotune.study.pools import SOLO, Team
-from autotune.study.predict import PREDICTED, LoaderModel
-from autotune.study.setup import SearchError, Setup
-from autotune.study.valuation import VALUATION_ATTRIBUTE, VALUED, Valuation
+from autotune.study.shared import sharing, tickets
 from autotune.text import elapsed, rate
 
 KEPT_RESULT = (
@@ -65,10 +68,10 @@ class Learned:
 
     hopeless: list[Hopeless] = dataclasses.field(default_factory=list)
     sampler: optuna.samplers.BaseSampler | None = None  # the study's own, before any value was fixed
-    loader: LoaderModel | None = None  # each streaming config's loader ceiling (autotune.study.predict)
+    loader: LoaderModel | None = None  # each streaming config's loader ceiling (autotune.study.planning.predict)
     families: FamilyGate = dataclasses.field(default_factory=FamilyGate)  # parity verdicts so far, by math family
     valuation: Valuation = dataclasses.field(default_factory=Valuation)  # the loop valued from its parts
-    stopped: str | None = None  # why the trials ended early (autotune.study.patience, or the budget), once said
+    stopped: str | None = None  # why the trials ended early (autotune.study.clock.patience, or the budget), once said
     budget_ended: bool = False  # the time budget, not the tickets or patience, ended them
 
 
@@ -260,7 +263,7 @@ def earlier_trial_of(setup: Setup, number: int, config: Config) -> FrozenTrial |
 
     One still running (on another searcher) is waited for; if its searcher dies, this one measures. A config the
     plan only valued is no such trial: it was never run, and its prediction is judged again now, by what the
-    search has learned since (``autotune.study.skip.valued``). Reused, it kept such configs from ever running
+    search has learned since (``autotune.study.planning.skip.valued``). Reused, it kept such configs from ever running
     while the prediction was still untrusted (a CPU search, 88% median error: 3 configs measured of 25).
     """
     target = setup.space.normalise(config)

@@ -24,7 +24,7 @@ import traceback
 from collections.abc import Collection
 from pathlib import Path
 
-HOST_SYNC = "capture: host sync in the step"  # how such a reason starts; autotune.study.failures keys on it
+HOST_SYNC = "capture: host sync in the step"  # how such a reason starts; autotune.study.failed.hopeless keys on it
 SYNC_WHILE_CAPTURING = ("operation not permitted when stream is capturing", "cudaErrorStreamCaptureUnsupported")
 WORKLOAD_MODULE_PREFIX = "autotune_workload_"  # autotune.workloads.contract imports each workload under this prefix
 MAX_CHAIN = 16  # exceptions followed through __cause__/__context__; a longer chain is not a capture's

@@ -6,7 +6,7 @@ workers on a CPU). These are the feeds ``autotune diagnose`` times (``(a)`` and
 ``(b)``, ``autotune.trial.probe``): the step fed synthetic batches of the
 workload's own structure already on the device, and the loader with the model
 removed, each batch copied to the device. Each takes seconds where an end-to-end
-trial of a heavy model takes most of a minute; ``autotune.study.valuation`` turns
+trial of a heavy model takes most of a minute; ``autotune.study.planning.valuation`` turns
 them into a predicted rate per config.
 """
 
@@ -37,7 +37,7 @@ def step_rate(runner: Any, config: Config, lr: float, windows: Windows = PART_WI
     fed = Repeat(synthetic(on_device), count=runner.workload.count)
     p = probe("step", step, fed, runner.device, windows, runner.workload.count)
     # What its compile cost, where it compiles: the search weighs it against the best declared run
-    # (autotune.study.compile_cost).
+    # (autotune.study.planning.compile_cost).
     return {"samples_per_s": p.samples_per_s, "spread": p.spread, "seconds": round(p.seconds, 3),
             "compile_s": round(step.compile_s, 3)}
 

@@ -305,8 +305,8 @@ def test_the_tuned_file_takes_the_umasks_mode_and_keeps_the_mode_it_had(tmp_path
 HOLD_THE_WRITERS_ROLE = """\
 import sys, time
 import optuna
-from autotune.study.claim import claim_writer
-from autotune.study.storage import open_storage
+from autotune.study.shared.claim import claim_writer
+from autotune.study.shared.storage import open_storage
 
 storage = open_storage(sys.argv[1])
 study = optuna.load_study(study_name=sys.argv[2], storage=storage)

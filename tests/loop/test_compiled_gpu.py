@@ -78,7 +78,7 @@ def test_gpu_a_trial_counts_its_compile_and_a_second_process_compiles_from_the_c
 def test_gpu_a_search_names_a_graph_break_and_compiles_no_third_time(project: Path) -> None:
     from autotune.options import SearchOptions
     from autotune.study import search
-    from autotune.study.failures import BATCH_LAYOUT
+    from autotune.study.failed.hopeless import BATCH_LAYOUT
     from autotune.study.setup import open_study, prepare
 
     shutil.copy(FIXTURES / "host_sync.py", project / "recipes" / "host_sync.py")
@@ -93,7 +93,7 @@ def test_gpu_a_search_names_a_graph_break_and_compiles_no_third_time(project: Pa
                 and not str(t.user_attrs.get("reason", "")).startswith("skipped:")
                 and t.user_attrs.get("config", {}).get("compile", "off") != "off"]
     # A break rules out compile at its batch layout (placement, channels_last, device_normalize); one on a second
-    # layout rules out every mode (autotune.study.failures.compile_failed): never a third compile.
+    # layout rules out every mode (autotune.study.failed.hopeless.compile_failed): never a third compile.
     layouts = {tuple(t.user_attrs["config"].get(k) for k in BATCH_LAYOUT) for t in measured}
     assert 1 <= len(measured) <= 2 and len(layouts) == len(measured), [t.user_attrs.get("reason") for t in measured]
     path = project / "recipes" / "host_sync.py"

@@ -24,7 +24,7 @@ from autotune.parity.numerics import NumericsVerdict, label
 from autotune.parity.numerics import judge as judge_numerics
 from autotune.parity.run import ParityRun
 from autotune.parity.verdict import changes_math
-from autotune.study.space import build_space, parse_fix
+from autotune.study.space.domains import build_space, parse_fix
 from autotune.tuned.schema import SCHEMA_VERSION, validate
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -160,7 +160,7 @@ def test_a_hybrid_config_with_compile_and_amp_passes_once_its_images_and_its_gra
 
 
 def test_seeds_split_the_decoding_where_the_device_can_decode(project: Path) -> None:
-    from autotune.study.seeds import seed_configs
+    from autotune.study.space.seeds import seed_configs
     from autotune.workloads import load, resolve
 
     seeds = seed_configs(load(resolve("tiny")), GPU, build_space(16, GPU, dataclasses.replace(JPEGS, size=4096)))

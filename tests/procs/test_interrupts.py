@@ -20,7 +20,7 @@ import pytest
 from _procs import REPO, child_env, descendants, wait_gone
 from optuna.trial import TrialState
 
-from autotune.study import sharing
+from autotune.study.shared import sharing
 from autotune.tuned import file as tuned_file
 
 # fp32 only: bf16 on a CPU is emulated, and its trials would take most of the resumed search's time. No parity

@@ -20,7 +20,7 @@ from autotune.config import Config
 from autotune.knobs import DataFacts, Machine
 from autotune.reporting.figures import SIZES
 from autotune.reporting.study import ReportError, render, report
-from autotune.study.space import build_space
+from autotune.study.space.domains import build_space
 
 # Tables and plots drawn in this process, on one thread: these may run beside the alone tests (tests/conftest.py).
 pytestmark = pytest.mark.steady

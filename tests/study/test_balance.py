@@ -11,8 +11,8 @@ from optuna.trial import TrialState
 from autotune.config import COMPILE_CHOICES, DECODE_CHOICES, DECODE_SHARES, Config
 from autotune.options import SearchOptions
 from autotune.procs.trial_process import Outcome
-from autotune.study.balance import SOLVED, Balance, solve
-from autotune.study.space import Space, build_space
+from autotune.study.planning.balance import SOLVED, Balance, solve
+from autotune.study.space.domains import Space, build_space
 
 
 def test_one_hybrid_on_the_h100_host_gives_the_share_both_sides_balance_at() -> None:

@@ -21,7 +21,8 @@ from study.test_search import FakePool
 from autotune.config import Config
 from autotune.options import SearchOptions
 from autotune.procs.trial_process import Outcome
-from autotune.study import pools, search, tickets
+from autotune.study import pools, search
+from autotune.study.shared import tickets
 from autotune.study.trials import taken
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"

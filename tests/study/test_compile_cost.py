@@ -8,8 +8,8 @@ import optuna
 from optuna.distributions import CategoricalDistribution
 
 from autotune.config import COMPILE_CHOICES, Config
-from autotune.study.compile_cost import CANNOT_PAY, least_compile_s, why_skip
-from autotune.study.valuation import Valuation
+from autotune.study.planning.compile_cost import CANNOT_PAY, least_compile_s, why_skip
+from autotune.study.planning.valuation import Valuation
 
 EAGER = Config(batch_size=1024, placement="device", cuda_graph=True)
 DEFAULT = Config(batch_size=128, placement="device", cuda_graph=True, compile="default")

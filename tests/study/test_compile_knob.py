@@ -15,8 +15,8 @@ from autotune.parity.numerics import NumericsVerdict, judge, label
 from autotune.parity.run import ParityRun
 from autotune.parity.verdict import changes_math, family
 from autotune.procs import compile_cache
-from autotune.study.failures import Finished, blocks, hopeless_values
-from autotune.study.space import build_space, parse_fix
+from autotune.study.failed.hopeless import Finished, blocks, hopeless_values
+from autotune.study.space.domains import build_space, parse_fix
 from autotune.tuned.file import knobs_to_config
 from autotune.tuned.schema import SCHEMA_VERSION, validate
 
@@ -59,7 +59,7 @@ def test_a_fix_parses_and_a_config_round_trips_through_the_sampler() -> None:
 
 
 def test_seeds_compile_only_where_the_space_may(project: Path) -> None:
-    from autotune.study.seeds import seed_configs
+    from autotune.study.space.seeds import seed_configs
     from autotune.workloads import load, resolve
 
     workload = load(resolve("tiny"))
@@ -188,8 +188,8 @@ def test_a_search_names_a_graph_break_once_skips_compile_after_it_and_reports_it
     from autotune.procs.trial_process import Outcome
     from autotune.reporting.trials import failure_groups
     from autotune.study import pools, search, setup
-    from autotune.study.deadline import GIVE_UP_FACTOR, GIVE_UP_MARGIN_S
-    from autotune.study.space import Space
+    from autotune.study.clock.deadline import GIVE_UP_FACTOR, GIVE_UP_MARGIN_S
+    from autotune.study.space.domains import Space
 
     def with_compile(*args: object, **kwargs: object) -> Space:
         space = build_space(*args, **kwargs)  # type: ignore[arg-type]

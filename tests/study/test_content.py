@@ -11,7 +11,7 @@ from autotune.options import SearchOptions
 from autotune.parity.run import ParityRun
 from autotune.procs.trial_process import Outcome
 from autotune.study import SearchError, pools, search
-from autotune.study.content import digest, workload_files
+from autotune.study.failed.content import digest, workload_files
 
 BROKEN = "\nBROKEN = True  # the fake trial fails while the workload says this\n"
 

@@ -16,7 +16,7 @@ from autotune.knobs import DataFacts, Machine, SpaceError
 from autotune.options import SearchOptions
 from autotune.procs.cpus import CpusError, choose
 from autotune.study.setup import default_study_name, prepare
-from autotune.study.space import build_space, parse_fix
+from autotune.study.space.domains import build_space, parse_fix
 from autotune.tuned.schema import SCHEMA_VERSION, validate
 
 GPU = Machine("NVIDIA H200", cuda=True, cpu_share=5, amp_dtypes=("bf16", "fp16"), memory_bytes=140 * 2**30)

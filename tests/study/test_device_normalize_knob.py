@@ -12,9 +12,9 @@ from autotune.config import Config
 from autotune.knobs import DataFacts, Machine, SpaceError
 from autotune.options import SearchOptions
 from autotune.parity.verdict import changes_math
-from autotune.study.seeds import seed_configs
 from autotune.study.setup import prepare
-from autotune.study.space import build_space, parse_fix
+from autotune.study.space.domains import build_space, parse_fix
+from autotune.study.space.seeds import seed_configs
 from autotune.tuned.schema import SCHEMA_VERSION, validate
 from autotune.workloads import load, resolve
 

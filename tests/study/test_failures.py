@@ -8,8 +8,8 @@ import optuna
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.study.failures import Finished, blocks, hopeless_values
-from autotune.study.predict import PREDICTED
+from autotune.study.failed.hopeless import Finished, blocks, hopeless_values
+from autotune.study.planning.predict import PREDICTED
 from autotune.study.trials import Learned, learn_failures, trained
 from autotune.trial.capture import HOST_SYNC
 

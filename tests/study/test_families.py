@@ -16,7 +16,7 @@ from autotune.options import SearchOptions
 from autotune.parity.run import ParityRun
 from autotune.procs.trial_process import Outcome
 from autotune.study import pools, search
-from autotune.study.families import SKIPPED, math_family
+from autotune.study.checks.families import SKIPPED, math_family
 from autotune.study.setup import open_study, prepare
 
 pytestmark = pytest.mark.steady

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from autotune.config import Config
-from autotune.study import memory
-from autotune.study.predict import PREDICTED
+from autotune.study.planning import memory
+from autotune.study.planning.predict import PREDICTED
 
 # The H200 ResNet-50 search: batch 2048, fp32, no graph, decoded on the host, ran out of memory (trial 1).
 FAILED = Config(2048, num_workers=8, pin_memory=True, persistent_workers=True, prefetch_factor=2, cudnn_benchmark=True)

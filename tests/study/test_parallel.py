@@ -20,9 +20,11 @@ from autotune.config import Config
 from autotune.knobs import SpaceError
 from autotune.options import SearchOptions
 from autotune.procs.searchers import GpusError, cpu_share, parse_gpus
-from autotune.study import SearchError, baseline_run, search_parallel, sharing
+from autotune.study import SearchError, search_parallel
+from autotune.study.checks import baseline_run
 from autotune.study.setup import open_study, prepare, slug
-from autotune.study.storage import open_storage
+from autotune.study.shared import sharing
+from autotune.study.shared.storage import open_storage
 from autotune.tuned import file as tuned_file
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from optuna.distributions import FloatDistribution
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
-from autotune.study.patience import IMPROVEMENT, PATIENCE, stale, why_stop
+from autotune.study.clock.patience import IMPROVEMENT, PATIENCE, stale, why_stop
 
 
 def trial(number: int, value: float | None, state: TrialState = TrialState.COMPLETE, **attrs: object) -> FrozenTrial:

@@ -13,8 +13,8 @@ from autotune.config import COMPILE_CHOICES, Config
 from autotune.knobs import DataFacts, Machine
 from autotune.options import SearchOptions
 from autotune.procs.trial_process import Outcome
-from autotune.study.space import Space, build_space
-from autotune.study.valuation import VALUED
+from autotune.study.planning.valuation import VALUED
+from autotune.study.space.domains import Space, build_space
 
 
 def step_rate(config: Config) -> float:
@@ -69,7 +69,7 @@ def rates(project: Path, monkeypatch: pytest.MonkeyPatch) -> type[Rates]:
 
 def test_the_plan_values_a_grid_measures_its_fastest_next_and_records_the_rest(rates: type[Rates]) -> None:
     from autotune.study import search, setup
-    from autotune.study.plan import MEASURE_AT_MOST, PLAN_ATTRIBUTE
+    from autotune.study.planning.plan import MEASURE_AT_MOST, PLAN_ATTRIBUTE
 
     lines: list[str] = []
     options = SearchOptions(trials=16, seed=1, parity_check=False, rounds=1, time_budget_s=None)
@@ -105,7 +105,7 @@ def test_a_compile_longer_than_the_best_whole_run_rules_out_every_compiled_confi
     Once one compile has been timed (the plan's first compiled step part), no other compiled step is compiled or
     measured, and each compiled config the search proposes says why it was not run."""
     from autotune.study import search, setup
-    from autotune.study.compile_cost import CANNOT_PAY
+    from autotune.study.planning.compile_cost import CANNOT_PAY
 
     Rates.compile_s = 30.0
     lines: list[str] = []
@@ -138,7 +138,7 @@ def test_a_compile_shorter_than_the_best_whole_run_is_measured(rates: type[Rates
 
 def test_a_search_asked_for_few_trials_makes_no_plan(rates: type[Rates]) -> None:
     from autotune.study import search, setup
-    from autotune.study.plan import PLAN_ATTRIBUTE
+    from autotune.study.planning.plan import PLAN_ATTRIBUTE
 
     options = SearchOptions(trials=6, seed=1, parity_check=False, rounds=1, time_budget_s=None)
     search("tiny", options, echo=lambda line: None)
@@ -194,13 +194,13 @@ def test_a_config_whose_step_alone_runs_out_of_memory_fails_without_running_end_
     assert not [c for c in Rates.runs if c.batch_size >= 128], "none measured end to end"
     # Each step is asked for once: the plan's failure stands for the trials of its configs.
     steps = [c for c, which in Rates.parts_asked if "step" in which and c.batch_size >= 128]
-    from autotune.study.valuation import step_key
+    from autotune.study.planning.valuation import step_key
     assert len(steps) == len({step_key(c) for c in steps})
 
 
 def test_a_step_and_a_loader_that_agree_make_a_config_the_parts_value() -> None:
-    from autotune.study.plan import combinations
-    from autotune.study.valuation import Valuation
+    from autotune.study.planning.plan import combinations
+    from autotune.study.planning.valuation import Valuation
 
     machine = Machine("cpu", cuda=False, cpu_share=4, amp_dtypes=("bf16",), memory_bytes=2**34)
     facts = DataFacts(size=4096, sample_bytes=3136, image_4d=True, static_shapes=True, deterministic=True,
@@ -239,8 +239,8 @@ def test_a_config_the_plan_only_valued_is_judged_again_when_proposed_not_taken_a
 def test_the_plan_measures_each_seed_first_and_skips_what_a_measured_part_bounds_under_the_best() -> None:
     """ResNet-50 from JPEGs, in the rates an H100 host measured: the workers' loader (4,400/s) under the eager bf16
     step (4,700/s); the device's decode feeds 6,300/s; compiled, the step runs 6,700/s."""
-    from autotune.study.plan import order
-    from autotune.study.valuation import Valuation
+    from autotune.study.planning.plan import order
+    from autotune.study.planning.valuation import Valuation
 
     feed = dict(batch_size=256, num_workers=15, pin_memory=True, persistent_workers=True, prefetch_factor=4,
                 cudnn_benchmark=True, channels_last=True, amp="bf16")
@@ -274,7 +274,7 @@ def test_the_plan_measures_each_seed_first_and_skips_what_a_measured_part_bounds
 
 
 def test_one_step_rate_serves_every_decode_path_and_the_workers_normalising_or_not() -> None:
-    from autotune.study.valuation import loader_key, step_key
+    from autotune.study.planning.valuation import loader_key, step_key
 
     base = dict(batch_size=256, num_workers=15, channels_last=True, amp="bf16")
     paths = [Config(**base), Config(**base, device_normalize=True), Config(**base, decode="gpu"),

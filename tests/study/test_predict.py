@@ -12,7 +12,7 @@ import pytest
 from autotune.config import Config
 from autotune.options import SearchOptions
 from autotune.study import search
-from autotune.study.predict import LoaderModel
+from autotune.study.planning.predict import LoaderModel
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 

@@ -9,7 +9,7 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
 from autotune.config import Config
-from autotune.study.pruner import ClearlyWorsePruner
+from autotune.study.space.pruner import ClearlyWorsePruner
 
 DIST = {"x": FloatDistribution(0, 1)}
 

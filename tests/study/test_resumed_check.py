@@ -23,8 +23,8 @@ from autotune.config import Config
 from autotune.options import SearchOptions
 from autotune.parity.run import ParityRun
 from autotune.procs.trial_process import Outcome
-from autotune.study import finalists, pools, search, trials
-from autotune.study.families import SKIPPED, FamilyGate
+from autotune.study import pools, rounds, search, trials
+from autotune.study.checks.families import SKIPPED, FamilyGate
 from autotune.study.setup import open_study, prepare
 
 pytestmark = pytest.mark.steady
@@ -92,16 +92,16 @@ def test_a_search_stopped_in_its_rounds_reaches_the_same_verdicts_and_winner_whe
     assert whole["knobs"]["batch_size"] == 256 and whole["parity"]["passed"] is True
     assert set(FakePool.parity) == {(16, 8192), (256, 8192)}
 
-    measure = finalists.measure_rounds
+    measure = rounds.measure_rounds
     stop = [True]
 
-    def rounds(*args: Any, **kwargs: Any) -> Any:
+    def measured_rounds(*args: Any, **kwargs: Any) -> Any:
         if stop:
             stop.clear()
             raise KeyboardInterrupt  # as SIGTERM lands in the rounds (autotune.procs.lifecycle.stop_on_signals)
         return measure(*args, **kwargs)
 
-    monkeypatch.setattr(finalists, "measure_rounds", rounds)
+    monkeypatch.setattr(rounds, "measure_rounds", measured_rounds)
     with pytest.raises(KeyboardInterrupt):
         search("random_labels", _options("stopped"), echo=lambda line: None)
 

@@ -13,11 +13,12 @@ from autotune.config import Config
 from autotune.options import SearchOptions
 from autotune.parity.run import ParityRun
 from autotune.procs.trial_process import Outcome
-from autotune.study import SearchError, baseline_run, pools, search
+from autotune.study import SearchError, pools, search
+from autotune.study.checks import baseline_run
 from autotune.study.profile import measured_values, spread_of
-from autotune.study.pruner import ClearlyWorsePruner
-from autotune.study.seeds import seed_configs
 from autotune.study.setup import open_study, prepare
+from autotune.study.space.pruner import ClearlyWorsePruner
+from autotune.study.space.seeds import seed_configs
 from autotune.tuned import file as tuned_file
 
 # The trials are faked and the search runs in this process, on one thread: these may run beside the alone tests
@@ -106,7 +107,7 @@ def test_search_learns_a_broken_value_and_writes_the_fastest_config(project: Pat
     ]
     assert len(warned) == 1
     trial_lines = [line for line in lines if line.startswith("[")]
-    # 20 trials, or fewer where 12 in a row after the plan found nothing faster (autotune.study.patience)
+    # 20 trials, or fewer where 12 in a row after the plan found nothing faster (autotune.study.clock.patience)
     ended = any(line.startswith("search: no trial of the last 12 found") for line in lines)
     assert len(trial_lines) == 20 or (len(trial_lines) < 20 and ended), (len(trial_lines), ended)
     # After the warning, no trial measures channels_last again.
@@ -162,7 +163,7 @@ def test_a_failing_baseline_stops_the_search(
 
 def test_seeds_on_a_gpu_try_the_fast_loop_at_a_larger_batch_in_bf16_and_in_fp32() -> None:
     from autotune.knobs import DataFacts, Machine
-    from autotune.study.space import build_space
+    from autotune.study.space.domains import build_space
     from autotune.workloads import load, resolve
 
     gpu = Machine("NVIDIA H200", cuda=True, cpu_share=16, amp_dtypes=("bf16", "fp16"), memory_bytes=140 * 2**30)
@@ -291,7 +292,7 @@ def test_no_trial_starts_once_the_time_left_would_not_cover_the_end_of_the_searc
 ) -> None:
     """400 s budget, 3 finalists: a trial, the parity check, the first round's 4 measurements (a second round
     runs only on what is left)."""
-    from autotune.study.deadline import out_of_time
+    from autotune.study.clock.deadline import out_of_time
 
     setup = open_study(prepare("tiny", SearchOptions(trials=2, time_budget_s=400.0), echo=lambda line: None))
     assert not out_of_time(setup)  # nothing measured yet: the budget alone

@@ -12,8 +12,8 @@ from study.test_search import FakePool, fake_pool  # noqa: F401 (fake_pool: tria
 from autotune.config import Config
 from autotune.options import SearchOptions
 from autotune.study import search
-from autotune.study.failures import Hopeless
-from autotune.study.seed_retry import without
+from autotune.study.failed.hopeless import Hopeless
+from autotune.study.failed.seed_retry import without
 from autotune.study.setup import open_study, prepare
 
 pytestmark = pytest.mark.steady

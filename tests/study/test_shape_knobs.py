@@ -11,9 +11,9 @@ import pytest
 from autotune.config import Config
 from autotune.knobs import DataFacts, Machine, SpaceError
 from autotune.parity import verdict as parity
-from autotune.study import memory
-from autotune.study.seeds import seed_configs
-from autotune.study.space import build_space, parse_fix
+from autotune.study.planning import memory
+from autotune.study.space.domains import build_space, parse_fix
+from autotune.study.space.seeds import seed_configs
 from autotune.tuned import file as tuned_file
 from autotune.tuned.schema import validate
 from autotune.tuned.show import render

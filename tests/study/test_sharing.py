@@ -12,9 +12,9 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune.study import sharing
-from autotune.study.claim import WAIT_POLL_S, claim_writer, wait_for_writer
-from autotune.study.storage import open_storage
+from autotune.study.shared import sharing
+from autotune.study.shared.claim import WAIT_POLL_S, claim_writer, wait_for_writer
+from autotune.study.shared.storage import open_storage
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")

@@ -10,7 +10,7 @@ import torch
 
 from autotune.config import Config
 from autotune.knobs import BUSY_SHARE, DataFacts, Machine, SpaceError
-from autotune.study.space import build_space, parse_fix
+from autotune.study.space.domains import build_space, parse_fix
 
 GPU = Machine("NVIDIA H200", cuda=True, cpu_share=16, amp_dtypes=("bf16", "fp16"), memory_bytes=140 * 2**30)
 CPU = Machine("cpu", cuda=False, cpu_share=2, amp_dtypes=("bf16",), memory_bytes=24 * 2**30)
@@ -279,7 +279,7 @@ def test_a_load_share_that_was_disturbed_is_measured_again_on_other_samples(monk
 
 def test_a_cpu_without_bf16_instructions_leaves_amp_out_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     from autotune.knobs import cpu_bf16_missing, detect_machine
-    from autotune.study.seeds import seed_configs
+    from autotune.study.space.seeds import seed_configs
     from autotune.workloads import load, resolve
 
     why = ("this CPU has no bf16 instructions (AVX-512 or AMX; torch reads its vector instructions as AVX2): bf16 "

@@ -13,8 +13,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune.study import sharing, tickets
-from autotune.study.storage import open_storage
+from autotune.study.shared import sharing, tickets
+from autotune.study.shared.storage import open_storage
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")

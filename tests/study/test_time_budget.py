@@ -14,8 +14,8 @@ from optuna.trial import TrialState, create_trial
 from autotune.config import Config
 from autotune.options import SearchOptions
 from autotune.procs.trial_process import Outcome
-from autotune.study.deadline import out_of_time
-from autotune.study.finalists import measure_rounds
+from autotune.study.clock.deadline import out_of_time
+from autotune.study.rounds import measure_rounds
 
 BASELINE = Config(256, num_workers=4, pin_memory=True)
 
@@ -96,7 +96,7 @@ def test_with_only_failures_the_search_runs_until_the_budget() -> None:
 
 
 def test_a_trial_is_given_up_after_twice_the_best_declared_run_and_a_margin() -> None:
-    from autotune.study.deadline import give_up_after
+    from autotune.study.clock.deadline import give_up_after
 
     setup = _setup([], elapsed_s=10.0)
     for seconds, epoch_s in ((3.0, 4.0), (1.0, 2.5)):  # declared runs of 10 epochs: 43 s and 26 s
@@ -161,7 +161,7 @@ def _rounds_of(seconds: dict[Config, float], rates: dict[Config, list[float | No
                 return Outcome("failed", reason="crashed: trial process killed by signal SIGKILL")
             return Outcome("complete", result={"samples_per_s": rate})
 
-    # Each config's trial took what its run takes here (``autotune.study.round_cost`` costs a first round by them).
+    # Each config's trial took what its run takes here (``autotune.study.clock.round_cost`` costs a first round by them).
     study = optuna.create_study(direction="maximize")
     for config, took in seconds.items():
         study.add_trial(create_trial(state=TrialState.COMPLETE, value=1.0, params={"x": 0.0},
@@ -291,7 +291,7 @@ def test_a_first_round_the_budget_cannot_cover_measures_the_baseline_and_the_lea
 def test_a_first_round_on_a_later_pool_still_measures_the_baseline_and_the_leader_whatever_the_rotation() -> None:
     # Under --gpus a second device's first round is round 2, its order rotated by one: the leader first, then a
     # finalist, the last, and the baseline. The budget covers none beyond the two the speed-up is made of.
-    from autotune.study.finalists import _round
+    from autotune.study.rounds import _round
 
     seconds = {BASELINE: 18.0, LEADER: 16.0, DECODE: 25.0, GRAPH: 36.0}
     rates: dict[Config, list[float | None]] = {c: [1_000.0] for c in seconds}

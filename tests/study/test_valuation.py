@@ -11,7 +11,7 @@ import torch
 
 from autotune.config import Config
 from autotune.procs.trial_process import Outcome
-from autotune.study.valuation import VALUED, Valuation, combine, loader_key, step_key
+from autotune.study.planning.valuation import VALUED, Valuation, combine, loader_key, step_key
 from autotune.trial import parts
 from autotune.trial.runner import Runner
 from autotune.trial.timing import Windows
@@ -158,7 +158,7 @@ class TimingOut:
 def test_a_part_gets_the_time_the_budget_has_left_and_a_timeout_that_cut_short_is_not_its_failure() -> None:
     from types import SimpleNamespace
 
-    from autotune.study.deadline import MIN_PART_S, part_timeout
+    from autotune.study.clock.deadline import MIN_PART_S, part_timeout
 
     def setup(budget_s: float | None, elapsed_s: float, trial_timeout_s: float = 90.0) -> SimpleNamespace:
         # No trial complete yet: the end of the search costs nothing so far (deadline.reserve_s), all is left.
@@ -177,8 +177,8 @@ def test_a_part_gets_the_time_the_budget_has_left_and_a_timeout_that_cut_short_i
     assert valuation.failure(config) == "timeout: no result within 90 s"  # a whole trial's time: it failed
     assert TimingOut.asked == [50.0, 90.0]
     # A trial whose parts the clock cut short is not then measured whole, past the budget: it says why it did not run.
-    from autotune.study import skip
-    from autotune.study.deadline import OUT_OF_TIME
+    from autotune.study.clock.deadline import OUT_OF_TIME
+    from autotune.study.planning import skip
 
     trial = SimpleNamespace(user_attrs={}, set_user_attr=lambda k, v: None)
     spared = skip.valued(setup(150.0, 120.0), trial, Config(batch_size=64), 0.1, TimingOut(), Valuation())

@@ -83,7 +83,7 @@ def test_an_error_raised_in_a_dataloader_worker_is_named_with_the_workload_s_lin
 
 def test_a_long_or_multi_line_worker_error_keeps_its_type_and_the_worker_it_came_from(tmp_path) -> None:
     """failures.py reads "in DataLoader worker process" to blame the loader's knobs: only the message is cut."""
-    from autotune.study.failures import WORKER_ERROR
+    from autotune.study.failed.hopeless import WORKER_ERROR
 
     class Missing(torch.utils.data.Dataset):
         def __len__(self) -> int:

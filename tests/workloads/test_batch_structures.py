@@ -14,7 +14,7 @@ from autotune.config import Config
 from autotune.knobs import Machine
 from autotune.options import SearchOptions
 from autotune.study import search
-from autotune.study.space import build_space
+from autotune.study.space.domains import build_space
 from autotune.trial.facts import read_facts
 from autotune.tuned import file as tuned_file
 from autotune.workloads import load, resolve

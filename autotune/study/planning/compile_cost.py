@@ -2,7 +2,7 @@
 best config's whole declared run.
 
 The search ranks configs by the time they take to finish the workload's declared run, one-time costs included
-(``autotune.study.finalists.declared_run_s``), and a compile is one of them. Where the whole run is seconds long, no
+(``autotune.study.ranking.declared_run_s``), and a compile is one of them. Where the whole run is seconds long, no
 compiled step can win it: on an H100, mnist_cnn's best config trained its 10 epochs in 1.6 s, its compiled step
 part (default mode) took 17 s, compile included, and two trials of max-autotune-no-cudagraphs took 147 and 153 s each,
 most of it compiling, before the pruner could judge them (their search took 445 s where the one before took 90 s). A
@@ -16,9 +16,9 @@ from __future__ import annotations
 from optuna.trial import TrialState
 
 from autotune.config import COMPILE_CHOICES, Config
-from autotune.study.deadline import shortest_run
-from autotune.study.setup import Setup
-from autotune.study.valuation import Valuation
+from autotune.study.clock.deadline import shortest_run
+from autotune.study.context import Setup
+from autotune.study.planning.valuation import Valuation
 
 CANNOT_PAY = "skipped, its compile cannot pay"  # how a trial's reason begins when it was not run for this
 

@@ -3,7 +3,7 @@
 A study records a digest of the workload: its file and the ``.py`` files it imports
 from its own folder, found by reading its imports (nothing is executed). A study
 resumed after the workload changed queues every failed trial's config again, as
-a trial whose worker died is queued again (``autotune.study.sharing``): the
+a trial whose worker died is queued again (``autotune.study.shared.sharing``): the
 retry stands for the old trial, so the old failure no longer stops the search
 ("Fix the workload first"), blocks a knob value, or stands for a duplicate.
 Measurements that completed are kept: a change that makes a config faster is
@@ -20,7 +20,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.study import sharing
+from autotune.study.shared import sharing
 
 ATTRIBUTE = "workload_digest"  # the study's user attribute: the digest its trials so far were measured with
 

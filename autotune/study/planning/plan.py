@@ -10,7 +10,7 @@ variants (the graph, compile, amp flipped) and its loader with a few loader vari
 (the workers at the seed's count, half the cores and all of them; two prefetch
 depths), measures the parts those configs need until its share of the budget is
 spent, and values every config of the grid, and every other config a measured step
-and a measured loader that agree make (``autotune.study.valuation``). The
+and a measured loader that agree make (``autotune.study.planning.valuation``). The
 fastest by prediction are queued to be measured end to end next; the others are
 recorded in the study as valued, not measured, each with its predicted rate, so the
 report, a dashboard and a resumed search see every config the search considered.
@@ -31,13 +31,14 @@ from optuna.trial import TrialState
 
 from autotune.config import Config
 from autotune.procs.pool import TrialPool
-from autotune.study import compile_cost, sharing, tickets
-from autotune.study.deadline import part_timeout
-from autotune.study.seeds import seed_configs
-from autotune.study.setup import Setup
-from autotune.study.space import Space
-from autotune.study.tickets import VALUED_ROLE
-from autotune.study.valuation import VALUED, Valuation, loader_key, step_key
+from autotune.study.clock.deadline import part_timeout
+from autotune.study.context import Setup
+from autotune.study.planning import compile_cost
+from autotune.study.planning.valuation import VALUED, Valuation, loader_key, step_key
+from autotune.study.shared import sharing, tickets
+from autotune.study.shared.tickets import VALUED_ROLE
+from autotune.study.space.domains import Space
+from autotune.study.space.seeds import seed_configs
 from autotune.text import rate
 
 PLAN_ATTRIBUTE = "plan"  # the study's user attribute: what the plan valued and queued; present once it was made

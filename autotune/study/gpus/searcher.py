@@ -1,6 +1,6 @@
 """One `--gpus` searcher's search: prepare while the study is set up elsewhere, then take tickets in it.
 
-Run in the searcher process (``autotune.study.searcher_main`` does its plumbing).
+Run in the searcher process (``autotune.study.gpus.searcher_main`` does its plumbing).
 It prepares (workload, machine, space) and, if asked, makes the parity check's
 baseline run while the search that started it sets the study up; then it joins
 the study, takes tickets until none is left, and ends. The search that started
@@ -16,10 +16,11 @@ from typing import Any
 from autotune.knobs import SpaceError
 from autotune.options import SearchOptions
 from autotune.procs.pool import TrialPool
-from autotune.study import baseline_run
+from autotune.study.checks import baseline_run
+from autotune.study.context import Prepared, SearchError
 from autotune.study.pools import SearchPools
 from autotune.study.run import quiet_optuna, run_steps
-from autotune.study.setup import Prepared, SearchError, open_study, prepare
+from autotune.study.setup import open_study, prepare
 from autotune.tuned.file import TunedFileError
 from autotune.workloads import WorkloadError
 

@@ -78,7 +78,7 @@ class Valuation:
     errors: list[float] = dataclasses.field(default_factory=list)  # predicted / measured - 1, before learning it
     # ("step" or "loader", its key) -> why that part could not be measured: it is not asked for again
     failed: dict[tuple[str, tuple[tuple[str, Any], ...]], str] = dataclasses.field(default_factory=dict)
-    # compile mode -> the least seconds a step part's compile took in it (autotune.study.compile_cost)
+    # compile mode -> the least seconds a step part's compile took in it (autotune.study.planning.compile_cost)
     compiles: dict[str, float] = dataclasses.field(default_factory=dict)
     valued: int = 0  # configs given a predicted rate
     ruled_out: int = 0  # of them, not measured end to end because of it

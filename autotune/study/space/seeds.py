@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from autotune.config import Config
 from autotune.knobs import Machine
-from autotune.study.space import Space
+from autotune.study.space.domains import Space
 from autotune.workloads import Workload
 from autotune.workloads.settings import baseline_config
 

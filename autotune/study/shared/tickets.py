@@ -21,7 +21,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.study import sharing
+from autotune.study.shared import sharing
 
 TARGET_ATTRIBUTE = "trials"  # the latest command's --trials: finished trials the study should hold
 SEEDS_ATTRIBUTE = "seeds"  # the seeds' params and roles, in order, recorded once: every worker queues the same
@@ -47,7 +47,7 @@ def target(study: optuna.Study, default: int) -> int:
     return int(study.user_attrs.get(TARGET_ATTRIBUTE, default))
 
 
-VALUED_ROLE = "valued"  # a config the plan valued from its parts and recorded without measuring (autotune.study.plan)
+VALUED_ROLE = "valued"  # a config the plan valued from its parts and recorded without measuring (autotune.study.planning.plan)
 
 
 def started(trials: list[FrozenTrial]) -> list[FrozenTrial]:

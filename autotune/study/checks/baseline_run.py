@@ -17,8 +17,8 @@ from typing import Any
 from autotune.parity.verdict import run_length
 from autotune.procs.pool import TrialPool
 from autotune.procs.trial_process import STARTUP_TIMEOUT_S
-from autotune.study import sharing
-from autotune.study.setup import Prepared, Setup
+from autotune.study.context import Prepared, Setup
+from autotune.study.shared import sharing
 
 PARITY_TIMEOUT_FACTOR = 4  # a parity run trains about an epoch; a trial times a few seconds of it
 ATTRIBUTE = "parity:baseline-run"  # the study's user attribute that holds it

@@ -30,10 +30,12 @@ from autotune.config import Config
 from autotune.parity.check import ParityCheck
 from autotune.parity.verdict import SAME_MATH_KNOBS, ParityError
 from autotune.procs.pool import TrialPool
-from autotune.study import kept_check, sharing, tickets
-from autotune.study.finalists import PARITY_EXTRA_RUNS, contenders, new_parity_check
+from autotune.study.checks import kept_check
+from autotune.study.checks.parity import PARITY_EXTRA_RUNS, new_parity_check
+from autotune.study.context import Setup
 from autotune.study.pools import SOLO, Team
-from autotune.study.setup import Setup
+from autotune.study.ranking import contenders
+from autotune.study.shared import sharing, tickets
 
 SKIPPED = "skipped by parity"  # how a trial's reason begins when its family can no longer win
 
@@ -92,7 +94,7 @@ class FamilyGate:
 
     def take_up(self, setup: Setup, pool: TrialPool) -> None:
         """Before a rerun's first trial, go on from the check an earlier run of this search kept, if it still stands
-        (``autotune.study.kept_check``): a family it rejected is skipped from the first trial on, as it was."""
+        (``autotune.study.checks.kept_check``): a family it rejected is skipped from the first trial on, as it was."""
         if self._took_up:
             return
         self._took_up = True

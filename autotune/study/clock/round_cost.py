@@ -16,7 +16,7 @@ from __future__ import annotations
 from optuna.trial import FrozenTrial
 
 from autotune.config import Config
-from autotune.study.setup import Setup
+from autotune.study.context import Setup
 
 
 def wall_s(trial: FrozenTrial) -> float:

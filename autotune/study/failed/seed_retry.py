@@ -1,7 +1,7 @@
 """A seed that failed for one knob value is measured again without it; so is every seed not yet taken.
 
-The seeds are the informed guesses (``autotune.study.seeds``), and most of them turn
-several knobs on at once. When one value proves hopeless (``autotune.study.failures``:
+The seeds are the informed guesses (``autotune.study.space.seeds``), and most of them turn
+several knobs on at once. When one value proves hopeless (``autotune.study.failed.hopeless``:
 a CUDA graph that a host sync in the step breaks, channels_last on a model that
 ``view``s its activations), skipping every seed that sets it threw the rest of each
 guess away: on an H200, a forward with ``.item()`` failed capture in its graph seeds,
@@ -19,8 +19,8 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.config import Config
-from autotune.study import sharing, tickets
-from autotune.study.failures import Hopeless, blocks
+from autotune.study.failed.hopeless import Hopeless, blocks
+from autotune.study.shared import sharing, tickets
 
 RETRIED_ATTRIBUTE = "seeds:retried"  # the study's user attribute: seed trials whose variant was queued already
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import optuna
 
-from autotune.study.sharing import Heartbeat, owner, study_lock
+from autotune.study.shared.sharing import Heartbeat, owner, study_lock
 
 # How often a waiting searcher looks for the writer's file: a read under the study's lock, cheap next to the
 # heartbeat's 5 s, which would leave a peer idle for up to that long after the file is written.

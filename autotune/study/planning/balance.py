@@ -25,10 +25,10 @@ import dataclasses
 from optuna.trial import TrialState
 
 from autotune.config import Config
-from autotune.study import sharing, tickets
-from autotune.study.setup import Setup
-from autotune.study.tickets import VALUED_ROLE
-from autotune.study.valuation import Valuation, loader_key, step_key
+from autotune.study.context import Setup
+from autotune.study.planning.valuation import Valuation, loader_key, step_key
+from autotune.study.shared import sharing, tickets
+from autotune.study.shared.tickets import VALUED_ROLE
 from autotune.text import rate
 
 # A hybrid measured within this share of what its workers alone make of it (their half at their rate) is taken as

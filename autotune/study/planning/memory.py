@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from autotune.config import Config
-from autotune.study.predict import PREDICTED
+from autotune.study.planning.predict import PREDICTED
 from autotune.trial.oom import OOM
 
 RAN_OUT = "which ran out of device memory"  # how a memory skip's reason ends

@@ -12,11 +12,11 @@ from optuna.trial import TrialState
 from autotune.config import Config
 from autotune.procs.pool import TrialPool
 from autotune.procs.trial_process import Outcome
-from autotune.study import memory
-from autotune.study.deadline import OUT_OF_TIME, part_timeout
-from autotune.study.predict import LoaderModel
-from autotune.study.setup import Setup
-from autotune.study.valuation import VALUATION_ATTRIBUTE, Valuation, cut_by_clock
+from autotune.study.clock.deadline import OUT_OF_TIME, part_timeout
+from autotune.study.context import Setup
+from autotune.study.planning import memory
+from autotune.study.planning.predict import LoaderModel
+from autotune.study.planning.valuation import VALUATION_ATTRIBUTE, Valuation, cut_by_clock
 
 
 def predicted(setup: Setup, trial: optuna.Trial, config: Config, loader: LoaderModel | None) -> str | None:
@@ -41,7 +41,7 @@ def valued(setup: Setup, trial: optuna.Trial, config: Config, lr: float, pool: T
 
     Its predicted rate is kept on the trial, labelled as predicted. The baseline always runs: every speed-up is
     stated against it. A seed runs unless the prediction, trusted by then (``Valuation.trusted``), puts it clearly
-    under the best measured: the plan's queued configs (``autotune.study.plan``) are seeds too, and they come first.
+    under the best measured: the plan's queued configs (``autotune.study.planning.plan``) are seeds too, and they come first.
     """
     timeout_s, shortened = part_timeout(setup)
     why = valuation.measure(pool, config, lr, timeout_s, shortened)

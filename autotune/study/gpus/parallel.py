@@ -1,6 +1,6 @@
 """``autotune search --gpus 0,1``: one searcher process per GPU on this host, all sharing one study.
 
-The search starts a searcher process (``python -m autotune.study.searcher_main``) for each GPU
+The search starts a searcher process (``python -m autotune.study.gpus.searcher_main``) for each GPU
 but the first at once: importing torch and building the data set take a searcher
 as long as they take the search, so both do it side by side. The search then
 sets the study up once (hardware, CPU share, seeds, tickets) and tells each
@@ -28,11 +28,11 @@ from autotune.options import SearchOptions
 from autotune.procs import lifecycle
 from autotune.procs.pool import TrialPool
 from autotune.procs.searchers import GpusError, Searcher, device_labels, parallel_options, start_searchers, wait_for_end
-from autotune.study import sharing
 from autotune.study.pools import SearchPools, Team
 from autotune.study.profile import SearchResult
 from autotune.study.run import quiet_optuna, run_steps
 from autotune.study.setup import announce, open_study, prepare
+from autotune.study.shared import sharing
 
 
 def search_parallel(

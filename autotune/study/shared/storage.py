@@ -1,6 +1,6 @@
 """Opening a study's storage: SQLite for one host, PostgreSQL (any SQLAlchemy URL) for many.
 
-Every storage gets heartbeats (``autotune.study.sharing`` says why). SQLite serves
+Every storage gets heartbeats (``autotune.study.shared.sharing`` says why). SQLite serves
 several searcher processes on one host once each transaction takes the file's
 write lock at BEGIN; a network file system breaks SQLite's locks, so searchers on
 several hosts need a database server.
@@ -16,7 +16,7 @@ from typing import Any
 
 import optuna
 
-from autotune.study import sharing
+from autotune.study.shared import sharing
 
 SQLITE_BUSY_TIMEOUT_S = 60  # searchers on one host wait this long for the SQLite file's lock
 CONNECT_TIMEOUT_S = 10  # an unreachable database server fails after this long, not TCP's minutes

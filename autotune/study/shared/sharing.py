@@ -4,7 +4,7 @@ Searchers (processes on one host, or on many through PostgreSQL) share one Optun
 study. The study holds as many trials as ``--trials`` asks: each one is a
 *ticket*, a WAITING trial, queued under a lock as a searcher needs it (the seeds
 with their configs first, the rest empty for the sampler to fill;
-``autotune.study.tickets``). A searcher takes a ticket by
+``autotune.study.shared.tickets``). A searcher takes a ticket by
 moving it from WAITING to RUNNING, which the storage does atomically, so no
 two searchers measure the same ticket and, with no ticket left, nobody starts a
 surplus trial. A searcher that dies leaves its trial RUNNING with a heartbeat
@@ -12,7 +12,7 @@ that stops; after the grace period any searcher fails it as ``interrupted`` and
 queues its config again, so nothing is lost and nothing waits forever.
 
 When no ticket is left and no trial runs, one searcher claims the writer's role
-(``autotune.study.claim``) and measures the finalists and writes the tuned file.
+(``autotune.study.shared.claim``) and measures the finalists and writes the tuned file.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A small model's trials take a second or two, so ``--trials`` (40) and the budget
 (480 s) are not what ends its search: on an H200, mnist_cnn's search had its
 winner 50 s in and spent four more minutes on compiled configs slower than it and
 on the sampler proposing configs already measured, then wrote the same winner.
-After the plan (``autotune.study.plan``) has measured what it ranked high, a run of
+After the plan (``autotune.study.planning.plan``) has measured what it ranked high, a run of
 PATIENCE trials (measured, pruned, skipped, failed, or the sampler's repeats of a
 measured config) none of which beat the best by IMPROVEMENT ends the trials. A
 heavy model's search rarely gets there within its budget: each of its trials
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.study import tickets
+from autotune.study.shared import tickets
 
 PATIENCE = 12  # trials in a row that found nothing faster
 IMPROVEMENT = 0.02  # a new best beats the one before by more than this share (a trial's own noise is about 1-2%)

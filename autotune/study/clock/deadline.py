@@ -13,9 +13,10 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.parity.verdict import run_length
-from autotune.study import round_cost
-from autotune.study.finalists import baseline_rate, check_budget, contenders, rate_leader, trial_run_s
-from autotune.study.setup import Setup
+from autotune.study.checks.parity import check_budget
+from autotune.study.clock import round_cost
+from autotune.study.context import Setup
+from autotune.study.ranking import baseline_rate, contenders, rate_leader, trial_run_s
 
 
 def out_of_time(setup: Setup, check_spent_s: float = 0.0) -> bool:
@@ -25,7 +26,7 @@ def out_of_time(setup: Setup, check_spent_s: float = 0.0) -> bool:
     half that, and never more than the check's own share of the budget, which bounds it) and the
     finalists' first round (each config measured once, as long as a trial took: the median wall time
     of the trials that completed), for as many finalists as there are complete configs so far. The rounds
-    after the first run on what is left (``autotune.study.finalists.measure_rounds``): reserved too, they
+    after the first run on what is left (``autotune.study.rounds.measure_rounds``): reserved too, they
     ended an H200 ResNet-50 search after 4 trials, and its second round was then not run, 79 s unused.
     A failed or pruned trial's time is not what a round costs: on an H200, one ResNet-50 trial that ran
     out of memory after a minute of filling batch 2048 made the median a round's cost and ended the
@@ -70,7 +71,7 @@ def _reserve_s(setup: Setup, complete: list[FrozenTrial], trial_s: float, check_
         samples, _ = run_length(setup.baseline.batch_size, max(setup.space.domains["batch_size"]), rate)
         check_s = min(samples / rate * (1 + 0.5 * finalists), check_budget(setup) or float("inf"))
         check_s = max(0.0, check_s - check_spent_s)  # what the check made during the trials is spent already
-    # A round measures each config as long as its own trial took, build included (``autotune.study.round_cost``).
+    # A round measures each config as long as its own trial took, build included (``autotune.study.clock.round_cost``).
     # On an H200, ResNet-50's trials measured 11-15 s, its compiled one took 56 s, and its first round 131 s for four
     # configs: costed at the median trial's time, the search ended 90 s past its budget. The likely finalists are the
     # contenders so far, fastest first, and the rate leader; a slot no contender fills yet costs a median trial.

@@ -10,7 +10,7 @@ a verdict once reached stands, and no config is judged twice.
 The state is keyed by what it was judged from: the baseline and its learning rate,
 the rule for a new batch size, the largest batch the runs were sized for, the time
 budget the check's share comes from, and the workload's digest
-(``autotune.study.content``); a rerun with any of them changed checks afresh. Once
+(``autotune.study.failed.content``); a rerun with any of them changed checks afresh. Once
 the tuned file is written it is dropped, as the end is (``autotune.study.ending``):
 a later run of the same command checks afresh.
 """
@@ -21,8 +21,8 @@ from typing import Any
 
 from autotune.parity import kept
 from autotune.parity.check import ParityCheck
-from autotune.study import content
-from autotune.study.setup import Setup
+from autotune.study.context import Setup
+from autotune.study.failed import content
 
 ATTRIBUTE = "parity:check"  # the study's user attribute holding the check's state and its key
 

@@ -1,8 +1,8 @@
-"""One searcher under ``autotune search --gpus``: ``python -m autotune.study.searcher_main RECIPE OPTIONS_JSON``.
+"""One searcher under ``autotune search --gpus``: ``python -m autotune.study.gpus.searcher_main RECIPE OPTIONS_JSON``.
 
 Started by ``autotune.procs.searchers.Searcher``. Before importing torch it starts
 its own trial processes (on a GPU with a spare); then it prepares
-(``autotune.study.searcher``) while the search that started it sets the study up,
+(``autotune.study.gpus.searcher``) while the search that started it sets the study up,
 and waits for one line on stdin saying where the study is. If stdin closes with
 no line, that search could not set the study up and says why itself: the searcher
 stops its trial processes, leaves no file behind, and ends without a word; a
@@ -67,7 +67,7 @@ def main() -> int:
         signal.signal(sig, lambda signum, frame: dismissed(128 + signum))
     threading.Thread(target=wait_for_the_study, name="wait-for-the-study", daemon=True).start()
 
-    from autotune.study.searcher import PROBLEMS, get_ready, work
+    from autotune.study.gpus.searcher import PROBLEMS, get_ready, work
 
     ready = get_ready(recipe, options, pool, echo=lambda line: print(line, flush=True))
     where = json.loads(lines.get())

@@ -1,0 +1,130 @@
+"""The parity check as the search makes it: once per search, sized for the space's largest batch, held to its share.
+
+``autotune.parity.check`` judges; this module wires it to the search: its training runs, image and gradient checks
+run in the search's trial processes, its verdicts are kept in the study as they are reached
+(``autotune.study.checks.kept_check``), and a baseline run a ``--gpus`` searcher made early is adopted
+(``autotune.study.checks.baseline_run``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from autotune.config import Config
+from autotune.parity import inputs as parity_inputs
+from autotune.parity import numerics as parity_numerics
+from autotune.parity.check import ParityCheck
+from autotune.parity.inputs import InputsVerdict
+from autotune.parity.numerics import NumericsVerdict
+from autotune.parity.run import ParityRun
+from autotune.parity.verdict import CHECK_SHARE, ParityError, ParityRunFailed, ParityRunOutOfTime
+from autotune.procs.pool import TrialPool
+from autotune.study.checks import baseline_run, kept_check
+from autotune.study.context import Setup
+from autotune.study.pools import SearchPools, Team
+from autotune.study.ranking import baseline_rate, contenders
+
+PARITY_EXTRA_RUNS = 6  # parity runs beyond one per finalist, for the rejected configs among the fastest
+
+
+MIN_CHECK_RUN_S = 1.0  # a run given less than this by the check's share could only be stopped
+
+
+def check_budget(setup: Setup) -> float | None:
+    """Seconds the parity check may take: CHECK_SHARE of the search's time budget (None: no budget, no bound)."""
+    budget = setup.options.time_budget_s
+    return None if budget is None else CHECK_SHARE * budget
+
+
+def new_parity_check(
+    setup: Setup, pool: TrialPool, candidates: list[Config], team: Team, max_batch: int | None = None
+) -> ParityCheck:
+    """The check, made once per search; it goes on from the one an earlier run of this search kept in the study
+    (``autotune.study.checks.kept_check``), or adopts the baseline run a `--gpus` searcher made, if there is one.
+
+    `max_batch`: size the runs for it; by default the space's largest batch, whichever step makes the check and
+    whatever the contenders so far: a check made afresh after a stop, sized for the contenders left, trained
+    shorter runs than the first run's check and judged otherwise.
+    """
+    max_batch = max_batch or max(setup.space.domains["batch_size"])
+    trial_limit = baseline_run.PARITY_TIMEOUT_FACTOR * setup.options.trial_timeout_s
+
+    def timeout() -> tuple[float, bool]:
+        """What the next training run may take, and whether the check's share, not the trial's limit, set it: every
+        run is held to what is left of the share (never under MIN_CHECK_RUN_S), the baseline's first. On a busy
+        2-core host, a `--time-budget 60` search's baseline run took 116.8 s of its 9 s. (The images and the
+        gradients take a few batches: they keep the trial's limit, since one stopped would stand as a failure for
+        every config it judges, and neither starts once the share is spent.)"""
+        left = check.budget.left_s()
+        if left is None or left >= trial_limit:
+            return trial_limit, False
+        return max(left, MIN_CHECK_RUN_S), True
+
+    def make_run(config: Config, lr: float, samples: int) -> ParityRun:
+        limit, by_share = timeout()
+        outcome = pool.parity_run(config, lr, samples, setup.baseline.batch_size, limit)
+        if outcome.state != "complete" or outcome.result is None:
+            reason = outcome.reason or "no result"
+            if by_share and reason.startswith("timeout"):
+                raise ParityRunOutOfTime(f"{reason}, what was left of the check's share ({check.budget.budget_s:.0f} "
+                                         f"s, {CHECK_SHARE:.0%} of the search's budget)")
+            raise ParityRunFailed(reason)
+        return ParityRun.from_dict(outcome.result)
+
+    def check_inputs(config: Config) -> InputsVerdict:
+        outcome = pool.inputs_check(config, trial_limit)
+        if outcome.state != "complete" or outcome.result is None:
+            return parity_inputs.failed(outcome.reason or "no result")
+        return parity_inputs.judge(outcome.result)
+
+    def check_numerics(config: Config) -> NumericsVerdict:
+        outcome = pool.numerics_check(setup.baseline, config, setup.lr(setup.baseline), trial_limit)
+        if outcome.state != "complete" or outcome.result is None:
+            return parity_numerics.failed(outcome.reason or "no result", parity_numerics.label(config))
+        return parity_numerics.judge(outcome.result, parity_numerics.label(config))
+
+    stored = baseline_run.wait_for(setup, team.baseline_run_pending)
+    # A baseline run made during the trials was sized for the space's largest batch; the check keeps that length.
+    check = ParityCheck(
+        setup.baseline,
+        setup.lr,
+        make_run,
+        candidates,
+        setup.echo,
+        max_batch=stored.get("max_batch") if stored is not None else max_batch,
+        baseline_rate=baseline_rate(setup),
+        budget_s=check_budget(setup),
+        lr_rule=setup.lr_rule,
+        lr_at=setup.lr,
+        check_inputs=check_inputs,
+        check_numerics=check_numerics,
+    )
+    if not kept_check.take_up(setup, check):
+        setup.echo(
+            f"parity: checking the fastest against the baseline ({setup.baseline.describe()}, lr "
+            f"{setup.lr(setup.baseline):g}, "
+            f"fp32, eager) from the same weights and data order, {check.samples:,} samples each"
+        )
+        if stored is not None and stored.get("samples") == check.samples:
+            check.adopt_baseline(
+                ParityRun.from_dict(stored["parity_run"]), f"run by searcher {stored['searcher']} before its trials"
+            )
+    kept_check.keep_as_it_goes(setup, check)
+    return check
+
+
+def check_early(setup: Setup, pools: SearchPools, team: Team) -> ParityCheck | None:
+    """Check the contenders so far while another searcher's last trial runs: time this searcher would spend idle.
+
+    The check after the trials reuses each verdict and runs only what the last trials
+    add; a failure here is said by that check, with its reason.
+    """
+    found = contenders(setup)
+    if not found:
+        return None
+    want = setup.options.finalists
+    check = new_parity_check(setup, pools.trials, list(found), team)
+    with contextlib.suppress(ParityError):
+        check.select(list(found), want=want, max_runs=want + PARITY_EXTRA_RUNS)
+    return check
+

@@ -1,0 +1,2 @@
+"""The search's clock: when no trial may start and when one is given up (``deadline``), what a finalists' round costs
+(``round_cost``), and when trials that stopped finding end the search early (``patience``)."""

@@ -1,0 +1,6 @@
+"""The plan: configs valued from their parts before any is measured end to end.
+
+``valuation`` predicts a config's rate from its step and loader rates, measured apart; ``plan`` values a grid and
+queues its best; ``balance`` solves the share of a hybrid decode; ``skip`` says why a config need not run end to end,
+from ``memory`` (it would run out of device memory), ``predict`` (its loader cannot feed the best so far) and
+``compile_cost`` (its compile alone outlasts the best declared run)."""
