@@ -128,3 +128,69 @@ def test_a_deferred_import_is_an_edge_and_a_type_checking_one_is_not(tmp_path: P
     assert [name for name in _imports(source, "autotune.loop.m") if name.startswith("autotune")] == [
         "autotune.trial.runner"
     ]
+
+
+# Inside autotune.study, the units (a subpackage, or a top-level module) from the bottom up. A unit may import only
+# the units before it: the shared context and the helpers first, then the steps in the order a search runs them, so
+# that no step imports a later one.
+STUDY_ORDER = [
+    "space",  # the knobs, the seeds, the pruner
+    "shared",  # one study, many searchers: storage, tickets, heartbeats, the writer's claim
+    "context",  # Prepared, Setup, SearchError
+    "pools",
+    "ranking",
+    "clock",
+    "failed",
+    "planning",
+    "answer",
+    "checks",
+    "setup",  # step 1
+    "trials",  # step 2
+    "rounds",
+    "finalists",  # step 3
+    "profile",  # step 4
+    "ending",
+    "run",  # the four steps
+    "gpus",  # --gpus: searchers that run the steps
+]
+STUDY = PACKAGE / "study"
+
+
+def _study_unit(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[:2] != ["autotune", "study"] or len(parts) < 3:
+        return None
+    return parts[2]
+
+
+def study_edges() -> dict[tuple[str, str], list[str]]:
+    """(from unit, to unit) -> the imports that make the edge, for the units inside ``autotune.study``."""
+    made: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for path in sorted(STUDY.rglob("*.py")):
+        module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
+        source = _study_unit(module)
+        if source is None:
+            continue
+        for imported in _imports(path, module):
+            target = _study_unit(imported)
+            if target is not None and target != source:
+                made[(source, target)].append(f"{module} -> {imported}")
+    return made
+
+
+def test_every_unit_of_the_study_package_has_its_place_in_the_order() -> None:
+    units = {p.stem if p.is_file() else p.name for p in STUDY.iterdir()
+             if (p.suffix == ".py" and p.stem != "__init__") or (p.is_dir() and (p / "__init__.py").exists())}
+    assert units == set(STUDY_ORDER)
+
+
+def test_the_study_s_units_import_only_the_ones_below_them() -> None:
+    upward = {f"{a} -> {b}": why[:2] for (a, b), why in study_edges().items()
+              if STUDY_ORDER.index(b) > STUDY_ORDER.index(a)}
+    assert upward == {}
+
+
+def test_no_folder_of_the_package_holds_more_than_16_modules() -> None:
+    crowded = {str(folder.relative_to(PACKAGE.parent)): n for folder in [PACKAGE, *PACKAGE.rglob("*")]
+               if folder.is_dir() and (n := len([p for p in folder.glob("*.py") if p.stem != "__init__"])) > 16}
+    assert crowded == {}

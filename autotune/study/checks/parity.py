@@ -20,6 +20,7 @@ from autotune.parity.run import ParityRun
 from autotune.parity.verdict import CHECK_SHARE, ParityError, ParityRunFailed, ParityRunOutOfTime
 from autotune.procs.pool import TrialPool
 from autotune.study.checks import baseline_run, kept_check
+from autotune.study.clock.deadline import check_budget
 from autotune.study.context import Setup
 from autotune.study.pools import SearchPools, Team
 from autotune.study.ranking import baseline_rate, contenders
@@ -28,12 +29,6 @@ PARITY_EXTRA_RUNS = 6  # parity runs beyond one per finalist, for the rejected c
 
 
 MIN_CHECK_RUN_S = 1.0  # a run given less than this by the check's share could only be stopped
-
-
-def check_budget(setup: Setup) -> float | None:
-    """Seconds the parity check may take: CHECK_SHARE of the search's time budget (None: no budget, no bound)."""
-    budget = setup.options.time_budget_s
-    return None if budget is None else CHECK_SHARE * budget
 
 
 def new_parity_check(

@@ -12,8 +12,7 @@ import statistics
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.parity.verdict import run_length
-from autotune.study.checks.parity import check_budget
+from autotune.parity.verdict import CHECK_SHARE, run_length
 from autotune.study.clock import round_cost
 from autotune.study.context import Setup
 from autotune.study.ranking import baseline_rate, contenders, rate_leader, trial_run_s
@@ -40,6 +39,13 @@ def out_of_time(setup: Setup, check_spent_s: float = 0.0) -> bool:
     if trial_s is None:
         return setup.elapsed() >= budget
     return setup.elapsed() + trial_s + _reserve_s(setup, complete, trial_s, check_spent_s) >= budget
+
+
+def check_budget(setup: Setup) -> float | None:
+    """Seconds the parity check may take: CHECK_SHARE of the search's time budget (None: no budget, no bound)."""
+    budget = setup.options.time_budget_s
+    return None if budget is None else CHECK_SHARE * budget
+
 
 
 def reserve_s(setup: Setup, check_spent_s: float = 0.0) -> float:
