@@ -145,6 +145,7 @@ STUDY_ORDER = [
     "answer",
     "checks",
     "setup",  # step 1
+    "progress",  # the line per trial
     "trials",  # step 2
     "rounds",
     "finalists",  # step 3

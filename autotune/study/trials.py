@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import statistics
 import time
 from collections.abc import Callable
 
@@ -23,9 +22,10 @@ from autotune.config import COMPILE_ALLOWANCE_S, Config
 from autotune.procs import lifecycle
 from autotune.procs.pool import TrialPool
 from autotune.procs.trial_process import GAVE_UP, Outcome
+from autotune.study import progress
 from autotune.study.checks.families import SKIPPED, FamilyGate
 from autotune.study.clock import patience
-from autotune.study.clock.deadline import OUT_OF_TIME, give_up_after, out_of_time
+from autotune.study.clock.deadline import give_up_after, out_of_time
 from autotune.study.context import SearchError, Setup
 from autotune.study.failed import seed_retry
 from autotune.study.failed.hopeless import Finished, Hopeless, blocks, hopeless_values
@@ -35,7 +35,6 @@ from autotune.study.planning.predict import PREDICTED, LoaderModel
 from autotune.study.planning.valuation import VALUATION_ATTRIBUTE, VALUED, Valuation
 from autotune.study.pools import SOLO, Team
 from autotune.study.shared import sharing, tickets
-from autotune.text import elapsed, rate
 
 KEPT_RESULT = (
     "samples_per_s",
@@ -107,7 +106,7 @@ def run_trials(setup: Setup, pool: TrialPool, learned: Learned | None = None, te
                               adjust=lambda params: seed_retry.without(params, learned.hopeless, setup.baseline))
         if ticket is None:
             break
-        _run_trial(setup, ticket, pool, learned.hopeless, learned.loader, learned.families, learned.valuation)
+        _run_trial(setup, ticket, pool, learned)
         learned.families.judge(setup, pool)  # a new contender's family is judged now, while it can steer the search
     else:
         # The loop's condition ended it: the clock, with tickets left. A later call (the writer's, waiting for another
@@ -158,66 +157,19 @@ def wait_for_other_workers(setup: Setup, pool: TrialPool, learned: Learned, whil
         time.sleep(0.25)
 
 
-def _run_trial(
-    setup: Setup, ticket: sharing.Ticket, pool: TrialPool, hopeless: list[Hopeless], loader: LoaderModel | None = None,
-    families: FamilyGate | None = None,
-    valuation: Valuation | None = None,
-) -> None:
+def _run_trial(setup: Setup, ticket: sharing.Ticket, pool: TrialPool, learned: Learned) -> None:
     """Measure the config a ticket holds (or the sampler fills in) and tell the study how it went."""
     study, storage, trial = setup.study, setup.storage, ticket.trial
     interval, _ = sharing.heartbeat_settings()
     with sharing.Heartbeat(lambda: storage.record_heartbeat(ticket.trial_id), interval):
         try:
-            # Stays the reason if this searcher dies mid-trial; the heartbeat then fails it.
-            trial.set_user_attr(
-                "reason",
-                f"{sharing.INTERRUPTED}: its searcher {sharing.owner()} stopped during the trial; "
-                f"the config was queued again",
-            )
-            trial.set_user_attr("searcher", sharing.owner())
-            config = setup.space.suggest(trial)
-            lr = setup.lr(config)
-            trial.set_user_attr("config", config.as_dict())
-            trial.set_user_attr("lr", lr)
+            config, lr = _take(setup, trial)
             same = earlier_trial_of(setup, trial.number, config)
-            blocked = blocks(config.as_dict(), hopeless)
             if same is not None:  # the sampler proposed a config already measured: reuse its outcome
-                outcome = _outcome_of(same)
-                trial.set_user_attr("duplicate_of", same.number)
-                if "predicted_samples_per_s" in same.user_attrs:  # a config valued before it was measured
-                    trial.set_user_attr("predicted_samples_per_s", same.user_attrs["predicted_samples_per_s"])
-            elif blocked is not None:  # known not to work: record it, spend no time on it
-                outcome = Outcome("failed", reason=f"skipped: {blocked.short()}")
-            elif trial.user_attrs.get("role") != "baseline" and families is not None and (
-                    rejected := families.why_skip(setup, config)) is not None:  # its family cannot win: not run
-                outcome = Outcome("pruned", reason=rejected)
-                if trial.user_attrs.get("role") == "seed":
-                    families.queue_same_math(setup, config)  # the guess's other knobs, measured next
-            elif trial.user_attrs.get("role") != "baseline" and (
-                    why := compile_cost.why_skip(setup, config, valuation)) is not None:  # its compile alone loses
-                outcome = Outcome("pruned", reason=why)
-            elif (why := skip.predicted(setup, trial, config, loader)) is not None:  # cannot win: not run
-                outcome = Outcome("pruned", reason=why)
-            elif valuation is not None and balance.SOLVED not in trial.user_attrs and (
-                    spared := skip.valued(setup, trial, config, lr, pool, valuation)):
-                outcome = spared  # its predicted rate is clearly worse, or its step alone ran out of memory: not run
+                outcome = _reused(trial, same)
             else:
-
-                def on_window(i: int, samples_per_s: float) -> bool:
-                    trial.report(samples_per_s, i)
-                    return trial.should_prune()
-
-                began = time.monotonic()
-                give_up = give_up_after(setup, trial)
-                # A step still compiling sends no window: it is given up only past the compile's allowance too.
-                give_up_s = give_up[0] + COMPILE_ALLOWANCE_S[config.compile] if give_up else None
-                outcome = pool.run(config, lr, setup.windows, on_window, give_up_s=give_up_s)
-                if give_up and outcome.state == "pruned" and (outcome.reason or "").startswith(GAVE_UP):
-                    outcome = dataclasses.replace(outcome, reason=f"{outcome.reason}: {give_up[1]}")
-                # Wall time, as a finalist's round pays it: the build, warm-up and backlog, the windows and the
-                # teardown, and a new process's start where the trial needed one (every round does). The
-                # measurement alone made an H200 search's end 2 minutes late.
-                trial.set_user_attr("duration_s", round(time.monotonic() - began, 2))
+                outcome = why_not_run(setup, trial, config, lr, pool, learned) or _measure(setup, trial, config, lr,
+                                                                                           pool)
         except KeyboardInterrupt:
             with lifecycle.signals_ignored():  # a second Ctrl-C must not cut the hand-back short
                 pool.kill()
@@ -234,28 +186,112 @@ def _run_trial(
                 trial.set_user_attr("reason", f"error in the search process: {type(exc).__name__}: {exc}")
                 study.tell(trial, state=TrialState.FAIL)
             raise
+    _tell(setup, trial, config, outcome, same, learned)
+
+
+def _take(setup: Setup, trial: optuna.Trial) -> tuple[Config, float]:
+    """The trial's config and learning rate, recorded on it with the reason it stands for until it ends."""
+    # Stays the reason if this searcher dies mid-trial; the heartbeat then fails it.
+    trial.set_user_attr(
+        "reason",
+        f"{sharing.INTERRUPTED}: its searcher {sharing.owner()} stopped during the trial; the config was queued again",
+    )
+    trial.set_user_attr("searcher", sharing.owner())
+    config = setup.space.suggest(trial)
+    lr = setup.lr(config)
+    trial.set_user_attr("config", config.as_dict())
+    trial.set_user_attr("lr", lr)
+    return config, lr
+
+
+def _reused(trial: optuna.Trial, same: FrozenTrial) -> Outcome:
+    """An earlier trial's outcome, standing for this one's."""
+    trial.set_user_attr("duplicate_of", same.number)
+    if "predicted_samples_per_s" in same.user_attrs:  # a config valued before it was measured
+        trial.set_user_attr("predicted_samples_per_s", same.user_attrs["predicted_samples_per_s"])
+    return _outcome_of(same)
+
+
+def why_not_run(setup: Setup, trial: optuna.Trial, config: Config, lr: float, pool: TrialPool,
+                learned: Learned) -> Outcome | None:
+    """The outcome of a config that need not run end to end, with its reason; None when it must be measured.
+
+    In order of cost: a value known not to work, a math family the parity check rejected, a compile that alone
+    outlasts the best run, a loader that cannot feed the best so far, and last a rate valued from its parts (which
+    may measure a part). The baseline always runs: every speed-up is stated against it.
+    """
+    blocked = blocks(config.as_dict(), learned.hopeless)
+    if blocked is not None:  # known not to work: record it, spend no time on it
+        return Outcome("failed", reason=f"skipped: {blocked.short()}")
+    if trial.user_attrs.get("role") != "baseline":
+        rejected = learned.families.why_skip(setup, config)
+        if rejected is not None:  # its family cannot win
+            if trial.user_attrs.get("role") == "seed":
+                learned.families.queue_same_math(setup, config)  # the guess's other knobs, measured next
+            return Outcome("pruned", reason=rejected)
+        why = compile_cost.why_skip(setup, config, learned.valuation)
+        if why is not None:  # its compile alone loses
+            return Outcome("pruned", reason=why)
+    why = skip.predicted(setup, trial, config, learned.loader)
+    if why is not None:  # its loader cannot feed the best so far
+        return Outcome("pruned", reason=why)
+    if learned.valuation is not None and balance.SOLVED not in trial.user_attrs:
+        # Its predicted rate is clearly worse, or its step alone ran out of memory.
+        return skip.valued(setup, trial, config, lr, pool, learned.valuation)
+    return None
+
+
+def _measure(setup: Setup, trial: optuna.Trial, config: Config, lr: float, pool: TrialPool) -> Outcome:
+    """The config measured end to end in a trial process, its windows reported to the pruner."""
+
+    def on_window(i: int, samples_per_s: float) -> bool:
+        trial.report(samples_per_s, i)
+        return trial.should_prune()
+
+    began = time.monotonic()
+    give_up = give_up_after(setup, trial)
+    # A step still compiling sends no window: it is given up only past the compile's allowance too.
+    give_up_s = give_up[0] + COMPILE_ALLOWANCE_S[config.compile] if give_up else None
+    outcome = pool.run(config, lr, setup.windows, on_window, give_up_s=give_up_s)
+    if give_up and outcome.state == "pruned" and (outcome.reason or "").startswith(GAVE_UP):
+        outcome = dataclasses.replace(outcome, reason=f"{outcome.reason}: {give_up[1]}")
+    # Wall time, as a finalist's round pays it: the build, warm-up and backlog, the windows and the teardown, and a
+    # new process's start where the trial needed one (every round does); see docs/measuring.md.
+    trial.set_user_attr("duration_s", round(time.monotonic() - began, 2))
+    return outcome
+
+
+def _tell(setup: Setup, trial: optuna.Trial, config: Config, outcome: Outcome, same: FrozenTrial | None,
+          learned: Learned) -> None:
+    """Tell the study how the trial went, say it, and learn from a measured rate (the loader's, the valuation's)."""
     if outcome.result:
         trial.set_user_attr("result", {k: outcome.result.get(k) for k in KEPT_RESULT})
     trial.set_user_attr("reason", outcome.reason)  # None: nothing went wrong
-    _progress(setup, trial.number, config, outcome, same, trial.user_attrs.get("predicted_samples_per_s"))
-    if outcome.state == "complete" and loader is not None and same is None:
-        assert outcome.result is not None
-        wrong = loader.check(config, float(outcome.result["samples_per_s"]))
-        if wrong:
-            setup.echo(wrong)
-    if outcome.state == "complete":
-        assert outcome.result is not None
-        if valuation is not None and same is None:
-            error = valuation.learn(config, float(outcome.result["samples_per_s"]))
-            if error is not None:
-                trial.set_user_attr("prediction_error", round(error, 4))
-            study.set_user_attr(VALUATION_ATTRIBUTE, valuation.record())
-            said = balance.queue_next(setup, config, float(outcome.result["samples_per_s"]), valuation)
-            if said is not None:  # a hybrid measured: the share its host and card balance at, queued next
-                setup.echo(said)
-        study.tell(trial, float(outcome.result["samples_per_s"]))
-    else:
-        study.tell(trial, state=TrialState.PRUNED if outcome.state == "pruned" else TrialState.FAIL)
+    progress.say(setup, trial.number, config, outcome, same, trial.user_attrs.get("predicted_samples_per_s"))
+    if outcome.state != "complete":
+        setup.study.tell(trial, state=TrialState.PRUNED if outcome.state == "pruned" else TrialState.FAIL)
+        return
+    assert outcome.result is not None
+    measured = float(outcome.result["samples_per_s"])
+    if same is None:
+        _learn_rate(setup, trial, config, measured, learned)
+    setup.study.tell(trial, measured)
+
+
+def _learn_rate(setup: Setup, trial: optuna.Trial, config: Config, measured: float, learned: Learned) -> None:
+    """A new measured rate checks the loader's ceiling and teaches the valuation; a hybrid's queues its balance."""
+    if learned.loader is not None and (wrong := learned.loader.check(config, measured)):
+        setup.echo(wrong)
+    valuation = learned.valuation
+    if valuation is None:
+        return
+    error = valuation.learn(config, measured)
+    if error is not None:
+        trial.set_user_attr("prediction_error", round(error, 4))
+    setup.study.set_user_attr(VALUATION_ATTRIBUTE, valuation.record())
+    said = balance.queue_next(setup, config, measured, valuation)
+    if said is not None:  # a hybrid measured: the share its host and card balance at, queued next
+        setup.echo(said)
 
 
 def earlier_trial_of(setup: Setup, number: int, config: Config) -> FrozenTrial | None:
@@ -294,42 +330,6 @@ def _outcome_of(trial: FrozenTrial) -> Outcome:
         reason=trial.user_attrs.get("reason"),
         windows=tuple(trial.intermediate_values.values()),
     )
-
-
-SAID_AS_THEY_ARE = (PREDICTED, GAVE_UP, SKIPPED, VALUED, OUT_OF_TIME, CANNOT_PAY)  # pruned: what was done, then why
-
-
-def _progress(setup: Setup, number: int, config: Config, outcome: Outcome, same: FrozenTrial | None,
-              predicted: float | None = None) -> None:
-    trials = setup.study.get_trials(deepcopy=False)
-    done = len([t for t in tickets.started(trials) if t.state.is_finished()]) + 1
-    total = max(done, tickets.target(setup.study, setup.options.trials))
-    head = f"[{done:>3}/{total}] {elapsed(setup.elapsed())}"
-    if outcome.state == "complete":
-        assert outcome.result is not None
-        value = outcome.result["samples_per_s"]
-        best = max([value] + [t.value for t in trials if t.state == TrialState.COMPLETE and t.value])
-        if same is not None:
-            what = f"{rate(value):>12}/s = trial {same.number}"
-        else:
-            flag = ("" if outcome.result.get("reliable", True) else " unreliable") + (
-                " time-limited" if outcome.result.get("time_limited") else "")
-            what = f"{rate(value):>12}/s ±{outcome.result['spread']:.1%}{flag}"
-        tail = f"best {rate(best)}/s"
-        if predicted and same is None:
-            tail += f"; predicted {rate(predicted)}/s"
-    elif outcome.state == "pruned" and (outcome.reason or "").startswith(SAID_AS_THEY_ARE):
-        what, _, tail = (outcome.reason or "").partition(": ")  # what was done, then why it cannot win
-    elif outcome.state == "pruned":
-        windows = outcome.windows
-        what = f"pruned at window {len(windows)}: {rate(statistics.median(windows)) + '/s' if windows else '-'}"
-        tail = "clearly worse than the best"
-    else:
-        reason = outcome.reason or "unknown"
-        what, tail = f"failed: {reason if len(reason) <= 110 else reason[:107] + '...'}", ""
-    if same is not None and outcome.state != "complete":
-        tail = f"(as trial {same.number}, the same config; not measured again)"
-    setup.echo(f"{head}  trial {number:<3} {what:<28} {config.describe():<58} {tail}".rstrip())
 
 
 def trained(trial: FrozenTrial) -> bool:

@@ -9,6 +9,8 @@ run in the search's trial processes, its verdicts are kept in the study as they 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+from typing import Any
 
 from autotune.config import Config
 from autotune.parity import inputs as parity_inputs
@@ -26,9 +28,62 @@ from autotune.study.pools import SearchPools, Team
 from autotune.study.ranking import baseline_rate, contenders
 
 PARITY_EXTRA_RUNS = 6  # parity runs beyond one per finalist, for the rejected configs among the fastest
-
-
 MIN_CHECK_RUN_S = 1.0  # a run given less than this by the check's share could only be stopped
+
+
+@dataclasses.dataclass
+class _InTrialProcesses:
+    """The check's measurements, each made in the search's trial processes and held to the check's share."""
+
+    setup: Setup
+    pool: TrialPool
+    check: ParityCheck | None = None  # set once made: its budget bounds the training runs
+
+    @property
+    def trial_limit(self) -> float:
+        return baseline_run.PARITY_TIMEOUT_FACTOR * self.setup.options.trial_timeout_s
+
+    def timeout(self) -> tuple[float, bool]:
+        """What the next training run may take, and whether the check's share, not the trial's limit, set it.
+
+        Every run is held to what is left of the share (never under MIN_CHECK_RUN_S), the baseline's first. The images
+        and the gradients take a few batches: they keep the trial's limit, since one stopped would stand as a failure
+        for every config it judges, and neither starts once the share is spent.
+        """
+        assert self.check is not None
+        left = self.check.budget.left_s()
+        if left is None or left >= self.trial_limit:
+            return self.trial_limit, False
+        return max(left, MIN_CHECK_RUN_S), True
+
+    def run(self, config: Config, lr: float, samples: int) -> ParityRun:
+        """One training run of `samples` samples from the baseline's weights and data order."""
+        limit, by_share = self.timeout()
+        outcome = self.pool.parity_run(config, lr, samples, self.setup.baseline.batch_size, limit)
+        if outcome.state != "complete" or outcome.result is None:
+            reason = outcome.reason or "no result"
+            if by_share and reason.startswith("timeout"):
+                assert self.check is not None
+                raise ParityRunOutOfTime(f"{reason}, what was left of the check's share "
+                                         f"({self.check.budget.budget_s:.0f} s, {CHECK_SHARE:.0%} of the search's "
+                                         f"budget)")
+            raise ParityRunFailed(reason)
+        return ParityRun.from_dict(outcome.result)
+
+    def inputs(self, config: Config) -> InputsVerdict:
+        """The device path's images against the host pipeline's."""
+        outcome = self.pool.inputs_check(config, self.trial_limit)
+        if outcome.state != "complete" or outcome.result is None:
+            return parity_inputs.failed(outcome.reason or "no result")
+        return parity_inputs.judge(outcome.result)
+
+    def numerics(self, config: Config) -> NumericsVerdict:
+        """The config's gradients against the baseline's."""
+        baseline = self.setup.baseline
+        outcome = self.pool.numerics_check(baseline, config, self.setup.lr(baseline), self.trial_limit)
+        if outcome.state != "complete" or outcome.result is None:
+            return parity_numerics.failed(outcome.reason or "no result", parity_numerics.label(config))
+        return parity_numerics.judge(outcome.result, parity_numerics.label(config))
 
 
 def new_parity_check(
@@ -38,52 +93,17 @@ def new_parity_check(
     (``autotune.study.checks.kept_check``), or adopts the baseline run a `--gpus` searcher made, if there is one.
 
     `max_batch`: size the runs for it; by default the space's largest batch, whichever step makes the check and
-    whatever the contenders so far: a check made afresh after a stop, sized for the contenders left, trained
-    shorter runs than the first run's check and judged otherwise.
+    whatever the contenders so far: a check made afresh after a stop, sized for the contenders left, would train
+    shorter runs than the first run's check and judge otherwise.
     """
     max_batch = max_batch or max(setup.space.domains["batch_size"])
-    trial_limit = baseline_run.PARITY_TIMEOUT_FACTOR * setup.options.trial_timeout_s
-
-    def timeout() -> tuple[float, bool]:
-        """What the next training run may take, and whether the check's share, not the trial's limit, set it: every
-        run is held to what is left of the share (never under MIN_CHECK_RUN_S), the baseline's first. On a busy
-        2-core host, a `--time-budget 60` search's baseline run took 116.8 s of its 9 s. (The images and the
-        gradients take a few batches: they keep the trial's limit, since one stopped would stand as a failure for
-        every config it judges, and neither starts once the share is spent.)"""
-        left = check.budget.left_s()
-        if left is None or left >= trial_limit:
-            return trial_limit, False
-        return max(left, MIN_CHECK_RUN_S), True
-
-    def make_run(config: Config, lr: float, samples: int) -> ParityRun:
-        limit, by_share = timeout()
-        outcome = pool.parity_run(config, lr, samples, setup.baseline.batch_size, limit)
-        if outcome.state != "complete" or outcome.result is None:
-            reason = outcome.reason or "no result"
-            if by_share and reason.startswith("timeout"):
-                raise ParityRunOutOfTime(f"{reason}, what was left of the check's share ({check.budget.budget_s:.0f} "
-                                         f"s, {CHECK_SHARE:.0%} of the search's budget)")
-            raise ParityRunFailed(reason)
-        return ParityRun.from_dict(outcome.result)
-
-    def check_inputs(config: Config) -> InputsVerdict:
-        outcome = pool.inputs_check(config, trial_limit)
-        if outcome.state != "complete" or outcome.result is None:
-            return parity_inputs.failed(outcome.reason or "no result")
-        return parity_inputs.judge(outcome.result)
-
-    def check_numerics(config: Config) -> NumericsVerdict:
-        outcome = pool.numerics_check(setup.baseline, config, setup.lr(setup.baseline), trial_limit)
-        if outcome.state != "complete" or outcome.result is None:
-            return parity_numerics.failed(outcome.reason or "no result", parity_numerics.label(config))
-        return parity_numerics.judge(outcome.result, parity_numerics.label(config))
-
+    measures = _InTrialProcesses(setup, pool)
     stored = baseline_run.wait_for(setup, team.baseline_run_pending)
     # A baseline run made during the trials was sized for the space's largest batch; the check keeps that length.
     check = ParityCheck(
         setup.baseline,
         setup.lr,
-        make_run,
+        measures.run,
         candidates,
         setup.echo,
         max_batch=stored.get("max_batch") if stored is not None else max_batch,
@@ -91,21 +111,27 @@ def new_parity_check(
         budget_s=check_budget(setup),
         lr_rule=setup.lr_rule,
         lr_at=setup.lr,
-        check_inputs=check_inputs,
-        check_numerics=check_numerics,
+        check_inputs=measures.inputs,
+        check_numerics=measures.numerics,
     )
+    measures.check = check
     if not kept_check.take_up(setup, check):
-        setup.echo(
-            f"parity: checking the fastest against the baseline ({setup.baseline.describe()}, lr "
-            f"{setup.lr(setup.baseline):g}, "
-            f"fp32, eager) from the same weights and data order, {check.samples:,} samples each"
-        )
-        if stored is not None and stored.get("samples") == check.samples:
-            check.adopt_baseline(
-                ParityRun.from_dict(stored["parity_run"]), f"run by searcher {stored['searcher']} before its trials"
-            )
+        _announce(setup, check, stored)
     kept_check.keep_as_it_goes(setup, check)
     return check
+
+
+def _announce(setup: Setup, check: ParityCheck, stored: dict[str, Any] | None) -> None:
+    """Say what the check compares, and adopt the baseline run a `--gpus` searcher made for it, if it is as long."""
+    setup.echo(
+        f"parity: checking the fastest against the baseline ({setup.baseline.describe()}, lr "
+        f"{setup.lr(setup.baseline):g}, fp32, eager) from the same weights and data order, {check.samples:,} samples "
+        f"each"
+    )
+    if stored is not None and stored.get("samples") == check.samples:
+        check.adopt_baseline(
+            ParityRun.from_dict(stored["parity_run"]), f"run by searcher {stored['searcher']} before its trials"
+        )
 
 
 def check_early(setup: Setup, pools: SearchPools, team: Team) -> ParityCheck | None:
