@@ -37,8 +37,9 @@ from typing import Any
 import loader_args
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # benchmarks/truth.py
-import truth  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # truth.py's package, truthbench
+from truthbench import report  # noqa: E402
+from truthbench.processes import SEARCH_WINDOWS, hand_loop_process, in_a_fresh_process  # noqa: E402
 
 from autotune.config import Config  # noqa: E402
 from autotune.procs import lifecycle  # noqa: E402
@@ -93,7 +94,7 @@ def forked_hand_loop(workload_path: Path, config: Config, lr: float, seconds: fl
                      watch: TreeCpu) -> dict[str, Any]:
     """truth.py's hand loop in a process forked from autotune's fork server, as a trial process is."""
     results, sender = multiprocessing.get_context("forkserver").Pipe(duplex=False)
-    forked = lifecycle.fork(truth._hand_loop_process, (str(workload_path), config, lr, seconds, str(device), sender),
+    forked = lifecycle.fork(hand_loop_process, (str(workload_path), config, lr, seconds, str(device), sender),
                             workload_path)
     watch.root = forked.pid
     sender.close()
@@ -109,14 +110,14 @@ def spawned_hand_loop(workload_path: Path, config: Config, lr: float, seconds: f
                       watch: TreeCpu) -> dict[str, Any]:
     """truth.py's hand loop in a process started afresh; the tree is read from this process's children."""
     watch.root = os.getpid()  # this process idles meanwhile: its own CPU adds next to nothing
-    return truth.in_a_fresh_process(workload_path, config, lr, seconds, device)
+    return in_a_fresh_process(workload_path, config, lr, seconds, device)
 
 
 def trial(workload_path: Path, config: Config, lr: float, device: torch.device, watch: TreeCpu) -> dict[str, Any]:
     pool = TrialPool(workload_path, str(device), len(os.sched_getaffinity(0)), Path(tempfile.mkdtemp()), 600.0)
     watch.root = multiprocessing.forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
     try:
-        outcome = pool.run(config, lr, truth.SEARCH_WINDOWS)
+        outcome = pool.run(config, lr, SEARCH_WINDOWS)
     finally:
         pool.stop()
     if outcome.state != "complete" or outcome.result is None:
@@ -152,7 +153,7 @@ def main() -> None:
                     raise SystemExit(f"{arm}: {result}")
                 rate = result["samples_per_s"]
                 extra = (f"workers {result['workers_cpu_ms']:.2f} ms CPU/sample, loop's process "
-                         f"{result['main_cpu_ms']:.2f}; within epochs {truth._rate(result['steady_samples_per_s'])}")
+                         f"{result['main_cpu_ms']:.2f}; within epochs {report.rate(result['steady_samples_per_s'])}")
             cores = watch.cores()
             tree = "-" if cores is None else f"{cores:.2f} cores busy, {cores / rate * 1e3:.2f} ms/sample"
             print(f"round {r} {arm:>8}: {rate:,.0f}/s; tree {tree}; {extra}", flush=True)

@@ -1,4 +1,4 @@
-"""The options the loader probes share (epoch_rates, heritage, trial_vs_fresh, window_trace): one config of a workload.
+"""The options of the loader probe heritage.py (once shared with probes now retired): one config of a workload.
 
 The probes run as scripts, so this folder is on their import path.
 """

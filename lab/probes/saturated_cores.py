@@ -7,7 +7,7 @@ percent below its hand loop more often than above (docs/measuring.md). Here the 
 host of 2 cores, no GPU needed: imagenet_resnet50's data (the synthetic JPEGs of about 500x375,
 RandomResizedCrop(224), a flip, ToTensor, Normalize) fed to a model so small that the loop waits for
 its loader, batch 32: as many workers as cores (fresh each epoch with 2 batches ahead, and
-persistent with 4), then one fewer. Each row is truth.py's own (`compared`): autotune's
+persistent with 4), then one fewer. Each row is truth.py's own (`truthbench.rows.compared`): autotune's
 two trial-process measurements between three hand-timed slices, each in a fresh process.
 
 This file is also the workload it measures (DEFAULTS and the build functions below): a trial process
@@ -61,7 +61,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("saturated_cores"))
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-    import truth  # benchmarks/truth.py
+    from truthbench.rows import compared  # truth.py's rows
 
     cores = len(os.sched_getaffinity(0))
     rows = {
@@ -77,8 +77,8 @@ def main() -> None:
     results = []
     for name, config in rows.items():
         if args.match in name:
-            results.append(truth.compared(name, config, DEFAULTS["lr"], Path(__file__).resolve(), options,
-                                          torch.device("cpu")))
+            results.append(compared(name, config, DEFAULTS["lr"], Path(__file__).resolve(), options,
+                                    torch.device("cpu")))
             (args.out / "rows.json").write_text(json.dumps(results, indent=1))
 
 

@@ -38,6 +38,12 @@ def _script(name: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     return module
 
 
+def _truth(module: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """A module of truth.py's package (benchmarks/truthbench), imported as truth.py imports it: by its folder."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    return importlib.import_module(f"truthbench.{module}")
+
+
 def test_speed_times_the_seeds_loop_as_written_and_runs_it_end_to_end(monkeypatch: pytest.MonkeyPatch) -> None:
     speed = _script("speed", monkeypatch)
     monkeypatch.setattr(speed, "WINDOWS", Windows(warmup_steps=2, window_s=0.05, min_windows=3, max_windows=4))
@@ -49,9 +55,9 @@ def test_speed_times_the_seeds_loop_as_written_and_runs_it_end_to_end(monkeypatc
 
 
 def test_truth_times_a_config_by_hand(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    truth = _script("truth", monkeypatch)
+    loop = _truth("loop", monkeypatch)
     config = Config(batch_size=32, num_workers=2, prefetch_factor=2, persistent_workers=True)
-    result = truth.by_hand(load(resolve("tiny")), config, 0.05, 0.5, torch.device("cpu"))
+    result = loop.by_hand(load(resolve("tiny")), config, 0.05, 0.5, torch.device("cpu"))
     assert result["seconds"] >= 0.5
     assert result["samples"] > 0 and result["samples"] % 32 == 0  # whole batches of 32 (of a data set of 512)
     assert result["samples_per_s"] == pytest.approx(result["samples"] / result["seconds"])
@@ -63,26 +69,26 @@ def test_truth_times_a_config_by_hand(project: Path, monkeypatch: pytest.MonkeyP
 def test_truth_times_on_to_whole_epochs_worth_of_batches_unless_that_takes_too_long(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    truth = _script("truth", monkeypatch)
+    loop = _truth("loop", monkeypatch)
     # 15 workers on an H200: 117 of 200 batches in 10 s; the other 83 take about 7 s more, under 30 s in all.
-    assert truth.more_batches(10.0, 117, 200, longest=30.0) == 83
-    assert truth.more_batches(10.0, 200, 200, longest=30.0) == 0  # already one epoch's worth
-    assert truth.more_batches(10.5, 201, 200, longest=30.0) == 199  # to two epochs' worth, by about 21 s
+    assert loop.more_batches(10.0, 117, 200, longest=30.0) == 83
+    assert loop.more_batches(10.0, 200, 200, longest=30.0) == 0  # already one epoch's worth
+    assert loop.more_batches(10.5, 201, 200, longest=30.0) == 199  # to two epochs' worth, by about 21 s
     # The workload's own settings: 36 of 200 batches in 10 s; an epoch's worth would take 56 s, past 30 s.
-    assert truth.more_batches(10.0, 36, 200, longest=30.0) == 0
-    assert truth.more_batches(20.0, 201, 200, longest=30.0) == 0  # two epochs' worth by about 40 s: past 30 s
+    assert loop.more_batches(10.0, 36, 200, longest=30.0) == 0
+    assert loop.more_batches(20.0, 201, 200, longest=30.0) == 0  # two epochs' worth by about 40 s: past 30 s
     # 8 workers, prefetch 8: 62 of 200 batches in 10 s, an epoch's worth by about 32 s. A slice of a 30 s row may run
     # on for up to 3x the row's 30 s: 90 s.
-    assert truth.more_batches(10.0, 62, 200, longest=30.0) == 0
-    assert truth.more_batches(10.0, 62, 200, longest=90.0) == 138
+    assert loop.more_batches(10.0, 62, 200, longest=30.0) == 0
+    assert loop.more_batches(10.0, 62, 200, longest=90.0) == 138
     # By default, a loop timed for `seconds` runs on for at most LONGEST times them.
-    assert truth.LONGEST == 3.0
+    assert loop.LONGEST == 3.0
 
 
 def test_truth_joins_the_hand_loops_slices_over_all_their_times_and_states_how_far_the_host_moved(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    truth = _script("truth", monkeypatch)
+    timings = _truth("timings", monkeypatch)
     # 15 s at 900/s before autotune's measurement (one boundary), 15 s at 1,100/s after it (none).
     before = {"samples": 13500, "seconds": 15.0, "samples_per_s": 900.0, "within_samples": 12000,
               "within_seconds": 12.5, "boundaries": 1, "timeline": [900.0, 900.0, 900.0], "epochs_worth": None,
@@ -90,7 +96,7 @@ def test_truth_joins_the_hand_loops_slices_over_all_their_times_and_states_how_f
     after = {"samples": 16500, "seconds": 15.0, "samples_per_s": 1100.0, "within_samples": 15000,
              "within_seconds": 13.5, "boundaries": 0, "timeline": [1100.0, 1100.0, 1100.0], "epochs_worth": None,
              "workers_cpu_ms": 3.6, "main_cpu_ms": 0.5}
-    hand = truth.joined([before, after])
+    hand = timings.joined([before, after])
     assert hand["samples_per_s"] == 1000.0 and hand["seconds"] == 30.0
     assert hand["steady_samples_per_s"] == pytest.approx(27000 / 26.0)
     assert hand["boundary_s"] == pytest.approx(30.0 - 30000 / (27000 / 26.0))  # the one boundary's cost
@@ -98,15 +104,14 @@ def test_truth_joins_the_hand_loops_slices_over_all_their_times_and_states_how_f
     assert hand["timeline"] == [900.0] * 3 + [1100.0] * 3
     # A third slice between them, at 1,000/s: the host moved by the fastest over the slowest, in whichever order.
     middle = {**before, "samples": 15000, "samples_per_s": 1000.0, "boundaries": 0}
-    three = truth.joined([after, middle, before])
+    three = timings.joined([after, middle, before])
     assert three["samples_per_s"] == 1000.0 and three["seconds"] == 45.0 and three["drift"] == pytest.approx(2 / 9)
 
 
 def test_truth_times_the_hand_loop_in_a_process_of_its_own(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.syspath_prepend(str(BENCHMARKS))  # the child imports the script by name, as it runs it
-    truth = importlib.import_module("truth")
+    processes = _truth("processes", monkeypatch)  # the child imports it by name, as truth.py's children do
     config = Config(batch_size=32, num_workers=2)  # its DataLoader workers start as a script's do, by fork
-    result = truth.in_a_fresh_process(resolve("tiny").workload_path, config, 0.05, 0.5, torch.device("cpu"))
+    result = processes.in_a_fresh_process(resolve("tiny").workload_path, config, 0.05, 0.5, torch.device("cpu"))
     assert result["seconds"] >= 0.5 and result["samples"] > 0 and result["samples"] % 32 == 0
     assert result["samples_per_s"] == pytest.approx(result["samples"] / result["seconds"])
     assert result["steady_samples_per_s"] is not None and result["boundaries"] >= 1  # 512 samples: 16 batches an epoch
@@ -140,12 +145,12 @@ def _slow_start_workload(dataset: Dataset) -> SimpleNamespace:
 def test_truth_times_an_epoch_a_little_longer_than_its_seconds_whole_boundary_included(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    truth = _script("truth", monkeypatch)
+    loop = _truth("loop", monkeypatch)
     # 60 batches an epoch of 16 ms each (two workers, 4 ms a sample), the first 18 taken untimed: the other 42 take
     # 0.67 s, so a loop stopped on the clock at 0.6 s never pays the 0.3 s its fresh workers cost at the boundary
     # (it read 1.33x autotune's measurement of it on the 2-core machine; whole epochs' worth, 0.97-0.99x).
     config = Config(batch_size=8, num_workers=2, prefetch_factor=2)
-    result = truth.by_hand(_slow_start_workload(SlowStart(480, 0.004)), config, 0.1, 0.6, torch.device("cpu"))
+    result = loop.by_hand(_slow_start_workload(SlowStart(480, 0.004)), config, 0.1, 0.6, torch.device("cpu"))
     assert result["epochs_worth"] == 1.0 and result["samples"] == 480 and result["boundaries"] == 1
     assert result["seconds"] >= 0.6 + 0.3  # the boundary's start-up paid within the timed part
 
@@ -155,7 +160,7 @@ def test_truth_times_an_epoch_a_little_longer_than_its_seconds_whole_boundary_in
 def test_truth_times_every_slice_of_a_row_to_whole_epochs_worth_where_the_first_can_within_3x_the_row(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    truth = _script("truth", monkeypatch)
+    loop, rows = _truth("loop", monkeypatch), _truth("rows", monkeypatch)
     # As for 8 workers with prefetch 8 on an H200, each slice's first timed batch is near its epoch's end: 50 batches
     # an epoch, 16 ms each at best; 38 taken untimed (10 warm-up, twice the 14 held ready), so it is the 39th. Its
     # 12 batches to the boundary, then the 0.3 s and more that its fresh workers take to start, take about 0.65 s:
@@ -167,20 +172,20 @@ def test_truth_times_every_slice_of_a_row_to_whole_epochs_worth_where_the_first_
 
     def hand_loop(path: Path, config: Config, lr: float, seconds: float, device: torch.device, *limit) -> dict:
         limits.append(limit[0] if limit else None)
-        return truth.by_hand(workload, config, lr, seconds, device, *limit)
+        return loop.by_hand(workload, config, lr, seconds, device, *limit)
 
     measured = {"samples_per_s": 300.0, "steady_samples_per_s": 400.0, "spread": 0.02, "window_rates": [400.0]}
-    monkeypatch.setattr(truth, "in_a_fresh_process", hand_loop)
-    monkeypatch.setattr(truth, "by_autotune", lambda *args: measured)  # a trial process on the real workload
+    monkeypatch.setattr(rows, "in_a_fresh_process", hand_loop)
+    monkeypatch.setattr(rows, "by_autotune", lambda *args: measured)  # a trial process on the real workload
     args = SimpleNamespace(seconds=2.0, rounds=2, no_bracket=False, out=Path("."))
-    row = truth.compared("2 workers", config, 0.1, Path("unused"), args, torch.device("cpu"))
+    row = rows.compared("2 workers", config, 0.1, Path("unused"), args, torch.device("cpu"))
     assert row["hand_whole_epochs"] is True and row["hand_boundaries"] == 3  # one epoch's worth a slice, as a run
     assert row["hand"] == pytest.approx(3 * 400 / row["hand_seconds"])
     assert row["autotune"] == 300.0 and row["ratio"] == pytest.approx(300.0 / row["hand"])
     # The first slice may run on for 3x the row's seconds; the others do as it did, however long that takes them.
     assert limits == [6.0, math.inf, math.inf]
     # A slice allowed 3x its own share only, as a row's slices were: cut on the clock just past the boundary.
-    cut = truth.by_hand(workload, config, 0.1, 0.5, torch.device("cpu"))
+    cut = loop.by_hand(workload, config, 0.1, 0.5, torch.device("cpu"))
     assert cut["epochs_worth"] is None and cut["boundaries"] == 1 and cut["samples"] < 400
 
 
@@ -194,7 +199,7 @@ def _slice(epochs_worth: float | None) -> dict:
 def test_truth_slices_after_the_first_run_on_to_whole_epochs_worth_as_it_did_or_stop_on_the_clock_as_it_did(
     monkeypatch: pytest.MonkeyPatch, first: float | None, then: float,
 ) -> None:
-    truth = _script("truth", monkeypatch)
+    rows = _truth("rows", monkeypatch)
     limits: list[float | None] = []
 
     def hand_loop(path: Path, config: Config, lr: float, seconds: float, device: torch.device,
@@ -203,15 +208,15 @@ def test_truth_slices_after_the_first_run_on_to_whole_epochs_worth_as_it_did_or_
         return _slice(first if len(limits) == 1 else None)
 
     measured = {"samples_per_s": 400.0, "steady_samples_per_s": 400.0, "spread": 0.02, "window_rates": [400.0]}
-    monkeypatch.setattr(truth, "in_a_fresh_process", hand_loop)
-    monkeypatch.setattr(truth, "by_autotune", lambda *args: measured)
+    monkeypatch.setattr(rows, "in_a_fresh_process", hand_loop)
+    monkeypatch.setattr(rows, "by_autotune", lambda *args: measured)
     args = SimpleNamespace(seconds=30.0, rounds=2, no_bracket=False, out=Path("."))
-    truth.compared("own", Config(batch_size=256, num_workers=4), 0.1, Path("unused"), args, torch.device("cpu"))
+    rows.compared("own", Config(batch_size=256, num_workers=4), 0.1, Path("unused"), args, torch.device("cpu"))
     assert limits == [90.0, then, then]
     # In one piece after autotune's measurements: as a lone hand loop, up to 3x its seconds.
     limits.clear()
     args = SimpleNamespace(seconds=30.0, rounds=2, no_bracket=True, out=Path("."))
-    truth.compared("own", Config(batch_size=256, num_workers=4), 0.1, Path("unused"), args, torch.device("cpu"))
+    rows.compared("own", Config(batch_size=256, num_workers=4), 0.1, Path("unused"), args, torch.device("cpu"))
     assert limits == [90.0]
 
 
@@ -220,23 +225,23 @@ def test_truth_states_a_trials_epoch_boundary_as_it_reads_the_hand_loops(monkeyp
     drain of the last batches together. A trial's `epoch_overhead_s` is the start alone: call 62's 8-worker row
     printed 0.49 s against 1.86 s by hand, where its rates end to end and within epochs (1,910/s and 1,871/s, an
     epoch of 51,200 samples) put it at -0.56 s read the hand loop's way: a gap of 2.4 s, not 1.4 s."""
-    truth = _script("truth", monkeypatch)
+    timings = _truth("timings", monkeypatch)
     trial = {"samples_per_s": 1910.0, "steady_samples_per_s": 1871.0, "epoch_s": 51200 / 1910.0,
              "epoch_overhead_s": 0.49, "whole_epochs": False}
     # A hand loop over that one epoch, at those rates, crossing one boundary: its cost as the hand loop's is read.
-    by_hand = truth._boundary_cost(51200 / 1910.0, 51200, 1871.0, 1)
-    assert truth.boundary_as_by_hand(trial) == pytest.approx(by_hand) == pytest.approx(-0.559, abs=1e-3)
-    assert truth.boundary_as_by_hand({**trial, "whole_epochs": True}) is None  # no rate within epochs to read by
+    by_hand = timings._boundary_cost(51200 / 1910.0, 51200, 1871.0, 1)
+    assert timings.boundary_as_by_hand(trial) == pytest.approx(by_hand) == pytest.approx(-0.559, abs=1e-3)
+    assert timings.boundary_as_by_hand({**trial, "whole_epochs": True}) is None  # no rate within epochs to read by
 
 
 @pytest.mark.alone
 def test_truth_splits_the_hand_loop_into_its_rate_within_epochs_and_what_each_boundary_costs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    truth = _script("truth", monkeypatch)
+    loop = _truth("loop", monkeypatch)
     workload = _slow_start_workload(SlowStart())
     config = Config(batch_size=8, num_workers=2, prefetch_factor=2)  # 8 batches an epoch, 4 held ready
-    result = truth.by_hand(workload, config, 0.1, 3.0, torch.device("cpu"))
+    result = loop.by_hand(workload, config, 0.1, 3.0, torch.device("cpu"))
     # Within an epoch two workers make a batch of 8 in 16 ms each: about 1,000 samples/s; each boundary adds 0.3 s.
     assert result["boundaries"] >= 4
     assert 0.25 <= result["boundary_s"] <= 0.6
@@ -251,10 +256,10 @@ def test_truth_hands_the_device_uint8_pixels_and_normalises_there_as_the_pipelin
     from torchvision import datasets
     from torchvision import transforms as T
 
-    truth = _script("truth", monkeypatch)
+    data, loop = _truth("data", monkeypatch), _truth("loop", monkeypatch)
     pipeline = T.Compose([T.RandomResizedCrop(8), T.ToTensor(), T.Normalize((0.5, 0.4, 0.3), (0.2, 0.3, 0.4))])
     images = datasets.FakeData(size=16, image_size=(3, 20, 12), num_classes=2, transform=pipeline)
-    pixels, collate, finish = truth.uint8_pixels(images, torch.device("cpu"))
+    pixels, collate, finish = data.uint8_pixels(images, torch.device("cpu"))
     assert collate is None and images.transform is pipeline  # the workload's data set keeps its own transform
     torch.manual_seed(5)
     want = torch.stack([images[i][0] for i in range(4)])
@@ -265,11 +270,14 @@ def test_truth_hands_the_device_uint8_pixels_and_normalises_there_as_the_pipelin
                                build_loss=nn.CrossEntropyLoss, build_dataset=lambda root: images,
                                build_optimizer=lambda params, lr: torch.optim.SGD(params, lr=lr))
     config = Config(batch_size=4, num_workers=2, prefetch_factor=2, device_normalize=True)
-    result = truth.by_hand(workload, config, 0.1, 0.5, torch.device("cpu"))
+    result = loop.by_hand(workload, config, 0.1, 0.5, torch.device("cpu"))
     assert result["samples"] > 0 and result["samples"] % 4 == 0
 
 
-SCRIPTS = sorted(path for path in BENCHMARKS.rglob("*.py"))
+# A package's modules (truthbench/, truth.py's parts) are imported by their script, not run: they are checked apart.
+PACKAGES = sorted(path.parent for path in BENCHMARKS.rglob("__init__.py"))
+MODULES = sorted(path for path in BENCHMARKS.rglob("*.py") if any(package in path.parents for package in PACKAGES))
+SCRIPTS = sorted(path for path in BENCHMARKS.rglob("*.py") if path not in MODULES)
 SHELL_SCRIPTS = sorted(BENCHMARKS.glob("*.sh"))
 
 
@@ -292,6 +300,22 @@ def test_every_benchmark_script_imports_without_running(path: Path, monkeypatch:
     spec.loader.exec_module(module)
     source = path.read_text()
     assert 'if __name__ == "__main__":' in source or not hasattr(module, "main")
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda path: path.relative_to(BENCHMARKS).as_posix())
+def test_every_module_of_a_benchmark_package_imports_as_its_script_imports_it(
+    path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.syspath_prepend(str(BENCHMARKS))  # a script's own folder is first on its path
+    importlib.import_module(".".join(path.relative_to(BENCHMARKS).with_suffix("").parts).removesuffix(".__init__"))
+
+
+def test_no_benchmark_module_is_over_400_lines() -> None:
+    """One job a module: a script that outgrows that becomes a small package beside it (truth.py's truthbench/)."""
+    lengths = {path.relative_to(BENCHMARKS).as_posix(): len(path.read_text().splitlines())
+               for path in SCRIPTS + MODULES}
+    assert not {name: n for name, n in lengths.items() if n > 400}
+    assert "truthbench/loop.py" in lengths
 
 
 @pytest.mark.parametrize("path", SHELL_SCRIPTS, ids=lambda path: path.name)
@@ -321,7 +345,7 @@ def test_truth_s_hybrid_hand_loop_gives_its_workers_uint8_pixels_as_autotune_s_l
     from torchvision import transforms as T
     from torchvision.io import encode_jpeg
 
-    truth = _script("truth", monkeypatch)
+    data = _truth("data", monkeypatch)
     for cls in range(2):
         (tmp_path / f"c{cls}").mkdir()
         for i in range(6):
@@ -330,7 +354,7 @@ def test_truth_s_hybrid_hand_loop_gives_its_workers_uint8_pixels_as_autotune_s_l
     mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
     tf = T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip(), T.ToTensor(), T.Normalize(mean, std)])
     folder = datasets.ImageFolder(str(tmp_path), transform=tf)
-    host, finish = truth.hybrid_host(folder, torch.device("cpu"))
+    host, finish = data.hybrid_host(folder, torch.device("cpu"))
     torch.manual_seed(3)
     pixels, target = host[5]
     torch.manual_seed(3)
@@ -339,4 +363,4 @@ def test_truth_s_hybrid_hand_loop_gives_its_workers_uint8_pixels_as_autotune_s_l
     assert torch.allclose(finish(pixels[None])[0], floats, atol=1e-5)
     # A pipeline with a tail of the user's own: the workers run all of it, and the device does nothing more.
     own = datasets.ImageFolder(str(tmp_path), transform=T.Compose([T.RandomResizedCrop(32), T.ToTensor()]))
-    assert truth.hybrid_host(own, torch.device("cpu")) == (own, None)
+    assert data.hybrid_host(own, torch.device("cpu")) == (own, None)

@@ -1,0 +1,126 @@
+"""The ground truth: a plain PyTorch training loop, timed by hand, with no autotune code in the loop.
+
+A DataLoader, autocast, channels_last and the workload's own optimizer, as a user writes them; ``data`` says what
+its workers make. It warms up, skips twice the batches its workers can prefetch, and is timed with the device
+synchronised only at the ends.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from autotune.config import Config
+from autotune.trial.cputime import cpu_times
+from autotune.workloads.decode import translate
+from autotune.workloads.locate import data_root
+
+from .data import decoded_ahead, worker_data
+from .timings import epoch_parts
+
+LONGEST = 3.0  # a hand loop times on to whole epochs' worth unless that takes over this x its seconds (`rows.compared`)
+
+
+def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: torch.device,
+            longest: float | None = None) -> dict[str, float]:
+    """The ground truth: a plain training loop, timed for at least `seconds` after warm-up and twice the backlog,
+    on to whole epochs' worth of batches where that takes at most `longest` seconds in all (by default LONGEST
+    times `seconds`; `more_batches`)."""
+    longest = LONGEST * seconds if longest is None else longest
+    torch.backends.cudnn.benchmark = config.cudnn_benchmark
+    torch.manual_seed(0)
+    fmt = torch.channels_last if config.channels_last else torch.contiguous_format
+    model = workload.build_model().to(device, memory_format=fmt).train()
+    optimizer = workload.build_optimizer(model.parameters(), lr)
+    if config.compile != "off":  # as a user compiles: the model; its warm-up below compiles it
+        model = torch.compile(model, mode=config.compile)
+    criterion = workload.build_loss()
+    extra = {"persistent_workers": config.persistent_workers, "prefetch_factor": config.prefetch_factor or 2}
+    dataset = workload.build_dataset(data_root())
+    files, collate, finish = worker_data(dataset, config, device)
+    loader = DataLoader(files, batch_size=config.batch_size, shuffle=True, num_workers=config.num_workers,
+                        pin_memory=config.pin_memory, collate_fn=collate, **(extra if config.num_workers else {}))
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.amp)
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> None:
+        x = x.to(device, non_blocking=config.pin_memory)
+        if config.device_normalize and config.decode == "cpu":
+            x = finish(x)
+        x = x.contiguous(memory_format=fmt)
+        y = y.to(device, non_blocking=config.pin_memory)
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+            loss = criterion(model(x), y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    def batches() -> Iterator[Any]:
+        while True:  # epochs, each a fresh pass as a training run makes it
+            yield from loader
+
+    feed = batches()
+    if config.decode == "gpu":
+        feed = decoded_ahead(feed, translate(dataset.transform), device, fmt, finish)
+    capacity = config.num_workers * (config.prefetch_factor or 2) if config.num_workers else 0
+    taken = 10 + 2 * capacity
+    for _ in range(taken):  # warm-up (cuDNN autotuning), then twice what the workers can hold ready
+        step(*next(feed))
+    sync(device)
+    cpu0 = cpu_times()
+    start, first = time.perf_counter(), taken  # `first`: the first timed batch's place, counted from the start
+    arrived: list[tuple[float, int, int]] = []  # each batch: when the loop had it, its place in its epoch, its size
+
+    def timed_step() -> int:
+        x, y = next(feed)
+        arrived.append((time.perf_counter() - start, (first + len(arrived)) % len(loader), len(x)))
+        step(x, y)
+        return len(x)
+
+    samples = 0
+    while time.perf_counter() - start < seconds:
+        samples += timed_step()
+    for _ in range(more_batches(time.perf_counter() - start, len(arrived), len(loader), longest)):
+        samples += timed_step()
+    sync(device)
+    wall = time.perf_counter() - start
+    cpu1 = cpu_times()
+    # CPU per sample over the timed part: the loop's process (its pinning thread included) and its workers.
+    workers_ms = None if cpu0.children_s is None else (cpu1.children_s - cpu0.children_s) / samples * 1e3
+    epochs = len(arrived) / len(loader)
+    return {"samples_per_s": samples / wall, "seconds": wall, "samples": samples,
+            "epochs_worth": epochs if epochs == int(epochs) else None,
+            "main_cpu_ms": (cpu1.main_s - cpu0.main_s) / samples * 1e3, "workers_cpu_ms": workers_ms,
+            **epoch_parts(arrived, samples, wall, len(loader), capacity)}
+
+
+def more_batches(elapsed: float, timed: int, per_epoch: int, longest: float) -> int:
+    """How many batches a hand loop that has timed `timed` in `elapsed` (its seconds are up) times on.
+
+    Up to a whole number of epochs' worth of batches (from its first timed batch's place in its epoch to
+    that place an epoch later), so that it crosses as many epoch boundaries as a training run does in as
+    many batches; unless that would take it past `longest` seconds in all at its rate so far: then none,
+    and it may cross one boundary more or one fewer than a training run would in as many batches. Decided
+    once, when its seconds are up: decided again at each batch, it would stop right after a boundary it
+    had just paid for. Why, both ways: each slice starts at the same place of an epoch (after the same
+    warm-up), so whether a slice stopped on the clock crosses a boundary hangs on the same few batches
+    each time, not on the share of them that a training run crosses. On an H200, 15 workers that start
+    afresh each epoch paid 1.6-2.1 s at each boundary of a 17 s epoch (call 42), and 10 s slices that
+    crossed one boundary in three read 12% above a training run (call 50); 8 workers with a 30 s epoch
+    paid 1.4 s at each, which puts 10 s slices that each cross one 9-10% below an epoch's worth (they
+    read 15-19% below the one slice that timed an epoch's worth, call 56).
+    """
+    short = timed % per_epoch
+    if timed == 0 or short == 0:
+        return 0
+    more = per_epoch - short
+    return more if elapsed + more * elapsed / timed <= longest else 0
+
+
+def sync(device: torch.device) -> None:
+    """Waits for the device: at the timed part's ends only, never per step (a sync per step would slow the loop)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
