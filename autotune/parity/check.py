@@ -296,11 +296,13 @@ class ParityCheck:
 
     def summary(self) -> str:
         """The check's cost and what it compared, in one line."""
-        return said.of(self)
+        return said.of(self.verdicts.values(), self.runs, self.base, self.budget, self.baseline,
+                       self.lr_of(self.baseline), self.samples, self.window)
 
     def record(self, config: Config) -> dict[str, Any]:
         """What the tuned file keeps: `config`'s verdict and what the whole check cost (``summary.record``). The
         baseline itself has a record too: an inconclusive check is worth stating whatever wins."""
         # A config with the baseline's numerics had no run: its verdict, made now, states what the check found since.
         same = numerics(config) == numerics(self.baseline)
-        return said.record(self, self._same_as_baseline(config) if same else self.verdicts[config])
+        verdict = self._same_as_baseline(config) if same else self.verdicts[config]
+        return said.record(verdict, self.verdicts.values(), self.budget)

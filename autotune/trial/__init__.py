@@ -3,7 +3,8 @@
 - ``facts``: what the data set allows, read once (``DataFacts``);
 - ``runner``: one config built and measured in this process (``Runner``);
 - ``timing``: timing windows over the real loop, and its one-time costs;
-- ``steady``: a measurement's steady windows, until they agree, and the epoch boundaries among them;
+- ``steady``: a measurement's steady windows (``Windows``: how long, how many), until they agree, and the epoch
+  boundaries among them;
 - ``window``: one window's steps, clock and CPU time;
 - ``feed``: the batches a measurement takes, and what the loader had ready for each;
 - ``backlog``: the batches the workers prefetched, which no window may time;
@@ -25,7 +26,7 @@ __all__, __getattr__, __dir__ = lazy_exports(
     __name__,
     {
         "Measurement": "timing",
-        "Windows": "timing",
+        "Windows": "steady",
         "measure": "timing",
         "GpuSampler": "gpu",
         "Runner": "runner",

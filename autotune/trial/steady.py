@@ -6,23 +6,36 @@ once the sampler is spent) are timed apart as its tail, never as a steady window
 Windows go on until the earlier and the later half agree and the windows are enough
 for their noise, or until a time limit leaves no room for the next; where an epoch
 has no room for steady windows beside its tail, each window is whole epochs.
+How long and how many windows to time is ``Windows``, which ``autotune.trial.timing`` takes too.
 What a window counts is ``autotune.trial.window``'s; what the measurement states
 from the windows, ``autotune.trial.timing``'s.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from autotune.trial.cputime import CpuTimes
 from autotune.trial.feed import Clock, Feed
 from autotune.trial.window import Window, pooled, run_steps, timed, waive
 
-if TYPE_CHECKING:  # an annotation only: timing, where Windows lives, imports this module at run time
-    from autotune.trial.timing import Windows
+
+@dataclasses.dataclass(frozen=True)
+class Windows:
+    """How long and how many windows to time; measuring stops once the noise allows."""
+
+    warmup_steps: int = 5
+    window_s: float = 0.25  # target seconds of work in one window
+    min_windows: int = 3
+    max_windows: int = 10
+    rel_tol: float = 0.03  # stop when the halves agree within this, and the mean's standard error is within it
+    boundaries: int = 2  # epoch boundaries to time
+    noisy: float = 0.05  # halves (or the standard error) still beyond this at max_windows: measured longer
+    extra_windows: int = 5  # how many more; still noisy then, the measurement is marked unreliable
 
 
 class Steady:
