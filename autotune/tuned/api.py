@@ -24,7 +24,7 @@ from torch.utils.data.distributed import DistributedSampler
 from autotune.config import Config
 from autotune.knobs import STREAM_KNOBS
 from autotune.loop import DeviceLoader, Step, build_loader
-from autotune.loop.hooks import StepError
+from autotune.loop.hooks import StepError, StepOptions
 from autotune.loop.loader import USER_LOADER_ARGS
 from autotune.loop.sourced import WrappedLoader
 from autotune.tuned import caller, distributed
@@ -255,15 +255,9 @@ def tuned_step(
     device: torch.device | str | None = None,
     compute_loss: Callable[[torch.nn.Module, Any], torch.Tensor] | None = None,
     *,
-    clip_grad_norm: float | None = None,
-    accumulate: int = 1,
-    after_update: Callable[[], None] | None = None,
-    capture_after_update: bool = False,
-    tensor_lr: bool | None = None,
     cuda_graph: bool | None = None,
-    set_cudnn_benchmark: bool = True,
-    move_model: bool = True,
-    set_capturable: bool = True,
+    options: StepOptions | None = None,
+    **keywords: Any,
 ) -> Step:
     """A step that applies the profile's loop knobs to your model, loss and optimizer.
 
@@ -275,7 +269,8 @@ def tuned_step(
     learning rate the recipe states (``load_tuned(recipe).lr``) when the tuned batch
     size differs from yours.
 
-    Hooks (docs/api.md, under tuned_step): ``clip_grad_norm`` clips before each update; ``accumulate=N``
+    `keywords` are the step's options, as ``Step`` takes them (``StepOptions``, ``autotune.loop.hooks``;
+    docs/api.md, under tuned_step). Hooks: ``clip_grad_norm`` clips before each update; ``accumulate=N``
     makes each call one micro-batch and updates every Nth call; ``after_update()`` runs
     after each update (an EMA, logging). An LR scheduler works as in eager code, under a
     graph too. ``cuda_graph=False`` turns the profile's graph off.
@@ -302,19 +297,5 @@ def tuned_step(
                 f"tuned_step: give loss_fn or compute_loss; {recipe}'s workload declares no compute_loss(model, batch)"
             )
     config = tuned.config if cuda_graph is None else dataclasses.replace(tuned.config, cuda_graph=cuda_graph)
-    return Step(
-        model,
-        loss_fn,
-        optimizer,
-        config,
-        device,
-        compute_loss=compute_loss,
-        clip_grad_norm=clip_grad_norm,
-        accumulate=accumulate,
-        after_update=after_update,
-        capture_after_update=capture_after_update,
-        tensor_lr=tensor_lr,
-        set_cudnn_benchmark=set_cudnn_benchmark,
-        move_model=move_model,
-        set_capturable=set_capturable,
-    )
+    options = StepOptions.given(options, keywords, "tuned_step")
+    return Step(model, loss_fn, optimizer, config, device, compute_loss=compute_loss, options=options)
