@@ -1,4 +1,4 @@
-"""`autotune report`: the second seed's stage 3 from the study a search stored.
+"""`autotune report`: parameter sensitivity, from the study a search stored.
 
 - ``study``: find the study, draw its figures, put the report together (``report``, ``render``);
 - ``trials``: its trials as the tables' rows: the fastest configs, failures by cause, importances;

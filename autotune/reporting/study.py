@@ -1,9 +1,9 @@
-"""`autotune report`: the second seed's stage 3 from the study in storage, as tables, figures and one file.
+"""`autotune report`: parameter sensitivity from the study in storage, as tables, figures and one file.
 
 Reads a study `autotune search` wrote (trials carry their full config, learning
 rate, role and failure reason as user attributes) and writes, next to the recipe
-or under ``out``: a heat map of samples/s over batch_size x num_workers (the
-seed's sensitivity map), the optimisation history, the parameter importances,
+or under ``out``: a heat map of samples/s over batch_size x num_workers (a
+sensitivity map), the optimisation history, the parameter importances,
 and a Markdown report that links them beside an HTML report that embeds them.
 
 This module finds the study, draws the figures and puts the report together;
