@@ -201,7 +201,7 @@ class StepGraph:
         self.graph = torch.cuda.CUDAGraph()
         # thread_local: DataLoader's pin-memory thread keeps calling CUDA while we capture; under the
         # default ("global") mode its calls invalidate the capture ("operation failed due to a previous
-        # error during capture", seen on an H200 with pinned, multi-worker loaders).
+        # error during capture", seen with pinned, multi-worker loaders).
         with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
             loss = step._forward_backward(self.static)
             if step.scaler is None and step.accumulate == 1:

@@ -17,9 +17,8 @@ amp and compile (decode aside, judged by its images) is judged by its gradients
 alone, with no training run, not even the baseline's: it passes once they are
 shown to differ from fp32's by less than the batch's own noise, and is rejected
 when they do not (``autotune.parity.numerics``). A training run of a heavy model
-costs more than the check's whole share of the search (ResNet-50 on an H200: the
-baseline's run alone took 82 s, and the fastest config, compiled bf16, was never
-judged), and compile changes kernels and fusion, not the model, as amp changes
+costs more than the check's whole share of the search (docs/parity.md, "amp and
+compile"), and compile changes kernels and fusion, not the model, as amp changes
 the rounding: both are judged by their gradients at the warmed-up weights against
 the batch-to-batch noise. Without a numerics check they are judged by runs, as a
 new batch size always is.

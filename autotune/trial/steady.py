@@ -72,8 +72,8 @@ class Steady:
 
         Workers that start together deliver in waves, and the wait for the next wave falls in the next
         window (`Feed.hold`): a probe of 3 batches of one wave of 4 took no time, and the window sized on
-        it asked for the rest of the epoch (a fake-clock loader of such waves took 153 s to measure, 12 s
-        with the longer probe). Where the epoch left has no room for the longer probe, a window of a batch
+        it asked for the rest of the epoch (docs/measuring.md, "How it measures", has the fake-clock loader
+        that showed it). Where the epoch left has no room for the longer probe, a window of a batch
         per worker and the tail beside it, the probe stays at 3 steps: a probe that took that room would
         leave the first epoch none, or eat into its tail.
         """
@@ -138,10 +138,9 @@ class Steady:
 
         That is, the standard error of their mean, relative to it: their standard deviation, not the
         interquartile range the noise is stated as, which reads about 0.6 of a normal spread's deviation
-        from three windows. Halves that agree say little of windows this noisy: on an H200 host, three
-        windows of a 4-worker loader at ±10% (1,104, 1,025 and 1,248/s) had halves 3% apart and stopped
-        the trial at 1,116/s, while a plain loop timed for a minute on either side of it ran 887 and
-        856/s. A loader-bound window is off by a batch or so either way, errors that cancel in the
+        from three windows. Halves that agree say little of windows this noisy: three windows at ±10% once
+        stopped a trial a quarter above a plain loop timed on either side of it (docs/measuring.md, "How it
+        measures"). A loader-bound window is off by a batch or so either way, errors that cancel in the
         pooled rate: for those this errs toward measuring longer.
         """
         rates = [w.rate for w in self.windows]

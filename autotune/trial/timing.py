@@ -106,7 +106,7 @@ def _skip_backlog(feed: Feed, step: Callable[..., Any], capacity: int, workers: 
     Then go on, two batches per worker at a time (one burst of their output is no sign of the
     drain's end), while what is held ready still shrinks: a loop that drains its backlog is not
     yet the loop that waits for its workers, and windows timed while it drains read high even
-    corrected for the drain (the H200 runs are in docs/measuring.md). Queues still about full
+    corrected for the drain (the runs are in docs/measuring.md). Queues still about full
     mean a step slower than its loader: nothing drains. Where the backlog cannot be read (so no
     window can correct for what remains of it), go on until a batch keeps the loop waiting.
     Either way at most twice the capacity more, and where that ends among the epoch's last
