@@ -36,7 +36,7 @@ __all__, __getattr__, __dir__ = lazy_exports(
         "diagnose": "diagnosis.run",
         "DeviceLoader": "loop.loader",
         "Step": "loop.step",
-        "StudyReport": "reporting.study",
+        "StudyReport": "reporting.contents",
         "report": "reporting.study",
         "search_parallel": "study.parallel",
         "SearchOptions": "options",

@@ -11,18 +11,16 @@ PLACEMENT_CHOICES = ("stream", "device")
 # torch.compile's modes, as a knob (autotune.loop.compiled says why these and how they combine with cuda_graph).
 COMPILE_CHOICES = ("off", "default", "max-autotune-no-cudagraphs")
 # Seconds a trial's time limit (and its give-up time) grows by while its step compiles: the compile is a one-time
-# cost of the declared run, and a trial compiling sends no window to judge it by. ResNet-50 at batch 256 compiled
-# in 38 s in default mode on an H200 (issue 43), cold; three times that for a busier host. max-autotune benchmarks
-# kernel choices for every matmul and convolution: mnist_cnn's trials in that mode took 147 and 153 s on an H100,
-# most of it compiling; ResNet-50's not yet measured, so ten minutes until benchmarks/compile_steps.py says better.
-# A warm cache (autotune.loop.compile_cache) makes either a fraction of this. Where a compile of the model took
+# cost of the declared run, and a trial compiling sends no window to judge it by. Cold compiles with room for a busier
+# host; max-autotune benchmarks kernel choices for every matmul and convolution (docs/compile.md, "Its costs").
+# A warm cache (autotune.procs.compile_cache) makes either a fraction of this. Where a compile of the model took
 # longer than the best config's whole run, no compiled config is measured at all (autotune.study.planning.compile_cost).
 COMPILE_ALLOWANCE_S = {"off": 0.0, "default": 120.0, "max-autotune-no-cudagraphs": 600.0}
 DECODE_CHOICES = ("cpu", "gpu")  # gpu: workers read JPEG bytes, the device decodes and augments (loop.device_decode)
 # With decode = gpu, the share of each batch's samples the device decodes; the workers decode the rest through the
-# host pipeline (loop.hybrid_decode), so both the cores and the device make images: on an H200 the host path tops out
-# near 3,700-4,000/s on 16 cores and the device path alone is below it there, 3.5x it on 5 cores (issue 43). Down to
-# an eighth: beside a compiled step on an H100 the two sides balanced at 9% (autotune.study.planning.balance).
+# host pipeline (loop.hybrid_decode), so both the cores and the device make images where neither alone keeps up with
+# the step. Down to an eighth, where a compiled step leaves the device little room (autotune.study.planning.balance;
+# docs/workloads.md, "A share of each").
 DECODE_SHARES = (1.0, 0.75, 0.5, 0.25, 0.125)
 # The loader's knobs: they change how fast batches come, not which samples, their values or their order.
 # device_normalize moves ToTensor and Normalize from the workers to the device, with the same arithmetic.

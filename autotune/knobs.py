@@ -122,9 +122,9 @@ def detect_machine(device_index: int = 0, cpu_share: int | None = None) -> Machi
 def cpu_bf16_missing() -> str:
     """Why bf16 autocast is left out on this CPU; "" where it has the instructions oneDNN runs bf16 with.
 
-    Without them bf16 is emulated: on a 2-core AVX2 host a conv net's bf16 step ran 21 samples/s against 681/s in
-    fp32, and a search spent 131 s of its 150 on one bf16 seed. ``AUTOTUNE_CPU_BF16=1`` offers it whatever this
-    finds (a CPU torch cannot read), ``=0`` leaves it out.
+    Without them bf16 is emulated, many times slower than fp32, and a search spends its time on bf16 seeds
+    (docs/workloads.md, "The knobs"). ``AUTOTUNE_CPU_BF16=1`` offers it whatever this finds (a CPU torch cannot
+    read), ``=0`` leaves it out.
     """
     import torch
 

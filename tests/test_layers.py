@@ -5,6 +5,10 @@ Each subpackage of ``autotune`` is a node; the top-level modules (``config``,
 bottom layer, which every package may import and which imports none of them.
 Every import counts, a function's deferred one too (it runs all the same);
 only those under ``if TYPE_CHECKING:`` do not, since they never run.
+
+Within the packages, no two modules import each other, type-only imports included:
+a pair that needs each other's names shares a type or helper that belongs in one of
+them, or in a small module both import.
 """
 
 from __future__ import annotations
@@ -39,9 +43,11 @@ def _type_checking_only(tree: ast.Module) -> set[int]:
     return lines
 
 
-def _imports(path: Path, module: str) -> list[str]:
+def _imports(path: Path, module: str, type_only: bool = False, root: Path = PACKAGE) -> list[str]:
+    """The modules `path` imports (a package's name read under `root`); with `type_only`, those under
+    ``if TYPE_CHECKING:`` too."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    skip = _type_checking_only(tree)
+    skip = set() if type_only else _type_checking_only(tree)
     found: list[str] = []
     for node in ast.walk(tree):
         if getattr(node, "lineno", None) in skip:
@@ -54,7 +60,7 @@ def _imports(path: Path, module: str) -> list[str]:
             # `from autotune.parity import run` imports the module autotune.parity.run
             for alias in node.names:
                 full = f"{base}.{alias.name}"
-                found.append(full if (PACKAGE.parent / (full.replace(".", "/") + ".py")).exists() else base)
+                found.append(full if (root.parent / (full.replace(".", "/") + ".py")).exists() else base)
     return found
 
 
@@ -71,6 +77,21 @@ def edges() -> dict[tuple[str, str], list[str]]:
             if target is not None and target != source:
                 made[(source, target)].append(f"{module} -> {imported}")
     return made
+
+
+def _module_name(path: Path, root: Path = PACKAGE) -> str:
+    """``autotune/loop/step.py`` -> ``autotune.loop.step``; a package's ``__init__.py`` is the package."""
+    parts = path.relative_to(root.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def mutual_pairs(root: Path = PACKAGE) -> list[tuple[str, str]]:
+    """Every pair of modules under `root` that import each other, type-only imports included, sorted."""
+    imported: dict[str, set[str]] = {}
+    for path in root.rglob("*.py"):
+        module = _module_name(path, root)
+        imported[module] = set(_imports(path, module, type_only=True, root=root))
+    return sorted((a, b) for a, names in imported.items() for b in names if a < b and a in imported.get(b, ()))
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -195,3 +216,21 @@ def test_no_folder_of_the_package_holds_more_than_16_modules() -> None:
     crowded = {str(folder.relative_to(PACKAGE.parent)): n for folder in [PACKAGE, *PACKAGE.rglob("*")]
                if folder.is_dir() and (n := len([p for p in folder.glob("*.py") if p.stem != "__init__"])) > 16}
     assert crowded == {}
+
+
+def test_no_two_modules_import_each_other() -> None:
+    pairs = mutual_pairs()
+    assert pairs == [], "modules that import each other:\n" + "\n".join(f"{a} <-> {b}" for a, b in pairs)
+
+
+def test_a_pair_that_imports_each_other_only_for_types_is_found(tmp_path: Path) -> None:
+    # The rule's own check: an import under TYPE_CHECKING makes half a pair, as a deferred one does.
+    package = tmp_path / "autotune" / "loop"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from autotune.loop.b import B\n"
+    )
+    (package / "b.py").write_text("def f():\n    from autotune.loop import a\n")
+    (package / "c.py").write_text("from autotune.loop import a\n")
+    assert mutual_pairs(tmp_path / "autotune") == [("autotune.loop.a", "autotune.loop.b")]

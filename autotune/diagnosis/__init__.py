@@ -1,4 +1,5 @@
-"""`autotune diagnose`: why the GPU waits, from the loop fed three ways (the second seed's stages 1 and 2).
+"""`autotune diagnose`: why the GPU waits: a health check of the loop, then bottleneck attribution from it fed
+three ways.
 
 - ``run``: measure the feeds of one loop in this process (``diagnose``), each through
   ``autotune.trial.probe``, which the search's valuation uses too;

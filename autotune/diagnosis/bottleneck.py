@@ -1,6 +1,6 @@
 """What holds a training loop back, decided from measured ceilings: a pure function of numbers.
 
-The second seed's stage 2, as arithmetic. The same step is fed three ways:
+Bottleneck attribution, as arithmetic. The same step is fed three ways:
 (a) synthetic batches already on the device, the compute ceiling; (b) the real
 loader with the model removed, batches copied to the device, the input ceiling;
 (c) the real loop. Whichever ceiling needs more time per sample sets the pace.

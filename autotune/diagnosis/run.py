@@ -1,9 +1,9 @@
-"""`autotune diagnose`: the second seed's stages 1 and 2 for one loop, in this process, in under a minute.
+"""`autotune diagnose`: a health check and bottleneck attribution of one loop, in this process, in under a minute.
 
-Stage 1, health: the loop as configured (the workload's own settings, or with
+The health check: the loop as configured (the workload's own settings, or with
 ``profile=True`` the tuned profile for this machine), with GPU utilisation
 sampled through NVML, peak GPU memory, and the CPU time of the main process and
-of its DataLoader workers. Stage 2, attribution: the same step fed by synthetic
+of its DataLoader workers. Bottleneck attribution: the same step fed by synthetic
 batches already on the device (a), the real loader with the model removed (b),
 and the real loop (c); where CUDA allows, also the host-to-device copy alone and
 the step captured in a CUDA graph. `autotune.diagnosis.bottleneck.decide` turns those

@@ -1,8 +1,8 @@
 """The `decode = gpu` loader: workers read JPEG bytes, the device decodes and augments whole batches.
 
 On a host with few cores per GPU, decoding and augmenting JPEGs on the CPU caps
-training whatever num_workers says (an H200 with 5 cores: 854 samples/s on the
-CPU path, 1,973 with this one). Here the DataLoader's workers only read files
+training whatever num_workers says (docs/workloads.md, "Decoding on the GPU", has
+the measurements). Here the DataLoader's workers only read files
 (``autotune.workloads.decode.JpegBytes``); each batch is decoded by one batched
 ``torchvision.io.decode_jpeg`` call on the device, every image draws its own
 crop and flip from the distribution torchvision draws from
@@ -235,9 +235,8 @@ def uint8_host(dataset: Any) -> PixelSplit | None:
     the bit; None where it cannot (the workers then run the whole pipeline, as with `decode = cpu`).
 
     The hybrid's host half hands over uint8 pixels through it: a quarter of the bytes to collate, pin and copy,
-    and no float arithmetic on the cores it shares with the loop: on one core, a 500x375 JPEG through
-    RandomResizedCrop(224) and a flip took 3.25 ms with the float tail and 2.50 ms without, and collating 256 of
-    them 81 ms as floats and 42 ms as uint8 (lab/history.md, `device_normalize`).
+    and no float arithmetic on the cores it shares with the loop (docs/workloads.md, `device_normalize`, has the
+    timings).
     """
     try:
         cut = split_pixels(transform_of(dataset))

@@ -11,22 +11,23 @@ on the host.
 reads on its own. It captures the step's own forward, backward and update, and reads the step's settings
 (device, hooks, scaler, micro-batch count) as they are at each call, which is why each method takes the
 step rather than keeping it: a step that held a graph that held the step would be a reference cycle, and
-its graphs' memory would wait for the garbage collector instead of going with the last reference.
+its graphs' memory would wait for the garbage collector instead of going with the last reference. What it
+reads and runs of the step is ``GraphedStep``; ``Step`` is one, and this module never imports it (the step
+imports the graph).
 """
 
 from __future__ import annotations
 
 import time
 import warnings
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import torch
 
 from autotune import batch as batches
+from autotune.loop.lr import DeviceLr
 from autotune.loop.recapture import CapturedRates
-
-if TYPE_CHECKING:
-    from autotune.loop.step import Step
 
 GRAPH_WARMUP_STEPS = 3  # eager steps on a side stream before capture, as torch.cuda.graphs asks
 # stacklevel for the warnings of StepGraph._follow_lr: past StepGraph.__call__, Step._call and Step.__call__ to the
@@ -40,6 +41,39 @@ class GraphOffWarning(UserWarning):
 
 class RecaptureWarning(UserWarning):
     """The learning rate changed under a graph that reads it as a number: the step captures the graph again."""
+
+
+class GraphedStep(Protocol):
+    """What a ``StepGraph`` reads and runs of its step (``autotune.loop.step.Step`` is one): the settings as they
+    are at each call, the step's own eager work, and the state the graph moves on (``micro``, ``use_graph``)."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    device: torch.device
+    memory_format: torch.memory_format
+    non_blocking: bool
+    scaler: torch.amp.GradScaler | None
+    lrs: DeviceLr | None
+    micro: int  # micro-batches since the last update
+    use_graph: bool
+    graph_reason: str | None
+
+    @property
+    def accumulate(self) -> int: ...
+
+    @property
+    def after_update(self) -> Callable[[], None] | None: ...
+
+    @property
+    def capture_after_update(self) -> bool: ...
+
+    def to_device(self, *batch: Any) -> Any: ...
+
+    def _forward_backward(self, batch: Any) -> torch.Tensor: ...
+
+    def _update(self, with_after_update: bool = True) -> None: ...
+
+    def _eager(self, batch: Any, set_to_none: bool = True) -> torch.Tensor: ...
 
 
 class StepGraph:
@@ -63,7 +97,7 @@ class StepGraph:
         self.rates = CapturedRates(optimizer)  # captures again after the learning rate changed
         self.capture_s = 0.0  # one-time cost of the capture, reported with the trial
 
-    def __call__(self, step: Step, batch: Any) -> torch.Tensor:
+    def __call__(self, step: GraphedStep, batch: Any) -> torch.Tensor:
         signature = batches.signature(batch)
         if self.static is not None and signature != self.static_signature:
             if self.graph is not None and step.accumulate > 1:
@@ -97,7 +131,7 @@ class StepGraph:
         # A copy: the static loss is overwritten by the next replay, and callers may keep losses.
         return self.static_loss.clone()
 
-    def _after_replay(self, step: Step) -> None:
+    def _after_replay(self, step: GraphedStep) -> None:
         """What an update does outside the graph: fp16's whole update, or the user's after_update."""
         if step.scaler is not None:
             # The scaler's inf check reads a flag on the host; it stays outside the graph.
@@ -105,7 +139,7 @@ class StepGraph:
         elif step.after_update is not None and not step.capture_after_update:
             step.after_update()
 
-    def _replay_micro(self, step: Step) -> torch.Tensor:
+    def _replay_micro(self, step: GraphedStep) -> torch.Tensor:
         assert self.graph is not None and self.static_loss is not None
         self.graph.replay()
         loss = self.static_loss.clone()
@@ -122,7 +156,7 @@ class StepGraph:
                 _zero_in_place(step.model)
         return loss
 
-    def _eager_beside_graphs(self, step: Step, batch: Any) -> torch.Tensor:
+    def _eager_beside_graphs(self, step: GraphedStep, batch: Any) -> torch.Tensor:
         """A micro-batch of another signature under accumulation: it adds into the graphs' gradient buffers."""
         loss = step._forward_backward(batch)
         step.micro += 1
@@ -132,7 +166,7 @@ class StepGraph:
             _zero_in_place(step.model)
         return loss.detach()
 
-    def _follow_lr(self, step: Step) -> bool:
+    def _follow_lr(self, step: GraphedStep) -> bool:
         """Before a captured update of an optimizer that reads its rate as a number: capture it again when the rate
         changed (``autotune.loop.recapture``). False when it changed too often (a per-step schedule): the graph is
         given up, the update runs eagerly from here on, and a GraphOffWarning says so."""
@@ -156,7 +190,7 @@ class StepGraph:
             self._capture(step)
         return True
 
-    def _capture(self, step: Step) -> None:
+    def _capture(self, step: GraphedStep) -> None:
         start = time.perf_counter()
         assert self.static is not None
         if step.accumulate > 1:
@@ -167,7 +201,7 @@ class StepGraph:
         self.graph = torch.cuda.CUDAGraph()
         # thread_local: DataLoader's pin-memory thread keeps calling CUDA while we capture; under the
         # default ("global") mode its calls invalidate the capture ("operation failed due to a previous
-        # error during capture", seen on an H200 with pinned, multi-worker loaders).
+        # error during capture", seen with pinned, multi-worker loaders).
         with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
             loss = step._forward_backward(self.static)
             if step.scaler is None and step.accumulate == 1:
@@ -177,7 +211,7 @@ class StepGraph:
             self._capture_update(step, timed=False)
         self._captured(step, start)
 
-    def _capture_update(self, step: Step, timed: bool = True) -> None:
+    def _capture_update(self, step: GraphedStep, timed: bool = True) -> None:
         start = time.perf_counter()
         self.update_graph = torch.cuda.CUDAGraph()
         grads = [p.grad for p in step.model.parameters() if p.grad is not None]
@@ -187,7 +221,7 @@ class StepGraph:
         if timed:
             self._captured(step, start)
 
-    def _captured(self, step: Step, start: float) -> None:
+    def _captured(self, step: GraphedStep, start: float) -> None:
         torch.cuda.synchronize(step.device)
         self.captures += 1
         self.rates.captured(as_numbers=step.lrs is None and step.scaler is None)

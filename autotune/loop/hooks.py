@@ -1,14 +1,18 @@
-"""What a step checks before it trains: its hooks, whether it can capture a graph, where the model is.
+"""What a step is asked beyond its config, and what it checks before it trains.
 
-The rules the ``Step`` (``autotune.loop.step``) applies at construction, apart so each reads on its own:
-the hooks' values, why graph capture is off (said, never silent), which learning rates become device
-tensors (``autotune.loop.lr``), and that a model the step must not move is already on its device.
+``StepOptions``: the hooks and the switches for what a step changes outside itself, one frozen object that
+``Step`` (``autotune.loop.step``) and ``tuned_step`` (``autotune.tuned.api``) both take, checked once, when
+made. Then the rules the step applies at construction, apart so each reads on its own: why graph capture is
+off (said, never silent), which learning rates become device tensors (``autotune.loop.lr``), and that a model
+the step must not move is already on its device.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -25,6 +29,45 @@ class StepError(AutotuneError, ValueError):
 
 class StepTypeError(StepError, TypeError):
     """A step given an argument of the wrong kind (an ``after_update`` that is not callable); still a ``TypeError``."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StepOptions:
+    """How a step trains beyond its config, and what it may change outside itself (docs/api.md, under tuned_step).
+
+    Made from the keyword arguments of ``Step`` and ``tuned_step``; a value the step cannot take is one error,
+    raised here, that names the value and the rule.
+
+    >>> StepOptions(clip_grad_norm=1.0, accumulate=4).accumulate
+    4
+    >>> options = StepOptions.given(StepOptions(accumulate=4), {"move_model": False}, "Step")
+    >>> options.accumulate, options.move_model
+    (4, False)
+    """
+
+    clip_grad_norm: float | None = None  # clip_grad_norm_ to this before each update; None: no clipping
+    accumulate: int = 1  # micro-batches per update: the update runs on every accumulate-th call
+    after_update: Callable[[], None] | None = None  # called after each update (an EMA, logging)
+    capture_after_update: bool = False  # under a graph, after_update is captured: its Python runs once, at capture
+    tensor_lr: bool | None = None  # device-tensor learning rates; None: for Adam/AdamW under a graph
+    set_cudnn_benchmark: bool = True  # set torch.backends.cudnn.benchmark to the config's, process-wide
+    move_model: bool = True  # move the model to the device and memory format; False: it must be there already
+    set_capturable: bool = True  # under a graph, give Adam-style optimizers capturable=True
+
+    def __post_init__(self) -> None:
+        check_hooks(self.clip_grad_norm, self.accumulate, self.after_update, self.capture_after_update)
+
+    @classmethod
+    def given(cls, options: StepOptions | None, keywords: dict[str, Any], caller: str) -> StepOptions:
+        """`options` (or the defaults) with the `keywords` a caller was given; an unknown keyword is a TypeError."""
+        names = [field.name for field in dataclasses.fields(cls)]
+        unknown = sorted(set(keywords) - set(names))
+        if unknown:
+            raise TypeError(f"{caller}() got an unexpected keyword argument {', '.join(map(repr, unknown))}; the "
+                            f"step options are {', '.join(names)}")
+        if options is None:
+            return cls(**keywords)
+        return dataclasses.replace(options, **keywords) if keywords else options
 
 
 def check_hooks(

@@ -5,9 +5,9 @@ is read as JPEG bytes and decoded and augmented on the device (``autotune.loop.d
 and the rest goes through the data set's own pipeline in the workers, as with ``decode = cpu``
 (as uint8 pixels that the device finishes, where ``device_normalize``'s cut of the pipeline holds:
 ``autotune.loop.device_decode.uint8_host``).
-So the cores and the device both make images: where the host pipeline tops out (ResNet-50 on
-16 cores, near 3,700-4,000/s by hand on an H200) and the device path alone is slower still,
-their sum can keep up with a compiled step (issue 43).
+So the cores and the device both make images: where the host pipeline tops out and the device
+path alone is slower still, their sum can keep up with a compiled step (docs/workloads.md, "A
+share of each", has the measurements).
 
 Which samples the device decodes is a function of the sample's index (a multiplicative hash,
 so every class and every stretch of the folder is split alike), not of its place in a batch:

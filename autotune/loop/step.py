@@ -26,12 +26,12 @@ from autotune import batch as batches
 from autotune.config import Config
 from autotune.loop import compiled, update
 from autotune.loop.graph import GRAPH_WARMUP_STEPS, GraphOffWarning, RecaptureWarning, StepGraph
-from autotune.loop.hooks import check_hooks, check_placed, device_lrs, graph_off_reason
+from autotune.loop.hooks import StepOptions, check_placed, device_lrs, graph_off_reason
 from autotune.loop.recapture import RECAPTURE_LIMIT
 
-# The step's public names, some of them defined in the modules the step is made of (graph, recapture).
+# The step's public names, some of them defined in the modules the step is made of (graph, hooks, recapture).
 __all__ = ["AMP_DTYPES", "GRAPH_WARMUP_STEPS", "RECAPTURE_LIMIT", "GraphOffWarning", "RecaptureWarning", "Step",
-           "pair_loss"]
+           "StepOptions", "pair_loss"]
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -67,7 +67,8 @@ class Step:
     ``compile`` the loss is computed by ``torch.compile`` (``autotune.loop.compiled``), inside the
     graph too where both are on.
 
-    Hooks, between backward and the update and after it (docs/api.md, under tuned_step):
+    Hooks, between backward and the update and after it (docs/api.md, under tuned_step), given as keywords or as
+    ``options=StepOptions(...)`` (``autotune.loop.hooks``; keywords win over it):
 
     - ``clip_grad_norm``: ``torch.nn.utils.clip_grad_norm_`` over the model's parameters
       before each update (after unscaling under fp16); the norm before clipping is
@@ -103,38 +104,31 @@ class Step:
         device: torch.device,
         compute_loss: ComputeLoss | None = None,
         *,
-        clip_grad_norm: float | None = None,
-        accumulate: int = 1,
-        after_update: Callable[[], None] | None = None,
-        capture_after_update: bool = False,
-        tensor_lr: bool | None = None,
-        set_cudnn_benchmark: bool = True,
-        move_model: bool = True,
-        set_capturable: bool = True,
+        options: StepOptions | None = None,
+        **keywords: Any,
     ) -> None:
+        """`keywords`: the fields of ``StepOptions`` (clip_grad_norm, accumulate, after_update, ...)."""
         if compute_loss is None and loss_fn is None:
             raise ValueError("a step needs loss_fn (for (x, y) batches) or compute_loss(model, batch)")
-        check_hooks(clip_grad_norm, accumulate, after_update, capture_after_update)
+        self.options = options = StepOptions.given(options, keywords, "Step")
         self.model, self.loss_fn, self.optimizer, self.config = model, loss_fn, optimizer, config
         self.compute_loss: ComputeLoss = compute_loss or pair_loss(loss_fn)  # type: ignore[arg-type]
         self.compiled = compiled.compile_loss(self.compute_loss, config.compile)  # None: compile off
         if self.compiled is not None:
             self.compute_loss = self.compiled
         self.device = device
-        self.clip_grad_norm, self.accumulate = clip_grad_norm, accumulate
-        self.after_update, self.capture_after_update = after_update, capture_after_update
         self.non_blocking = config.pin_memory or config.placement == "device"
         self.memory_format = torch.channels_last if config.channels_last else torch.contiguous_format
         self.amp_dtype = AMP_DTYPES.get(config.amp)
         self.scaler = torch.amp.GradScaler(device.type) if config.amp == "fp16" else None
-        if device.type == "cuda" and set_cudnn_benchmark:
+        if device.type == "cuda" and options.set_cudnn_benchmark:
             torch.backends.cudnn.benchmark = config.cudnn_benchmark  # process-wide: every model's convolutions
-        if move_model:
+        if options.move_model:
             model.to(device=device, memory_format=self.memory_format)
         else:
             check_placed(model, device)
         model.train()
-        self.graph_reason = graph_off_reason(config, device, optimizer, set_capturable)
+        self.graph_reason = graph_off_reason(config, device, optimizer, options.set_capturable)
         self.use_graph = self.graph_reason is None and config.cuda_graph
         if config.cuda_graph and self.graph_reason is not None and device.type == "cuda":
             warnings.warn(f"the step runs eagerly: {self.graph_reason}", GraphOffWarning, stacklevel=3)
@@ -142,10 +136,28 @@ class Step:
             for group in optimizer.param_groups:
                 if "capturable" in group:  # Adam-style optimizers keep their step count on the device
                     group["capturable"] = True
-        self.lrs = device_lrs(optimizer, device, tensor_lr, self.use_graph)
+        self.lrs = device_lrs(optimizer, device, options.tensor_lr, self.use_graph)
         self.grad_norm: torch.Tensor | None = None  # the last update's gradient norm before clipping
         self.micro = 0  # micro-batches since the last update, eager or replayed
         self.graphed = StepGraph(optimizer)  # the graphs and their buffers, used while use_graph holds
+
+    # The hooks, read on the step (its graph, trial reports, tests): the options' own values.
+
+    @property
+    def clip_grad_norm(self) -> float | None:
+        return self.options.clip_grad_norm
+
+    @property
+    def accumulate(self) -> int:
+        return self.options.accumulate
+
+    @property
+    def after_update(self) -> Callable[[], None] | None:
+        return self.options.after_update
+
+    @property
+    def capture_after_update(self) -> bool:
+        return self.options.capture_after_update
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         if self.amp_dtype is None:

@@ -17,9 +17,8 @@ amp and compile (decode aside, judged by its images) is judged by its gradients
 alone, with no training run, not even the baseline's: it passes once they are
 shown to differ from fp32's by less than the batch's own noise, and is rejected
 when they do not (``autotune.parity.numerics``). A training run of a heavy model
-costs more than the check's whole share of the search (ResNet-50 on an H200: the
-baseline's run alone took 82 s, and the fastest config, compiled bf16, was never
-judged), and compile changes kernels and fusion, not the model, as amp changes
+costs more than the check's whole share of the search (docs/parity.md, "amp and
+compile"), and compile changes kernels and fusion, not the model, as amp changes
 the rounding: both are judged by their gradients at the warmed-up weights against
 the batch-to-batch noise. Without a numerics check they are judged by runs, as a
 new batch size always is.
@@ -296,11 +295,13 @@ class ParityCheck:
 
     def summary(self) -> str:
         """The check's cost and what it compared, in one line."""
-        return said.of(self)
+        return said.of(self.verdicts.values(), self.runs, self.base, self.budget, self.baseline,
+                       self.lr_of(self.baseline), self.samples, self.window)
 
     def record(self, config: Config) -> dict[str, Any]:
         """What the tuned file keeps: `config`'s verdict and what the whole check cost (``summary.record``). The
         baseline itself has a record too: an inconclusive check is worth stating whatever wins."""
         # A config with the baseline's numerics had no run: its verdict, made now, states what the check found since.
         same = numerics(config) == numerics(self.baseline)
-        return said.record(self, self._same_as_baseline(config) if same else self.verdicts[config])
+        verdict = self._same_as_baseline(config) if same else self.verdicts[config]
+        return said.record(verdict, self.verdicts.values(), self.budget)

@@ -3,8 +3,7 @@
 amp changes the arithmetic of training, and compile the kernels and their
 fusion. A short training run could judge them where the baseline learns
 measurably in the check's time, but on a heavy model it costs more than the
-check's share of the search (ResNet-50 on an H200: the baseline's run alone
-took 82 s), and where the baseline learns too little (ResNet-50 on ImageNet-class
+check's share of the search, and where the baseline learns too little (ResNet-50 on ImageNet-class
 data learns nothing from its inputs in the first minute) a run's deviations are
 noise. This judges them without learning, by what every step is made of: the
 gradient; at the baseline's batch it is the only judge of them
@@ -17,10 +16,9 @@ gradients of two different batches are apart: the noise SGD trains through at
 that batch size. ``autotune.parity.numerics`` judges the two numbers.
 
 Why not at the initial weights: an untrained BatchNorm ResNet's gradient is
-chaotic. ResNet-50 on an H200, batch 256: at initialisation 90% of the
-gradient's norm is the first convolution's, and any rounding moves it (fp32 with
-channels_last, other TF32 kernels, is 0.14 of the batch noise away, bf16 1.85);
-after 50 steps of training, 1e-4 and 2e-3, and after 500, 6e-5 and 8e-4.
+chaotic (most of its norm is the first convolution's, and any rounding moves it);
+a few dozen steps of training settle it (docs/parity.md, "amp and compile", has
+the ratios step by step).
 
 It is a check of one point of training: an error that grows as training moves
 on (logits that outgrow what bf16 resolves) is what a conclusive run catches.

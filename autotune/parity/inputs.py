@@ -9,16 +9,12 @@ by what differs). The host pipeline drawn twice gives the noise level this
 data set shows; the device path may be at most LIMIT times that (or 1, the
 level of normally distributed blocks, whichever is larger).
 
-What it tells apart (measured on a CPU, 64 images x 32 draws, the host drawn
-twice about 1.0 apart): on synthetic ImageNet, the derived device path is 0.97
-apart, a vertical flip instead of a horizontal one 2.8, RandomResizedCrop's
-scale (0.08, 1) drawn as (0.5, 1) 3.1; on the test folder of half-bright JPEGs
-(host 1.4-1.7), a vertical flip 90 and scale (0.6, 1) drawn as (0.15, 1) 36.
-Subtler crop errors do not show in block means ((0.2, 1) or (0.08, 0.6) for
-(0.08, 1): 1.07); ``tests/loop/test_crops.py`` checks the crop sampler itself
-against torchvision's by its draws. Two decoders and two resampling kernels
-differ by a pixel level or two, which block means of a few thousand pixels do
-not show.
+It tells a wrong flip or a wrong crop scale from the host pipeline, and the
+derived device path from a second draw of the host's (docs/parity.md, "The
+device decode path", has the distances). Subtler crop errors do not show in
+block means; ``tests/loop/test_crops.py`` checks the crop sampler itself against
+torchvision's by its draws. Two decoders and two resampling kernels differ by a
+pixel level or two, which block means of a few thousand pixels do not show.
 """
 
 from __future__ import annotations

@@ -3,10 +3,8 @@
 A check's verdicts rest on its baseline run, and that run's length on what the
 check was sized for: a check made afresh after a stop would train the baseline
 for another length (sized for the contenders left, not the space's largest batch;
-its budget spent anew) and may judge otherwise. On an H200, mnist_cnn's search
-stopped by SIGTERM in its finalist rounds was run again: the new check trained
-43,819 samples where the first had 65,536, found the baseline inconclusive, and
-rejected 5 of 6 configs; its winner ran 2.04x, the uninterrupted search's 2.52x.
+its budget spent anew) and may judge otherwise (docs/parity.md, "A stopped search
+keeps its check", has the run that showed it).
 
 ``state`` is everything the check has reached: the verdicts, the baseline's run
 and the length it was made at, what the runs cost, the checks made without a run

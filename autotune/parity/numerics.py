@@ -14,8 +14,7 @@ It judges, with no training run at all (not the baseline's either), every
 config at the baseline's batch whose math differs from the baseline's only in
 amp and compile (decode being judged by its images): ``judges``. A training run
 of a heavy model costs more than the check's whole share of the search
-(ResNet-50 on an H200: the baseline's run alone took 82 s, and the fastest
-config, compiled bf16, was never judged). amp changes the rounding, and compile
+(docs/parity.md, "amp and compile"). amp changes the rounding, and compile
 the kernels and their fusion, not the model: both are judged by their gradients
 at the warmed-up weights against the batch-to-batch noise, as amp already was
 where a run cannot judge (the baseline learns too little in the check's time:
@@ -23,13 +22,11 @@ ResNet-50 on ImageNet-class data). A new batch size is still judged by training
 runs. What this cannot see is an error that grows as training moves on (logits
 that outgrow what bf16 resolves): it judges one point of training.
 
-Measured, 8 batches after 50 steps: ResNet-50 on an H200 at batch 256, bf16
-0.0023, fp16 0.0003, fp32 with channels_last (other TF32 kernels) 0.0001; on a
-CPU, tests/fixtures/tiny.py in bf16 0.0002. The bugs it is built to catch are far above the limit: a
-gradient lost to fp16 underflow without a GradScaler (tests/fixtures/underflow.py)
-3.45, features that bf16 rounds away (tests/fixtures/tiny.py, TINY_OFFSET=256) 1.92. A lost
-gradient is an error of its whole square: at least (batches - 1) / batches,
-since the noise is part of it.
+LIMIT sits far above what amp's rounding gives on a warmed-up model and far below
+what the bugs it is built to catch give (a gradient lost to fp16 underflow without
+a GradScaler, features that bf16 rounds away): docs/parity.md, "amp and compile",
+has the ratios. A lost gradient is an error of its whole square: at least
+(batches - 1) / batches, since the noise is part of it.
 """
 
 from __future__ import annotations

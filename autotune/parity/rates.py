@@ -90,10 +90,9 @@ def larger_than_rejected(
 ) -> tuple[Config, ParityVerdict, str] | None:
     """`config`'s rejection without a run, when its batch is larger than one above the baseline's that learned too
     little at every rate it was tried at, with nothing but its batch changed from the baseline's math: on as many
-    samples, a larger batch takes fewer steps, each further from the baseline's. Seen on an H200: mnist_cnn's
-    batches 2048, 4096 and 8192 took all 9 of the check's runs, three rates each, and batch 1024 in fp32 (1.45M
-    samples/s) was never checked. A batch rejected beside amp, or for learning more than the baseline, says
-    nothing of a larger one."""
+    samples, a larger batch takes fewer steps, each further from the baseline's; without this, larger batches
+    took all of a check's runs and a smaller, faster one went unchecked (docs/parity.md, "The check"). A batch
+    rejected beside amp, or for learning more than the baseline, says nothing of a larger one."""
     def batch_alone(twin: Config, verdict: ParityVerdict) -> bool:
         # The baseline's math (autotune.parity.verdict.SAME_MATH_KNOBS): mnist_cnn's rejected batches were
         # device-resident in a CUDA graph, which an equality of every knob but the loader's never let through.

@@ -73,8 +73,7 @@ def same_math_unjudged(
     (loader knobs, placement, cudnn.benchmark, channels_last, a graph; the device decode path whose images passed
     the inputs check, `inputs`) passes, inconclusively.
 
-    A run could not judge it: its deviations would be in units of noise (ResNet-50 on an H200, the same math in a
-    graph and channels_last: probe -26.6% of the baseline's 0.11 drop, a 0.03 difference in 6.9).
+    A run could not judge it: its deviations would be in units of noise (docs/parity.md, "Inconclusive").
     """
     name = family(baseline, config)
     decode = f"decode: {inputs.summary()}; otherwise " if inputs is not None else ""
@@ -204,8 +203,8 @@ def too_low(failed: list[tuple[str | None, ParityVerdict]]) -> bool:
     """The rates tried so far, boldest first, were too low: each gentler one left the candidate further behind.
 
     A larger batch takes fewer steps over the same samples. When its loss is above the baseline's and a gentler
-    rate raises it further, the rate held it back, and a bolder one is the next to try (AdamW at 8x the batch,
-    text_transformer on an H200: +89% at sqrt's rate, +167% at the unscaled one, and a pass, +9%, at linear's).
+    rate raises it further, the rate held it back, and a bolder one is the next to try (docs/parity.md, "The
+    check", has the AdamW run that showed it).
     """
     deviations = [v.deviation for _, v in failed if v.deviation is not None]
     return len(deviations) >= 2 and 0 < deviations[0] < deviations[-1]

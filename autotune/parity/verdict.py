@@ -47,8 +47,8 @@ NUMERICS_KNOBS = (
     "compile",
 )
 # Knobs that change speed but not the arithmetic of training: the same samples, in the same order, through the same
-# operations. cudnn.benchmark and channels_last pick among kernels that compute the same convolution (ResNet-18's
-# first SGD step from the same weights: the same update within 1e-4 in either layout, against 36% for bf16), and a
+# operations. cudnn.benchmark and channels_last pick among kernels that compute the same convolution (checked on a
+# first SGD step from the same weights: docs/parity.md, "Inconclusive"), and a
 # CUDA graph replays the kernels the eager step launched. Only configs that differ from the baseline in these alone
 # may win when the check is inconclusive.
 SAME_MATH_KNOBS = (*LOADER_KNOBS, "placement", "cudnn_benchmark", "channels_last", "cuda_graph")
@@ -105,8 +105,8 @@ def run_length(
 
 def largest_batch(baseline_batch: int, baseline_rate: float, run_s: float) -> int:
     """The largest batch whose shortest run (CANDIDATE_STEPS of it) the baseline trains in `run_s` at its trial's
-    rate; never under the baseline's own. A larger one's run would outlast the check's share: on a busy 2-core host,
-    mnist_cnn's check sized for batch 8192 (65,536 samples) took 116.8 s of its 9 s.
+    rate; never under the baseline's own. A larger one's run would outlast the check's share (docs/parity.md,
+    "Within a time bound").
 
     >>> largest_batch(64, baseline_rate=2000.0, run_s=2.25)  # 4,500 samples: 562 of them 8 times
     562

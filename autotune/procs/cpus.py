@@ -5,7 +5,7 @@ about 12 cores per GPU), and there the fastest loop is another one: decoding
 moves to the device, fewer workers. ``restrict`` pins this process to N cores
 with ``os.sched_setaffinity`` before anything starts; every process the search
 starts (trial processes, their DataLoader workers, --gpus workers) inherits the
-mask, and the CPU share (``autotune.study.space.domains.detect_machine``, the --gpus
+mask, and the CPU share (``autotune.knobs.detect_machine``, the --gpus
 split in ``autotune.procs.searchers``) is read from it, so the profile states the
 cores it was tuned on. No torch here: it runs before the imports.
 """

@@ -209,7 +209,7 @@ def kill(proc: subprocess.Popen[bytes] | Forked, group: bool) -> None:
 # How long a trial process's group may take to go once killed. Its DataLoader workers were forked from a
 # process with a CUDA context and keep the device's files open: the driver gives the context's memory
 # back only when the last of them has exited. A process started before that finds the GPU still full
-# (on an H200, a finalist's round found 475 MiB free beside a killed trial's 139 GiB and failed oom).
+# and fails oom (docs/measuring.md, "Faults").
 GROUP_GONE_S = 10.0
 
 

@@ -40,9 +40,8 @@ def cudnn_plan_key(config: Config, device: str) -> bool | None:
     cuDNN keeps, per process, the convolution plan it chose for each shape and dtype,
     and reuses it for every later convolution of that shape whatever `cudnn.benchmark`
     then says. So in one process the first config of a batch size decides the plans of
-    all that follow. Seen on an H200 with mnist_cnn at batch 1024: the heuristic plans
-    take 630 us a step, autotuned ones 585-613 us, and a benchmark-off config measured
-    as fast as the benchmark-on one that ran before it in its process (and the reverse).
+    all that follow, and a benchmark-off config measures as fast as the benchmark-on one
+    that ran before it in its process, and the reverse (docs/scale-out.md has the runs).
     """
     return config.cudnn_benchmark if device.startswith("cuda") else None
 

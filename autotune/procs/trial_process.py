@@ -35,8 +35,7 @@ QUIT_WAIT_S = 10.0  # a trial process asked to quit gets this long before it is 
 INTERRUPTED = "stopped: the search was interrupted"
 # A trial's measurement is asked to end by this share of its timeout, with the windows it has: the rest leaves
 # room for an epoch boundary it still owes and its result's way back. A trial killed at its timeout tells the
-# search nothing; on an H200 host, 15 or 16 workers at batch 1,024 (an epoch a window, 17 s or more each) timed
-# out so in four searches, 90 s of a 480 s budget each time.
+# search nothing, and loaders of long epochs were killed so (docs/measuring.md, "How it measures").
 MEASURE_SHARE = 0.8
 GAVE_UP = "given up"  # how the reason of a trial killed at its give-up time begins (it is pruned, not failed)
 _FORK_CONTEXT = multiprocessing.get_context("forkserver")  # its Pipe ends can be handed to a forked process

@@ -12,13 +12,11 @@ import base64
 import datetime
 import html
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from autotune.reporting.contents import StudyReport
+from autotune.reporting.rounds import Rounds
 from autotune.text import percent, rate
-
-if TYPE_CHECKING:
-    from autotune.reporting.rounds import Rounds
-    from autotune.reporting.study import StudyReport
 
 CAPTIONS = {
     "heatmap": (

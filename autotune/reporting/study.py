@@ -1,9 +1,9 @@
-"""`autotune report`: the second seed's stage 3 from the study in storage, as tables, figures and one file.
+"""`autotune report`: parameter sensitivity from the study in storage, as tables, figures and one file.
 
 Reads a study `autotune search` wrote (trials carry their full config, learning
 rate, role and failure reason as user attributes) and writes, next to the recipe
-or under ``out``: a heat map of samples/s over batch_size x num_workers (the
-seed's sensitivity map), the optimisation history, the parameter importances,
+or under ``out``: a heat map of samples/s over batch_size x num_workers (a
+sensitivity map), the optimisation history, the parameter importances,
 and a Markdown report that links them beside an HTML report that embeds them.
 
 This module finds the study, draws the figures and puts the report together;
@@ -15,7 +15,6 @@ numbers from ``autotune.reporting.rounds``.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import warnings
 from collections.abc import Callable
@@ -26,6 +25,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import AutotuneError
+from autotune.reporting.contents import StudyReport
 from autotune.reporting.files import (
     best_table,
     failure_table,
@@ -35,10 +35,8 @@ from autotune.reporting.files import (
     write_html,
     write_markdown,
 )
-from autotune.reporting.rounds import Rounds, read_rounds
+from autotune.reporting.rounds import read_rounds
 from autotune.reporting.trials import (
-    FailureGroup,
-    Row,
     failure_groups,
     fastest,
     param_importances,
@@ -53,24 +51,6 @@ from autotune.workloads import resolve
 
 class ReportError(AutotuneError, RuntimeError):
     """A report that cannot be made; the message says why and what to do."""
-
-
-@dataclasses.dataclass(frozen=True)
-class StudyReport:
-    recipe: str
-    study: str
-    storage: str  # credentials redacted
-    hardware: str
-    counts: dict[str, int]  # complete, pruned, failed, unfinished
-    baseline: Row | None
-    best: tuple[Row, ...]
-    importances: dict[str, float] | None
-    notes: tuple[str, ...]  # what could not be shown, and why
-    failures: tuple[FailureGroup, ...]
-    figures: dict[str, Path]  # heatmap, history, importance: the ones written
-    markdown: Path
-    html: Path
-    rounds: Rounds | None = None  # None: no finalists measured again in this study, so no speed-up to state
 
 
 # -- finding and reading the study -------------------------------------------------------------

@@ -3,7 +3,8 @@
 - ``facts``: what the data set allows, read once (``DataFacts``);
 - ``runner``: one config built and measured in this process (``Runner``);
 - ``timing``: timing windows over the real loop, and its one-time costs;
-- ``steady``: a measurement's steady windows, until they agree, and the epoch boundaries among them;
+- ``steady``: a measurement's steady windows (``Windows``: how long, how many), until they agree, and the epoch
+  boundaries among them;
 - ``window``: one window's steps, clock and CPU time;
 - ``feed``: the batches a measurement takes, and what the loader had ready for each;
 - ``backlog``: the batches the workers prefetched, which no window may time;
@@ -12,7 +13,8 @@
 - ``capture``: why a CUDA graph could not be captured;
 - ``oom``: out-of-memory failures and what fits;
 - ``probe``: one feed of the step measured alone (synthetic batches on the device, the loader alone, the loop);
-- ``parts``: a config's step and loader measured apart, for the search's valuation (``autotune.study.planning.valuation``);
+- ``parts``: a config's step and loader measured apart, for the search's valuation
+  (``autotune.study.planning.valuation``);
 - ``serve``: the request loop of a trial process (the parity requests run ``autotune.parity``'s trial side).
 
 No Optuna here: the search (``autotune.study``) talks to trial processes through
@@ -25,7 +27,7 @@ __all__, __getattr__, __dir__ = lazy_exports(
     __name__,
     {
         "Measurement": "timing",
-        "Windows": "timing",
+        "Windows": "steady",
         "measure": "timing",
         "GpuSampler": "gpu",
         "Runner": "runner",

@@ -3,9 +3,8 @@
 While a loop warms up (cuDNN autotuning, graph capture, worker start-up), its
 workers fill their queues: up to num_workers x prefetch_factor batches. A loop
 that then drains that backlog runs at the speed of its step, not of its loader,
-for as long as the backlog lasts. Measured on an H200 host: a ResNet-50 loop fed
-by 4 JPEG-decoding workers ran 615 samples/s timed by hand for 25 s, and 2,142/s
-in short windows right after warm-up.
+for as long as the backlog lasts, and reads several times faster than a hand loop
+(docs/measuring.md, "How it measures", has the run).
 
 ``capacity`` is how many batches a loader can hold ready; ``ready`` is how many
 it holds now; ``in_flight`` how many its workers are still making. They read the
@@ -22,9 +21,8 @@ measurement that times an epoch's start-up without running the whole epoch
 calls it, then takes what is left: a new epoch's iterator started over the old
 one would wait for every batch still in the making, then receive (and pin) and
 throw away every batch held ready, which at a real epoch's end were used, not
-waited for. Seen on an H200 host: 16 persistent workers decoding JPEGs for
-ResNet-50 (64 batches of 154 MB held ready) cost 2.45 s at such a start and
-1.71 s at a real epoch's end. Where an epoch cannot be ended so, ``settle`` at
+waited for: such a start costs more than a real one (docs/measuring.md has the
+timings). Where an epoch cannot be ended so, ``settle`` at
 least waits for the workers to finish what they were given.
 """
 

@@ -48,8 +48,8 @@ def _process_cpu_s(pid: str) -> float | None:
 def processes_cpu_s(pids: Iterable[int]) -> float | None:
     """CPU seconds of these processes, all their threads; None where one cannot be read (gone, or no /proc).
 
-    A few reads a process, not a walk of /proc: cheap enough for a measurement to take at every window's edges
-    (a walk took 2.6-3.3 ms with 65-78 processes, and the workers went on making batches meanwhile).
+    A few reads a process, not a walk of /proc: cheap enough for a measurement to take at every window's edges,
+    where the workers go on making batches meanwhile (docs/measuring.md has the timings).
     """
     total = 0.0
     for pid in pids:

@@ -1,6 +1,6 @@
 """What a workload's data allows, read from a few small batches made the workload's way.
 
-The search space depends on it (``autotune.study.space.domains.DataFacts``): a CUDA
+The search space depends on it (``autotune.knobs.DataFacts``): a CUDA
 graph needs batches of one signature, channels_last a 4-D image batch, device
 placement rows that can be kept as tensors and a transform that gives the same
 sample twice. All of it is read from batches collated by the workload's own

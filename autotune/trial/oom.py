@@ -93,8 +93,8 @@ def free_before(device: str) -> int | None:
 
 # After a trial process on a GPU is killed, the next one waits until the memory free before the killed one
 # began is free again, less a CUDA context's worth (another process of this search may have started one
-# meanwhile), for at most RELEASE_WAIT_S. The driver frees a context's memory after its process has gone:
-# on an H200, a trial started 2 s after a killed one that held 139 GiB found 475 MiB free and failed oom.
+# meanwhile), for at most RELEASE_WAIT_S. The driver frees a context's memory after its process has gone; a trial
+# started before that finds the device still full (docs/measuring.md, "Faults").
 RELEASE_SLACK = 2 * 2**30
 RELEASE_WAIT_S = 30.0
 

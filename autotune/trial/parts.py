@@ -28,7 +28,7 @@ PART_WINDOWS = Windows(warmup_steps=5, window_s=0.2, min_windows=4, max_windows=
 def step_rate(runner: Any, config: Config, lr: float, windows: Windows = PART_WINDOWS) -> dict[str, float]:
     """Samples/s of `config`'s step on synthetic batches of the workload's structure, already on the device."""
     # One batch of the loop's own structure is all the step needs: made in this process, not by the config's
-    # workers, whose start (15 of them decoding a batch of 256 JPEGs each, on an H200 host) the step never uses.
+    # workers, whose start (as many as the cores, each decoding a batch of JPEGs) the step never uses.
     alone = dataclasses.replace(config, num_workers=0, persistent_workers=False, prefetch_factor=None)
     loader, step, _ = runner.build(alone, lr)
     first = next(iter(loader))
@@ -46,8 +46,8 @@ def loader_rate(runner: Any, config: Config, lr: float, windows: Windows = PART_
     """Samples/s of `config`'s loader alone, each batch copied to the device; each epoch's start-up spread over it."""
     if config.persistent_workers or config.num_workers == 0:
         # An epoch's start costs such a loader little (its workers stay up, or there are none), and timing one
-        # costs a whole epoch: ResNet-50's synthetic ImageNet at 4,400/s, 12 s a loader part on an H200. What the
-        # start does cost is in the interference factor the end-to-end trials learn.
+        # costs a whole epoch (docs/measuring.md, "How it measures"). What the start does cost is in the
+        # interference factor the end-to-end trials learn.
         windows = dataclasses.replace(windows, boundaries=0)
     loader, _, _ = runner.build(config, lr)
     non_blocking = config.pin_memory and runner.device.type == "cuda"

@@ -6,23 +6,36 @@ once the sampler is spent) are timed apart as its tail, never as a steady window
 Windows go on until the earlier and the later half agree and the windows are enough
 for their noise, or until a time limit leaves no room for the next; where an epoch
 has no room for steady windows beside its tail, each window is whole epochs.
+How long and how many windows to time is ``Windows``, which ``autotune.trial.timing`` takes too.
 What a window counts is ``autotune.trial.window``'s; what the measurement states
 from the windows, ``autotune.trial.timing``'s.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from autotune.trial.cputime import CpuTimes
 from autotune.trial.feed import Clock, Feed
 from autotune.trial.window import Window, pooled, run_steps, timed, waive
 
-if TYPE_CHECKING:  # an annotation only: timing, where Windows lives, imports this module at run time
-    from autotune.trial.timing import Windows
+
+@dataclasses.dataclass(frozen=True)
+class Windows:
+    """How long and how many windows to time; measuring stops once the noise allows."""
+
+    warmup_steps: int = 5
+    window_s: float = 0.25  # target seconds of work in one window
+    min_windows: int = 3
+    max_windows: int = 10
+    rel_tol: float = 0.03  # stop when the halves agree within this, and the mean's standard error is within it
+    boundaries: int = 2  # epoch boundaries to time
+    noisy: float = 0.05  # halves (or the standard error) still beyond this at max_windows: measured longer
+    extra_windows: int = 5  # how many more; still noisy then, the measurement is marked unreliable
 
 
 class Steady:
@@ -59,8 +72,8 @@ class Steady:
 
         Workers that start together deliver in waves, and the wait for the next wave falls in the next
         window (`Feed.hold`): a probe of 3 batches of one wave of 4 took no time, and the window sized on
-        it asked for the rest of the epoch (a fake-clock loader of such waves took 153 s to measure, 12 s
-        with the longer probe). Where the epoch left has no room for the longer probe, a window of a batch
+        it asked for the rest of the epoch (docs/measuring.md, "How it measures", has the fake-clock loader
+        that showed it). Where the epoch left has no room for the longer probe, a window of a batch
         per worker and the tail beside it, the probe stays at 3 steps: a probe that took that room would
         leave the first epoch none, or eat into its tail.
         """
@@ -125,10 +138,9 @@ class Steady:
 
         That is, the standard error of their mean, relative to it: their standard deviation, not the
         interquartile range the noise is stated as, which reads about 0.6 of a normal spread's deviation
-        from three windows. Halves that agree say little of windows this noisy: on an H200 host, three
-        windows of a 4-worker loader at ±10% (1,104, 1,025 and 1,248/s) had halves 3% apart and stopped
-        the trial at 1,116/s, while a plain loop timed for a minute on either side of it ran 887 and
-        856/s. A loader-bound window is off by a batch or so either way, errors that cancel in the
+        from three windows. Halves that agree say little of windows this noisy: three windows at ±10% once
+        stopped a trial a quarter above a plain loop timed on either side of it (docs/measuring.md, "How it
+        measures"). A loader-bound window is off by a batch or so either way, errors that cancel in the
         pooled rate: for those this errs toward measuring longer.
         """
         rates = [w.rate for w in self.windows]

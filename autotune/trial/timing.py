@@ -40,7 +40,8 @@ here: a caller that wants to stop early answers ``on_window``.
 
 This module is the measurement's outline: warm-up, the backlog skip, and the
 numbers stated from the windows. The windows themselves (their lengths, when they
-agree, the tails and boundaries timed among them) are ``autotune.trial.steady``'s.
+agree, the tails and boundaries timed among them, and ``Windows``, the settings that
+``measure`` takes) are ``autotune.trial.steady``'s.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ from autotune import batch as batches
 from autotune.trial import backlog
 from autotune.trial.cputime import CpuTimes
 from autotune.trial.feed import DRY_WAIT_S, Clock, Counter, Feed
-from autotune.trial.steady import Steady, too_short
+from autotune.trial.steady import Steady, Windows, too_short
 from autotune.trial.window import cpu_ms, pooled, run_steps, spread
 
 
@@ -99,27 +100,13 @@ class Measurement:
         return dataclasses.asdict(self)
 
 
-@dataclasses.dataclass(frozen=True)
-class Windows:
-    """How long and how many windows to time; measuring stops once the noise allows."""
-
-    warmup_steps: int = 5
-    window_s: float = 0.25  # target seconds of work in one window
-    min_windows: int = 3
-    max_windows: int = 10
-    rel_tol: float = 0.03  # stop when the halves agree within this, and the mean's standard error is within it
-    boundaries: int = 2  # epoch boundaries to time
-    noisy: float = 0.05  # halves (or the standard error) still beyond this at max_windows: measured longer
-    extra_windows: int = 5  # how many more; still noisy then, the measurement is marked unreliable
-
-
 def _skip_backlog(feed: Feed, step: Callable[..., Any], capacity: int, workers: int) -> int:
     """Take, untimed, the batches the workers prefetched while the loop warmed up; how many were taken.
 
     Then go on, two batches per worker at a time (one burst of their output is no sign of the
     drain's end), while what is held ready still shrinks: a loop that drains its backlog is not
     yet the loop that waits for its workers, and windows timed while it drains read high even
-    corrected for the drain (the H200 runs are in docs/measuring.md). Queues still about full
+    corrected for the drain (the runs are in docs/measuring.md). Queues still about full
     mean a step slower than its loader: nothing drains. Where the backlog cannot be read (so no
     window can correct for what remains of it), go on until a batch keeps the loop waiting.
     Either way at most twice the capacity more, and where that ends among the epoch's last

@@ -89,11 +89,11 @@ def waive(window: Window, allowance: int) -> tuple[Window, int]:
     batch was ready, and no window has drained since. That growth was not counted (a step slower than
     its loader refilling its queues is no faster for it), so its drain must not be counted either.
     Counted on one side only, a loop whose backlog swings, bursty, around a level read slower than it
-    ran: a quarter slower where it swings by a batch every two steps (the test). The truth rows on
-    an H200 host left 3-8% of their windows' samples out as such growth (calls 65-67 in
-    lab/results/h200_one_gpu/runs.log). Only drains of growth are waived: net, where an epoch's
-    windows drained the backlog below where they began, that much is still counted (in the first epoch,
-    what is left of the warm-up's prefetch: the backlog every window is corrected for).
+    ran: a quarter slower where it swings by a batch every two steps (the test). Real loaders leave a few
+    percent of their windows' samples out as such growth (docs/measuring.md, "How it measures"). Only
+    drains of growth are waived: net, where an epoch's windows drained the backlog below where they began,
+    that much is still counted (in the first epoch, what is left of the warm-up's prefetch: the backlog
+    every window is corrected for).
     """
     if window.drained > 0:
         waived = min(window.drained, allowance)

@@ -3,6 +3,7 @@
 - ``schema``: every key a profile may hold, validated without torch;
 - ``file``: read, write (atomically), match a profile to this machine;
 - ``api``: ``load_tuned``, ``tuned_loader``, ``tuned_step`` for the user's own training code;
+- ``loading``: how ``tuned_loader`` sorts your arguments, orders, refuses and builds its loader;
 - ``show``: a tuned file as a table;
 - ``export``: a profile in Hugging Face, Lightning or plain PyTorch terms;
 - ``distributed``: what a profile means under torchrun (per-process batch, global rate, cores per rank);

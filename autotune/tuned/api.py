@@ -19,19 +19,14 @@ from typing import Any, Callable
 
 import torch
 from torch.utils.data import DataLoader, Dataset
-from torch.utils.data.distributed import DistributedSampler
 
 from autotune.config import Config
-from autotune.knobs import STREAM_KNOBS
-from autotune.loop import DeviceLoader, Step, build_loader
-from autotune.loop.hooks import StepError
-from autotune.loop.loader import USER_LOADER_ARGS
+from autotune.loop import DeviceLoader, Step
+from autotune.loop.hooks import StepError, StepOptions
 from autotune.loop.sourced import WrappedLoader
-from autotune.tuned import caller, distributed
+from autotune.tuned import caller, distributed, loading
 from autotune.tuned import file as tuned_file
 from autotune.workloads import Workload, load, resolve
-from autotune.workloads.decode import NotTranslatable
-from autotune.workloads.locate import data_root
 from autotune.workloads.settings import baseline_config
 
 _told: set[tuple[str, str]] = set()
@@ -160,91 +155,11 @@ def tuned_loader(
     """
     device = torch.device(device) if device is not None else _default_device()
     tuned = load_tuned(recipe, device)
-    workload = tuned.workload
-    user = {key: kwargs.pop(key) for key in USER_LOADER_ARGS if key in kwargs}
-    user.setdefault("collate_fn", workload.collate_fn)
-    shuffle_given = "shuffle" in kwargs
-    shuffle = kwargs.pop("shuffle", workload.default("shuffle"))
-    drop_last = kwargs.pop("drop_last", workload.default("drop_last"))
-    try:
-        config = dataclasses.replace(tuned.config, **kwargs)
-    except TypeError as exc:
-        raise TypeError(
-            f"tuned_loader: unknown argument(s) {sorted(kwargs)}; it takes the knobs "
-            f"({', '.join(f.name for f in dataclasses.fields(Config))}), shuffle, drop_last, "
-            f"and the DataLoader arguments {', '.join(USER_LOADER_ARGS)}."
-        ) from exc
-    # Under torch.distributed, each rank's DistributedSampler (the user's, or one made here) comes first.
-    own_sampler = workload.build_sampler is not None and "batch_sampler" not in user and not config.bucketing
-    user, shuffle = distributed.shard(dataset, user, config, shuffle, shuffle_given, drop_last, recipe, own_sampler)
-    if own_sampler and "sampler" not in user:
-        user["sampler"] = workload.build_sampler(dataset)  # the workload's order, as its search measured it
-    _refuse_conflicts(config, user, shuffle, recipe)
-    # A knob of the streaming loader, asked of one that keeps the data on the device, with a value that loader
-    # does not already have (it runs no workers, pins nothing, decodes nothing): it would be ignored.
-    on_device = Config(batch_size=config.batch_size, placement="device")
-    streamed = sorted(k for k in kwargs if k in STREAM_KNOBS and kwargs[k] != getattr(on_device, k))
-    if config.placement == "device" and streamed:
-        whose = "placement='device' (given)" if "placement" in kwargs else f"{recipe}'s profile (placement=device)"
-        raise ValueError(
-            f"tuned_loader: {', '.join(f'{k}={kwargs[k]!r}' for k in streamed)} cannot apply: {whose} keeps the "
-            "data set on the device, where no DataLoader workers run; pass placement='stream' as well to stream it "
-            "with them."
-        )
-    # Lengths are read only for a bucketing loader; a workload without sample_lengths then fails naming the hook.
-    lengths = workload.lengths(dataset) if config.bucketing and config.placement == "stream" else None
-    workers = min(4, len(os.sched_getaffinity(0)))
-    if (
-        config.placement == "device"
-        and workload.build_device_dataset is not None
-        and workload.deterministic_transform is not True
-    ):
-        source = workload.build_device_dataset(data_root())
-        return build_loader(
-            source, config, shuffle, drop_last, device, workload.device_augment, materialize_workers=workers, **user
-        )
-    try:
-        return build_loader(
-            dataset, config, shuffle, drop_last, device, materialize_workers=workers, lengths=lengths, **user
-        )
-    except NotTranslatable as exc:  # this data set's pipeline is not the one the search measured
-        knob = "decode='cpu'" if config.decode == "gpu" else "device_normalize=False"
-        raise NotTranslatable(f"tuned_loader: {recipe}'s profile moves part of the pipeline to the device "
-                              f"({config.describe()}), but this data set's cannot move: {exc}; pass {knob} to "
-                              f"keep it in the workers") from exc
-
-
-def _refuse_conflicts(config: Config, user: dict[str, Any], shuffle: bool, recipe: str) -> None:
-    """One error for a DataLoader argument the tuned config cannot honour, naming both sides."""
-    # A DistributedSampler is an order over the data set's rows, which the device-resident loader follows too.
-    given = sorted(
-        key
-        for key, value in user.items()
-        if value is not None
-        and key != "collate_fn"
-        and not (key == "sampler" and isinstance(value, DistributedSampler))
-    )
-    if config.placement == "device" and given:
-        raise ValueError(
-            f"tuned_loader: {', '.join(given)} cannot apply: {recipe}'s profile keeps the data set on the device "
-            "(placement=device), which slices its own batches there without a DataLoader; pass "
-            "placement='stream' to keep your DataLoader arguments."
-        )
-    if user.get("batch_sampler") is not None:
-        raise ValueError(
-            f"tuned_loader: batch_sampler fixes the batch size, which {recipe}'s profile tunes "
-            f"(batch_size={config.batch_size}); pass sampler= instead, so the tuned batch size applies."
-        )
-    if user.get("sampler") is not None and config.bucketing and config.placement == "stream":
-        raise ValueError(
-            f"tuned_loader: sampler= and {recipe}'s profile (bucketing=True: batches of similar length) both choose "
-            "the order; pass bucketing=False to keep your sampler."
-        )
-    if user.get("sampler") is not None and shuffle:
-        raise ValueError(
-            f"tuned_loader: sampler= and shuffle=True both choose the order (shuffle=True is given, or is "
-            f"{recipe}'s default); pass shuffle=False with your sampler."
-        )
+    asked = loading.arguments(tuned.config, tuned.workload, kwargs)
+    user, shuffle = loading.order(dataset, tuned.workload, asked, recipe)
+    loading.refuse_conflicts(asked.config, user, shuffle, recipe)
+    loading.refuse_stream_knobs(asked, recipe)
+    return loading.build(dataset, tuned.workload, asked, user, shuffle, device, recipe)
 
 
 def tuned_step(
@@ -255,15 +170,9 @@ def tuned_step(
     device: torch.device | str | None = None,
     compute_loss: Callable[[torch.nn.Module, Any], torch.Tensor] | None = None,
     *,
-    clip_grad_norm: float | None = None,
-    accumulate: int = 1,
-    after_update: Callable[[], None] | None = None,
-    capture_after_update: bool = False,
-    tensor_lr: bool | None = None,
     cuda_graph: bool | None = None,
-    set_cudnn_benchmark: bool = True,
-    move_model: bool = True,
-    set_capturable: bool = True,
+    options: StepOptions | None = None,
+    **keywords: Any,
 ) -> Step:
     """A step that applies the profile's loop knobs to your model, loss and optimizer.
 
@@ -275,7 +184,8 @@ def tuned_step(
     learning rate the recipe states (``load_tuned(recipe).lr``) when the tuned batch
     size differs from yours.
 
-    Hooks (docs/api.md, under tuned_step): ``clip_grad_norm`` clips before each update; ``accumulate=N``
+    `keywords` are the step's options, as ``Step`` takes them (``StepOptions``, ``autotune.loop.hooks``;
+    docs/api.md, under tuned_step). Hooks: ``clip_grad_norm`` clips before each update; ``accumulate=N``
     makes each call one micro-batch and updates every Nth call; ``after_update()`` runs
     after each update (an EMA, logging). An LR scheduler works as in eager code, under a
     graph too. ``cuda_graph=False`` turns the profile's graph off.
@@ -302,19 +212,5 @@ def tuned_step(
                 f"tuned_step: give loss_fn or compute_loss; {recipe}'s workload declares no compute_loss(model, batch)"
             )
     config = tuned.config if cuda_graph is None else dataclasses.replace(tuned.config, cuda_graph=cuda_graph)
-    return Step(
-        model,
-        loss_fn,
-        optimizer,
-        config,
-        device,
-        compute_loss=compute_loss,
-        clip_grad_norm=clip_grad_norm,
-        accumulate=accumulate,
-        after_update=after_update,
-        capture_after_update=capture_after_update,
-        tensor_lr=tensor_lr,
-        set_cudnn_benchmark=set_cudnn_benchmark,
-        move_model=move_model,
-        set_capturable=set_capturable,
-    )
+    options = StepOptions.given(options, keywords, "tuned_step")
+    return Step(model, loss_fn, optimizer, config, device, compute_loss=compute_loss, options=options)

@@ -307,8 +307,8 @@ def pack(chunks: list[torch.Tensor]) -> Packed:
     """Byte tensors as one tensor and their lengths: what a worker hands over, one storage a batch.
 
     A list of 256 tensors crosses from a worker to the loop's process as 256 shared-memory handles, and is pinned
-    as 256 tensors; on an H200 host the loop then waited 60 ms a batch for 8 workers while 1.8 of 16 cores were
-    busy (decode=gpu, lab/history.md, 2026-12-05).
+    as 256 tensors: the loop then waited on its workers while most cores sat idle (docs/workloads.md, "Decoding on
+    the GPU").
 
     >>> packed, lengths = pack([torch.tensor([1, 2], dtype=torch.uint8), torch.tensor([3], dtype=torch.uint8)])
     >>> packed.tolist(), lengths.tolist()

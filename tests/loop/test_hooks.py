@@ -216,6 +216,24 @@ def test_a_hook_the_step_cannot_take_is_one_error(hooks: dict, error: type, matc
              torch.device("cpu"), **hooks)
 
 
+def test_the_step_takes_its_options_as_keywords_or_as_one_object() -> None:
+    from autotune.loop.hooks import StepOptions
+
+    model = _model()
+
+    def step(**given: object) -> Step:
+        return Step(model, nn.CrossEntropyLoss(), torch.optim.SGD(model.parameters(), lr=0.1), Config(batch_size=4),
+                    torch.device("cpu"), **given)
+
+    options = StepOptions(clip_grad_norm=1.0, accumulate=2)
+    assert step(clip_grad_norm=1.0, accumulate=2).options == options == step(options=options).options
+    assert (step(options=options).clip_grad_norm, step(options=options).accumulate) == (1.0, 2)
+    with pytest.raises(TypeError, match=r"^Step\(\) got an unexpected keyword argument 'clip'; the step options are "):
+        step(clip=1.0)
+    with pytest.raises(ValueError, match=r"`accumulate >= 1` .* but got accumulate=0\."):
+        step(options=options, accumulate=0)
+
+
 def test_move_model_false_refuses_a_model_on_another_device() -> None:
     model = _model()
     with pytest.raises(ValueError, match=r"its parameters are on \['cpu'\], not the step's device cuda"):

@@ -138,6 +138,32 @@ def test_tuned_step_passes_the_hooks_and_turns_the_profiles_graph_off_when_asked
     assert graphed.graph_reason == "cuda_graph needs a CUDA device, but the step runs on cpu"
 
 
+def test_tuned_step_hands_its_keywords_to_the_step_as_one_options_object(project: Path) -> None:
+    from autotune.loop import StepOptions
+
+    _write(project, "cpu", Config(batch_size=32))
+    model = load(resolve("tiny")).build_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = tuned_step(model, torch.nn.CrossEntropyLoss(), optimizer, recipe="tiny", device="cpu",
+                      clip_grad_norm=1.0, accumulate=4, set_cudnn_benchmark=False)
+    assert step.options == StepOptions(clip_grad_norm=1.0, accumulate=4, set_cudnn_benchmark=False)
+    # An options object travels whole; a keyword given beside it wins.
+    shared = StepOptions(clip_grad_norm=2.0, accumulate=2)
+    again = tuned_step(model, torch.nn.CrossEntropyLoss(), optimizer, recipe="tiny", device="cpu", options=shared)
+    assert again.options is shared
+    assert tuned_step(model, torch.nn.CrossEntropyLoss(), optimizer, recipe="tiny", device="cpu", options=shared,
+                      accumulate=8).options == StepOptions(clip_grad_norm=2.0, accumulate=8)
+
+
+def test_an_unknown_keyword_to_tuned_step_is_a_type_error_naming_the_step_options(project: Path) -> None:
+    _write(project, "cpu", Config(batch_size=32))
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(TypeError, match=r"^tuned_step\(\) got an unexpected keyword argument 'accumulation'; the step "
+                                        r"options are clip_grad_norm, accumulate, after_update, "):
+        tuned_step(model, torch.nn.MSELoss(), torch.optim.SGD(model.parameters(), lr=0.1), recipe="tiny",
+                   device="cpu", accumulation=4)
+
+
 def _next_line() -> int:
     """The line after the caller's: where the call it precedes is."""
     import inspect
