@@ -170,8 +170,14 @@ def _run(recipe: str, options: SearchOptions, gpus: str | None) -> None:
     Whatever was started is stopped on the way out, however the search ends.
     """
     from autotune.procs.early import StartedEarly, start_early
+    from autotune.procs.folders import check_search_folders
     from autotune.procs.searchers import parse_gpus
+    from autotune.workloads.locate import WorkloadError, resolve
 
+    try:
+        check_search_folders(options.state_dir, resolve(recipe).tuned_path)
+    except WorkloadError:
+        pass  # the search names a recipe it cannot find, with its own message
     early = start_early(recipe, options, gpus, echo=_say)  # before torch is imported: see autotune.procs.early
     try:
         import torch
