@@ -8,7 +8,10 @@ everything and lists every problem at once.
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
+import glob
 import os
 import shlex
 import tempfile
@@ -119,10 +122,13 @@ def write_profile(path: Path, recipe: str, hardware: str, profile: dict[str, Any
     text = header + tomli_w.dumps(data)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        remove_stale_temporaries(path)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMPORARY_SUFFIX, dir=path.parent)
     except OSError as exc:
         raise TunedFileWriteError(_unwritable(path, exc)) from exc
     try:
+        # Held until the file is in place: a temporary whose lock can be taken belongs to a writer that died.
+        fcntl.flock(fd, fcntl.LOCK_EX)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
@@ -140,6 +146,33 @@ def write_profile(path: Path, recipe: str, hardware: str, profile: dict[str, Any
             raise TunedFileWriteError(_unwritable(path, exc)) from exc
         raise
     return data
+
+
+TEMPORARY_SUFFIX = ".tmp"
+
+
+def remove_stale_temporaries(path: Path) -> list[Path]:
+    """Remove the temporaries of `path` that a killed writer left (``.NAME.tuned.toml.*.tmp``); the ones removed.
+
+    A writer holds a lock on its temporary until the file is in place, and a process's locks end with it, so a
+    temporary whose lock can be taken is stale. Nothing else in the folder is touched.
+    """
+    removed: list[Path] = []
+    for tmp in Path(path).parent.glob(f".{glob.escape(Path(path).name)}.*{TEMPORARY_SUFFIX}"):
+        try:
+            fd = os.open(tmp, os.O_RDONLY)
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # a live writer holds it
+        finally:
+            os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+            removed.append(tmp)
+    return removed
 
 
 def _mode_for(path: Path) -> int:
@@ -172,6 +205,7 @@ def check_writable(path: Path) -> None:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".check", dir=folder)
         os.close(fd)
         os.unlink(tmp)
+        remove_stale_temporaries(path)
     except OSError as exc:
         raise TunedFileWriteError(_unwritable(path, exc, before=True)) from exc
 
