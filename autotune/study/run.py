@@ -22,6 +22,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.config import Config
+from autotune.errors import AutotuneError
 from autotune.options import SearchOptions
 from autotune.parity.check import ParityCheck
 from autotune.procs.pool import TrialPool
@@ -35,7 +36,7 @@ from autotune.study.pools import SOLO, SearchPools, Team
 from autotune.study.profile import SearchResult
 from autotune.study.ranking import Results
 from autotune.study.setup import announce, open_study, prepare
-from autotune.study.shared import sharing, tickets
+from autotune.study.shared import sharing, storage_errors, tickets
 from autotune.study.shared.claim import wait_for_writer
 from autotune.study.trials import run_trials, taken, wait_for_other_workers
 
@@ -87,6 +88,13 @@ def run_steps(setup: Setup, pools: SearchPools, team: Team = SOLO) -> SearchResu
     except KeyboardInterrupt:
         pools.kill()
         raise
+    except AutotuneError:
+        raise
+    except Exception as exc:
+        failure = storage_errors.explain(exc, setup.storage_url, setup.study_name)
+        if failure is None:
+            raise
+        raise failure from exc
     finally:
         pools.stop()
 

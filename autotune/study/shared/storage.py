@@ -9,14 +9,14 @@ several hosts need a database server.
 from __future__ import annotations
 
 import random
-import re
 import time
 from pathlib import Path
 from typing import Any
 
 import optuna
 
-from autotune.study.shared import sharing
+from autotune.study.shared import sharing, storage_errors
+from autotune.study.shared.storage_errors import redact
 
 SQLITE_BUSY_TIMEOUT_S = 60  # searchers on one host wait this long for the SQLite file's lock
 CONNECT_TIMEOUT_S = 10  # an unreachable database server fails after this long, not TCP's minutes
@@ -54,6 +54,9 @@ def open_storage(url: str, create: bool = True) -> optuna.storages.RDBStorage:
             f"for PostgreSQL: pip install 'autotune[postgres]'."
         ) from exc
     except Exception as exc:  # sqlalchemy raises many kinds; the user needs one line
+        failure = storage_errors.explain(exc, given, "")
+        if failure is not None and create:
+            raise failure from exc
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise sharing.SharingError(f"cannot open study storage {redact(given)}: {first}{_next_step(url, exc)}") from exc
     if url.startswith("sqlite"):
@@ -124,8 +127,3 @@ def _serialise_sqlite(storage: optuna.storages.RDBStorage) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
     storage.engine.dispose()  # connections opened before the hooks would skip them
-
-
-def redact(url: str) -> str:
-    """The storage URL with its password hidden, fit to print."""
-    return re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", url)
