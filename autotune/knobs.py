@@ -83,6 +83,7 @@ class DataFacts:
     # Why pad_multiple / bucketing are left out ("": offered); trial.facts reads them off the workload.
     pad_refused: str = "the workload's collate_fn was not read"
     bucket_refused: str = "the workload's sample_lengths was not read"
+    sample_shapes: str = ""  # each tensor of a sample, as its first batch holds it: "1x28x28 float32, - int64"
 
 
 def max_workers(cpu_share: int, load_cpu_share: float) -> int:

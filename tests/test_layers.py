@@ -155,6 +155,7 @@ def test_a_deferred_import_is_an_edge_and_a_type_checking_one_is_not(tmp_path: P
 # the units before it: the shared context and the helpers first, then the steps in the order a search runs them, so
 # that no step imports a later one.
 STUDY_ORDER = [
+    "identity",  # which workload a study measured
     "space",  # the knobs, the seeds, the pruner
     "shared",  # one study, many searchers: storage, tickets, heartbeats, the writer's claim
     "context",  # Prepared, Setup, SearchError

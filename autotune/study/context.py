@@ -19,6 +19,7 @@ from autotune.config import Config, LrRule, scaled_lr
 from autotune.errors import AutotuneError
 from autotune.knobs import DataFacts, Machine
 from autotune.options import SearchOptions
+from autotune.study.identity import Identity
 from autotune.study.space.domains import Space
 from autotune.trial.timing import Windows
 from autotune.workloads import RecipeRef, Workload
@@ -47,6 +48,7 @@ class Prepared:
     echo: Callable[[str], None]
     started: float  # time.monotonic() when the search began
     started_at: float  # time.time(), compared with other searchers' records
+    identity: Identity  # the workload as its study measures it: source, DEFAULTS, data set (autotune.study.identity)
 
     def lr(self, config: Config, rule: str | None = None) -> float:
         """The learning rate `config` trains at: the workload's, scaled to its batch size by `rule` (default: the

@@ -22,9 +22,11 @@ import optuna
 
 from autotune.knobs import SpaceError, detect_machine
 from autotune.options import SearchOptions
+from autotune.study import identity
 from autotune.study.context import Prepared, SearchError, Setup, where_raised
 from autotune.study.failed import content
-from autotune.study.shared import sharing, tickets
+from autotune.study.identity import Identity, identity_of
+from autotune.study.shared import sharing, storage_errors, tickets
 from autotune.study.shared.storage import open_storage, redact
 from autotune.study.space.domains import build_space
 from autotune.study.space.pruner import ClearlyWorsePruner
@@ -101,6 +103,7 @@ def prepare(recipe: str, options: SearchOptions, echo: Callable[[str], None] = p
         echo=echo,
         started=started,
         started_at=started_at,
+        identity=identity_of(ref.workload_path, workload.defaults, facts.size, facts.sample_shapes),
     )
 
 
@@ -164,6 +167,7 @@ def open_study(p: Prepared, storage_url: str | None = None, study_name: str | No
         seed=seed, n_startup_trials=10, multivariate=True, group=True, constant_liar=True
     )
     try:
+        p = _for_this_workload(p, storage)
         study = optuna.create_study(
             storage=storage,
             study_name=p.study_name,
@@ -174,6 +178,7 @@ def open_study(p: Prepared, storage_url: str | None = None, study_name: str | No
         )
         with sharing.study_lock(storage, p.study_name):
             p = _bind(p, study)
+            _record_identity(p, study)
             content.measure_again_if_changed(study, p.ref.workload_path, p.echo)  # stale failures are measured again
             seeds = [
                 {"params": p.space.params(c) or {}, "user_attrs": {"role": "baseline" if c == p.baseline else "seed"}}
@@ -183,9 +188,44 @@ def open_study(p: Prepared, storage_url: str | None = None, study_name: str | No
     except (SearchError, SpaceError):
         raise
     except Exception as exc:
+        failure = storage_errors.explain(exc, p.storage_url, p.study_name)
+        if failure is not None:
+            raise failure from exc
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise SearchError(f"cannot open study {p.study_name!r} in {redact(p.storage_url)}: {first}") from exc
     return Setup(**{f.name: getattr(p, f.name) for f in dataclasses.fields(Prepared)}, study=study, storage=storage)
+
+
+def _for_this_workload(p: Prepared, storage: optuna.storages.BaseStorage) -> Prepared:
+    """The study this workload's numbers belong to: the default one, or, once the workload changed since that one
+    measured it, one beside it named with the new workload's digest. A study the user named is resumed as named."""
+    if p.options.study is not None:
+        return p
+    studies = {s.study_name: s for s in storage.get_all_studies()}
+    base = studies.get(p.study_name)
+    recorded = base.user_attrs.get(identity.ATTRIBUTE) if base is not None else None
+    if recorded is None or Identity(**recorded).digest == p.identity.digest:
+        return p  # a new study, one that measured this workload, or one made before identities were kept
+    beside = f"{p.study_name}~{p.identity.digest}"
+    changes = "; ".join(p.identity.changes_from(recorded))
+    if beside in studies:
+        p.echo(f"the workload changed since study {p.study_name!r} measured it ({changes}); resuming study "
+               f"{beside!r}, which measured it as it is now")
+    else:
+        p.echo(f"the workload changed since study {p.study_name!r} measured it ({changes}); starting study "
+               f"{beside!r} beside it (the old one is kept: --study {p.study_name!r} resumes it)")
+    return dataclasses.replace(p, study_name=beside)
+
+
+def _record_identity(p: Prepared, study: optuna.Study) -> None:
+    """Keep the workload's identity on the study; a study the user named and that measured another says so."""
+    recorded = study.user_attrs.get(identity.ATTRIBUTE)
+    if recorded is not None and Identity(**recorded).digest != p.identity.digest:
+        changes = "; ".join(p.identity.changes_from(recorded))
+        p.echo(f"  the workload changed since study {p.study_name!r} measured it ({changes}); resuming it as "
+               f"--study names it: its measurements were made on the workload as it was")
+    if recorded is None or recorded != p.identity.as_record():
+        study.set_user_attr(identity.ATTRIBUTE, p.identity.as_record())
 
 
 def _bind(p: Prepared, study: optuna.Study) -> Prepared:

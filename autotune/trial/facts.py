@@ -65,7 +65,18 @@ def read_facts(dataset: Any, workload: Workload) -> DataFacts:
         load_cpu_s=load_cpu_s(dataset, collate),
         pad_refused=pad_refusal(workload.collate_fn),
         bucket_refused=bucket_refusal(dataset, workload),
+        sample_shapes=sample_shapes(first),
     )
+
+
+def sample_shapes(batch: Any) -> str:
+    """Each tensor of one sample of `batch`, its shape without the batch dimension and its dtype.
+
+    >>> sample_shapes((torch.zeros(8, 1, 28, 28), torch.zeros(8, dtype=torch.int64)))
+    '1x28x28 float32, - int64'
+    """
+    return ", ".join(f"{'x'.join(map(str, t.shape[1:])) or '-'} {str(t.dtype).removeprefix('torch.')}"
+                     for t in batches.leaves(batch))
 
 
 def bucket_refusal(dataset: Any, workload: Workload) -> str:

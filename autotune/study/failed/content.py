@@ -1,7 +1,8 @@
 """A workload's failures belong to its content: once the workload changed, its failed configs are measured again.
 
-A study records a digest of the workload: its file and the ``.py`` files it imports
-from its own folder, found by reading its imports (nothing is executed). A study
+A study records a digest of the workload's source: its file and the ``.py`` files it imports
+from its own folder, found by reading its imports (``autotune.study.identity``). A changed workload
+gets a study of its own unless the user names the study (``--study``); a study so named and
 resumed after the workload changed queues every failed trial's config again, as
 a trial whose worker died is queued again (``autotune.study.shared.sharing``): the
 retry stands for the old trial, so the old failure no longer stops the search
@@ -12,40 +13,17 @@ for a new study to find.
 
 from __future__ import annotations
 
-import ast
-import hashlib
 from collections.abc import Callable
 from pathlib import Path
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.study.identity import source_digest as digest
+from autotune.study.identity import workload_files
 from autotune.study.shared import sharing
 
 ATTRIBUTE = "workload_digest"  # the study's user attribute: the digest its trials so far were measured with
-
-
-def workload_files(path: Path) -> list[Path]:
-    """The workload file and the .py files it imports from its folder, directly or through each other, sorted."""
-    folder = path.resolve().parent
-    found: set[Path] = set()
-    todo = [path.resolve()]
-    while todo:
-        current = todo.pop()
-        if current in found or not current.is_file():
-            continue
-        found.add(current)
-        todo += [f for name in _imported(current) for f in _in_folder(folder, name)]
-    return sorted(found)
-
-
-def digest(path: Path) -> str:
-    """A digest of what `workload_files` finds: their names relative to the folder, and their bytes."""
-    h = hashlib.sha256()
-    folder = path.resolve().parent
-    for f in workload_files(path):
-        h.update(str(f.relative_to(folder)).encode() + b"\0" + f.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
 
 
 def measure_again_if_changed(study: optuna.Study, path: Path, echo: Callable[[str], None]) -> list[int]:
@@ -83,29 +61,3 @@ def _retry_of(trial: FrozenTrial) -> FrozenTrial:
         user_attrs={"role": trial.user_attrs.get("role", "search")},  # the rest was the failed measurement's
         system_attrs=system_attrs,
     )
-
-
-def _imported(path: Path) -> list[str]:
-    """Module names `path` imports, as written (absolute, or relative to its folder)."""
-    try:
-        tree = ast.parse(path.read_bytes(), filename=str(path))
-    except (SyntaxError, ValueError):  # the import itself reports that; its digest still changes with its bytes
-        return []
-    names: list[str] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names += [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            names += [base, *(f"{base}.{alias.name}" if base else alias.name for alias in node.names)]
-    return [n for n in names if n]
-
-
-def _in_folder(folder: Path, name: str) -> list[Path]:
-    """The files of `folder` that module `name` (or a package on its way) would be imported from."""
-    parts = name.split(".")
-    found = []
-    for i in range(1, len(parts) + 1):
-        stem = folder.joinpath(*parts[:i])
-        found += [p for p in (stem.with_suffix(".py"), stem / "__init__.py") if p.is_file()]
-    return found

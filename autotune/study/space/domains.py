@@ -69,9 +69,16 @@ class Space:
         domain = self.domains[knob]
         if len(domain) == 1:
             return domain[0]
-        if knob in ("num_workers", "prefetch_factor"):
-            return trial.suggest_int(knob, domain[0], domain[-1])
-        return trial.suggest_categorical(knob, domain)
+        try:
+            if knob in ("num_workers", "prefetch_factor"):
+                return trial.suggest_int(knob, domain[0], domain[-1])
+            return trial.suggest_categorical(knob, domain)
+        except ValueError as exc:  # Optuna refuses a knob's domain that differs from the study's earlier trials'
+            raise SpaceError(
+                f"study {trial.study.study_name!r} searched another domain of {knob} than this search's "
+                f"({', '.join(map(str, domain))}): the workload or the machine changed since ({exc}). Search without "
+                f"--study to start a study for this workload, or name a new one."
+            ) from exc
 
     def params(self, config: Config) -> dict[str, Any] | None:
         """The study parameters that make `suggest` return `config`; None if outside the space."""
