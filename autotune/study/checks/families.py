@@ -147,7 +147,8 @@ class FamilyGate:
         return None if hopeless is None else f"{SKIPPED}: {hopeless}"
 
     def queue_same_math(self, setup: Setup, config: Config) -> Config | None:
-        """Queue, next, a skipped seed's twin with the baseline's math and the seed's other knobs; None if measured.
+        """Queue, next, a skipped seed's twin with the baseline's math and the seed's other knobs; the twin queued, or
+        None where it is the baseline, outside the space, or a config the study holds already.
 
         A seed is an informed guess at the loop's knobs, and most of its speed is in them (on an H200, batch 128 on
         the device, eager, ran 2.05x with random labels, where the seeds that found it changed the batch size too).

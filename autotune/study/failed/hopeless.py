@@ -1,7 +1,8 @@
 """Knob values that cannot work on this workload, found from the trials that failed.
 
-The seed's model calls ``out.view(out.size(0), 400)``, which no channels_last
-tensor satisfies: every trial with channels_last on fails with the same error.
+mnist_cnn, the MNIST CNN of the Stack Exchange question the project began
+from, calls ``out.view(out.size(0), 400)``, which no channels_last tensor
+satisfies: every trial with channels_last on fails with the same error.
 Once a value has failed with a code error (not an OOM, a timeout or a crash,
 which depend on the rest of the config) in every trial that used it, and often
 enough, the search stops spending trials on it. Blame goes to the value that
@@ -69,8 +70,8 @@ class Hopeless:
 
 
 def hopeless_values(trials: Iterable[Finished], min_failures: int = MIN_FAILURES) -> list[Hopeless]:
-    """The knob values to stop trying: cuda_graph=on after a host sync broke its capture, then the values that
-    explain the most code errors."""
+    """The knob values to stop trying: cuda_graph=on after a host sync broke its capture, the compile values a
+    failed compile rules out (``compile_failed``), then the values that explain the most code errors."""
     trials = list(trials)
     ran_pairs = {(k, _key(v)) for t in trials if t.ran for k, v in t.config.items()}
     failed = [t for t in trials if not t.ran and (t.reason or "").startswith("error:")]

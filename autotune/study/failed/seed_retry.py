@@ -41,7 +41,8 @@ def queue_retries(study: optuna.Study, storage: optuna.storages.RDBStorage, hope
                   baseline: Config) -> list[int]:
     """Put, next in the study's seeds, each failed seed's variant without the values now known hopeless.
 
-    Returns the numbers of the seed trials whose variants were added. Each seed trial is retried once.
+    Returns the numbers of the failed seed trials handled now (a variant is queued for each whose params change);
+    each seed trial is handled once.
     """
     if not hopeless:
         return []

@@ -80,7 +80,8 @@ def step_variants(seed: Config, space: Space) -> list[dict[str, Any]]:
 
 
 def loader_variants(seed: Config, space: Space, cores: int) -> list[dict[str, Any]]:
-    """The seed's loader, and its workers at half the cores and at all of them, each at two prefetch depths."""
+    """The seed's loader, and its workers at half the cores and at all of them, each at the seed's prefetch depth
+    and at 2."""
     if seed.placement != "stream" or seed.num_workers == 0:
         return [{}]
     workers = space.domains["num_workers"]
@@ -193,7 +194,8 @@ def order(groups: list[list[Config]], valuation: Valuation) -> Iterator[Config]:
 
 
 def make(setup: Setup, pool: TrialPool, valuation: Valuation) -> Plan | None:
-    """Value the grid from its parts, queue the fastest to measure next, record the rest; None if made before."""
+    """Value the grid from its parts, queue the fastest to measure next, record the rest; None if made before, or
+    if the search asked for fewer than PLAN_MIN_TRIALS trials."""
     if PLAN_ATTRIBUTE in setup.study.user_attrs or setup.options.trials < PLAN_MIN_TRIALS:
         return None  # a resumed search's plan was made (its queue is tickets or trials by now); or too few trials
     plan = Plan()

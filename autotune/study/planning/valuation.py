@@ -1,7 +1,8 @@
 """The loop valued from its parts: a predicted rate per config, and an interference factor learned from the trials.
 
 A loop runs at about the slower of its step on batches already on the device and
-its loader alone (the second seed's stage 2), where the two overlap: DataLoader
+its loader alone (the bottleneck-attribution stage of the GPU-bottleneck article
+the project began from), where the two overlap: DataLoader
 workers, or data kept on the device. Where one process does both in turn (no
 workers), at their harmonic sum. Both parts are cheap to measure
 (``autotune.trial.parts``), and a step rate serves every config with the same step
