@@ -302,8 +302,8 @@ def earlier_trial_of(setup: Setup, number: int, config: Config) -> FrozenTrial |
 
     One still running (on another searcher) is waited for; if its searcher dies, this one measures. A config the
     plan only valued is no such trial: it was never run, and its prediction is judged again now, by what the
-    search has learned since (``autotune.study.planning.skip.valued``). Reused, it kept such configs from ever running
-    while the prediction was still untrusted (a CPU search, 88% median error: 3 configs measured of 25).
+    search has learned since (``autotune.study.planning.skip.valued``). Reused, it would keep such configs from ever
+    running while the prediction is still untrusted (docs/search.md#the-plan-and-valuation).
     """
     target = setup.space.normalise(config)
     interval, grace = sharing.heartbeat_settings()

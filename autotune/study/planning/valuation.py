@@ -96,7 +96,7 @@ class Valuation:
 
     def too_large(self, config: Config) -> str | None:
         """The out-of-memory reason of `config`'s step, measured alone on one batch on the device: the whole loop
-        cannot fit either (on an H200, ResNet-50's batch-2048 seed took 68 s more to run out end to end)."""
+        cannot fit either, and finds out far later end to end (docs/search.md#memory)."""
         why = self.failed.get(("step", step_key(config)))
         return why if why is not None and why.startswith(OOM) else None
 
