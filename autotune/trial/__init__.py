@@ -12,7 +12,8 @@
 - ``capture``: why a CUDA graph could not be captured;
 - ``oom``: out-of-memory failures and what fits;
 - ``probe``: one feed of the step measured alone (synthetic batches on the device, the loader alone, the loop);
-- ``parts``: a config's step and loader measured apart, for the search's valuation (``autotune.study.planning.valuation``);
+- ``parts``: a config's step and loader measured apart, for the search's valuation
+  (``autotune.study.planning.valuation``);
 - ``serve``: the request loop of a trial process (the parity requests run ``autotune.parity``'s trial side).
 
 No Optuna here: the search (``autotune.study``) talks to trial processes through

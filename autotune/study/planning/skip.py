@@ -41,7 +41,8 @@ def valued(setup: Setup, trial: optuna.Trial, config: Config, lr: float, pool: T
 
     Its predicted rate is kept on the trial, labelled as predicted. The baseline always runs: every speed-up is
     stated against it. A seed runs unless the prediction, trusted by then (``Valuation.trusted``), puts it clearly
-    under the best measured: the plan's queued configs (``autotune.study.planning.plan``) are seeds too, and they come first.
+    under the best measured: the plan's queued configs (``autotune.study.planning.plan``) are seeds too, and they
+    come first.
     """
     timeout_s, shortened = part_timeout(setup)
     why = valuation.measure(pool, config, lr, timeout_s, shortened)

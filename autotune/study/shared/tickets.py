@@ -47,7 +47,8 @@ def target(study: optuna.Study, default: int) -> int:
     return int(study.user_attrs.get(TARGET_ATTRIBUTE, default))
 
 
-VALUED_ROLE = "valued"  # a config the plan valued from its parts and recorded without measuring (autotune.study.planning.plan)
+# The role of a config the plan valued from its parts and recorded without measuring (autotune.study.planning.plan).
+VALUED_ROLE = "valued"
 
 
 def started(trials: list[FrozenTrial]) -> list[FrozenTrial]:
