@@ -25,7 +25,8 @@ Below the steps, which import only downwards (``tests/test_layers.py`` keeps the
 
 Above them, ``gpus``: ``--gpus``, a searcher process per GPU sharing one study. What a search is asked to do is
 ``autotune.options``. Optuna is used here and by ``autotune.reporting``, which reads a stored study; the code that
-measures (``autotune.trial``, ``autotune.loop``) never imports it.
+measures (``autotune.trial``, ``autotune.loop``) never imports it. How the search spends its time, and the
+measurements behind each of its rules: docs/search.md.
 """
 
 from autotune.exports import lazy_exports

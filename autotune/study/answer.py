@@ -3,11 +3,11 @@
 A search whose baseline ran has an answer. When every faster config was rejected
 by the parity check, or the check could judge none of them (the baseline learned
 too little in it, or its own run failed), the tuned file keeps the workload's own
-settings at 1.0x and states the reason; that is a finding, not an error. The same
-finding once ended two ways: a 1.0x profile and exit 0 on a GPU, "no config faster
-than the baseline may win" and exit 2 on a CPU. Only a search in which not even the
-baseline ran ends without a file, and then this module says the real reason: a
-time budget spent before its trial could start is not "the failures above".
+settings at 1.0x and states the reason; that is a finding, not an error, and it
+ends the same way on every device (docs/search.md#the-finalists-rounds). Only a
+search in which not even the baseline ran ends without a file, and then this module
+says the real reason: a time budget spent before its trial could start is not "the
+failures above".
 """
 
 from __future__ import annotations

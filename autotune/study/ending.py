@@ -1,14 +1,14 @@
 """The search's end, kept until its tuned file is written: a rerun after a failed write measures nothing again.
 
 The parity verdicts and the finalists' rounds are the most expensive minutes of a
-heavy model's search (ResNet-50 on an H200: a check of about a minute, then rounds
-of 45-60 s per config). When only the write of the tuned file failed (a full disk,
-a folder made read-only), the same command again finds them here and writes the
-file from them, running no trial (``autotune.study.run``). They are kept on the
-study, keyed by what they were measured from (the finished trials and the options
-that shape the search and its end); a trial finished since, or other options, make
-them stale: the end is then measured afresh, from every trial. Once the file is
-written they are dropped, so a later rerun checks and measures afresh.
+heavy model's search (docs/search.md#the-finalists-rounds). When only the write of
+the tuned file failed (a full disk, a folder made read-only), the same command again
+finds them here and writes the file from them, running no trial
+(``autotune.study.run``). They are kept on the study, keyed by what they were
+measured from (the finished trials and the options that shape the search and its
+end); a trial finished since, or other options, make them stale: the end is then
+measured afresh, from every trial. Once the file is written they are dropped, so a
+later rerun checks and measures afresh.
 """
 
 from __future__ import annotations

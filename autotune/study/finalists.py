@@ -27,8 +27,8 @@ def choose(
 ) -> tuple[list[Config], ParityCheck | None]:
     """The configs to measure again: the fastest contenders that train like the baseline (unchecked: the fastest).
 
-    None when nothing faster may win: the baseline is then the answer, and the study keeps why
-    (``autotune.study.answer``). Only a search whose baseline never completed ends here without one.
+    An empty list when nothing faster may win: the baseline is then the answer, and the study keeps why
+    (``autotune.study.answer``). Raises ``SearchError`` when no trial completed, not even the baseline's.
     """
     if not setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         raise SearchError(answer.why_nothing_ran(setup.study, setup.options.time_budget_s, setup.elapsed(),

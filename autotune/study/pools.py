@@ -42,7 +42,8 @@ class SearchPools:
             early.stop()  # started on a guess that proved wrong (another device, or the study's own CPU share)
             early = None
         self.trials = early or self.new_pool(p.device)
-        self.trials.spare = p.machine.cuda  # on a GPU, a spare saves the ~7 s start-up wait after a failed trial
+        # On a GPU, a spare saves waiting for a process's start after a failed trial (docs/scale-out.md).
+        self.trials.spare = p.machine.cuda
         self.rounds: list[TrialPool] = []
 
     def new_pool(self, device: str) -> TrialPool:

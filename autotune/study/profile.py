@@ -35,7 +35,7 @@ class SearchResult:
     profile: dict[str, Any]
 
 
-NOISY = 0.25  # a noise past which a stated speed-up is a guess: on a 2-core CPU beside other jobs, ±61% was seen
+NOISY = 0.25  # a noise past which a stated speed-up is a guess, as on a busy host (docs/search.md#the-finalists-rounds)
 
 
 def winner(setup: Setup, finalists: list[Config], results: Results) -> Config:
@@ -221,9 +221,9 @@ def tokens(results: Results, best: Config, baseline: Config) -> dict[str, float]
 def autotuned_draws(setup: Setup, config: Config) -> list[float]:
     """The trials' measurements of `config`, if cuDNN autotunes it on a GPU; else none.
 
-    Autotuning chooses its plans afresh in each process (on an H200, mnist_cnn's fast
-    loop drew 1.60-1.76M samples/s), so every trial process that measured the config
-    is one more draw of what a training run gets, beside the rounds' fresh processes.
+    Autotuning chooses its plans afresh in each process, and a config's rate moves with
+    them (docs/measuring.md, on the noise stated), so every trial process that measured
+    the config is one more draw of what a training run gets, beside the rounds' fresh processes.
     They count in its noise only: the fastest trial is what made the config a finalist,
     so as a measurement of its speed it is biased upwards.
     """

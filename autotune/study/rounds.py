@@ -95,10 +95,9 @@ def _in_part(setup: Setup, pool: TrialPool, r: int, order: list[Config], results
              took: Mapping[Config, float]) -> None:
     """What of round `r` the budget covers: the baseline, then the leader, measured again as a round measures them.
 
-    A speed-up is one rate over another, and on a host where a loader-bound config's rate moves by a third between
-    processes (its workers' CPU per sample does), one process a side makes it one draw of the host: on an H200,
-    a search's single round put the workload's own settings at 1,297/s, which hand loops on the same host ran at
-    899-1,124/s. So the two configs the stated speed-up is made of are measured again while the budget covers
+    A speed-up is one rate over another, and on a host where a loader-bound config's rate moves between processes
+    (its workers' CPU per sample does), one process a side makes it one draw of the host (docs/measuring.md, on the
+    time budget). So the two configs the stated speed-up is made of are measured again while the budget covers
     each one's last time (`took`); a leader that falls behind is followed by the new one, once each. As in a
     whole round, the first starts afresh and the rest take the processes a round would (`_round`): the round's
     pool holds that many, started before the rounds.

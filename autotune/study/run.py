@@ -49,7 +49,8 @@ def search(
 ) -> SearchResult | None:
     """Run or resume the study for `recipe` and write its tuned file.
 
-    Returns None when another searcher of the same study wrote the tuned file (this one waits until it has).
+    Returns None when another searcher of the same study wrote the tuned file (this one waits until it has), or
+    when the options ask for no tuned file (a `--gpus` searcher's).
     `early`: trial processes the command line started before importing torch;
     adopted if they suit this search, stopped either way.
     """

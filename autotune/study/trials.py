@@ -1,9 +1,10 @@
 """A search's second step: take the study's tickets one by one and measure each config in a trial process.
 
-The loop follows ``optuna/study/_optimize.py``: ``run_trials`` -> ``_optimize``
--> ``_run_trial``, small functions with the state in the study. Each trial's
-config is suggested by the space, measured by a trial pool, and told to the
-study with its result or its failure reason. Every searcher's failures teach every
+The loop follows ``optuna/study/_optimize.py``: ``run_trials`` takes a ticket,
+``_run_trial`` runs it (``_take``, then ``why_not_run`` or ``_measure``, then
+``_tell``), small functions with the state in the study. Each trial's config is
+suggested by the space, measured by a trial pool, and told to the study with its
+result or its failure reason. Every searcher's failures teach every
 searcher: a knob value that fails every time it is tried is not tried again
 (``autotune.study.failed.hopeless``).
 """
@@ -63,7 +64,8 @@ KEPT_RESULT = (
 
 @dataclasses.dataclass
 class Learned:
-    """The knob values found hopeless so far in this process, and the sampler to narrow when one is."""
+    """What this process's trials have taught so far: the hopeless knob values (and the sampler to narrow when one
+    is found), the loader's ceilings, the parity verdicts by family, the valuation, and why the trials ended."""
 
     hopeless: list[Hopeless] = dataclasses.field(default_factory=list)
     sampler: optuna.samplers.BaseSampler | None = None  # the study's own, before any value was fixed
@@ -217,8 +219,9 @@ def why_not_run(setup: Setup, trial: optuna.Trial, config: Config, lr: float, po
     """The outcome of a config that need not run end to end, with its reason; None when it must be measured.
 
     In order of cost: a value known not to work, a math family the parity check rejected, a compile that alone
-    outlasts the best run, a loader that cannot feed the best so far, and last a rate valued from its parts (which
-    may measure a part). The baseline always runs: every speed-up is stated against it.
+    outlasts the best run, a config holding at least what one that ran out of memory held, a loader that cannot
+    feed the best so far, and last a rate valued from its parts (which may measure a part). The baseline always
+    runs: every speed-up is stated against it.
     """
     blocked = blocks(config.as_dict(), learned.hopeless)
     if blocked is not None:  # known not to work: record it, spend no time on it
@@ -233,7 +236,7 @@ def why_not_run(setup: Setup, trial: optuna.Trial, config: Config, lr: float, po
         if why is not None:  # its compile alone loses
             return Outcome("pruned", reason=why)
     why = skip.predicted(setup, trial, config, learned.loader)
-    if why is not None:  # its loader cannot feed the best so far
+    if why is not None:  # it cannot fit, or its loader cannot feed the best so far
         return Outcome("pruned", reason=why)
     if learned.valuation is not None and balance.SOLVED not in trial.user_attrs:
         # Its predicted rate is clearly worse, or its step alone ran out of memory.
@@ -299,8 +302,8 @@ def earlier_trial_of(setup: Setup, number: int, config: Config) -> FrozenTrial |
 
     One still running (on another searcher) is waited for; if its searcher dies, this one measures. A config the
     plan only valued is no such trial: it was never run, and its prediction is judged again now, by what the
-    search has learned since (``autotune.study.planning.skip.valued``). Reused, it kept such configs from ever running
-    while the prediction was still untrusted (a CPU search, 88% median error: 3 configs measured of 25).
+    search has learned since (``autotune.study.planning.skip.valued``). Reused, it would keep such configs from ever
+    running while the prediction is still untrusted (docs/search.md#the-plan-and-valuation).
     """
     target = setup.space.normalise(config)
     interval, grace = sharing.heartbeat_settings()

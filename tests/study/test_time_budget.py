@@ -161,8 +161,7 @@ def _rounds_of(seconds: dict[Config, float], rates: dict[Config, list[float | No
                 return Outcome("failed", reason="crashed: trial process killed by signal SIGKILL")
             return Outcome("complete", result={"samples_per_s": rate})
 
-    # Each config's trial took what its run takes here (``autotune.study.clock.round_cost`` costs a first round
-    # by them).
+    # Each config's trial took what its run takes here (autotune.study.clock.round_cost costs a first round by them).
     study = optuna.create_study(direction="maximize")
     for config, took in seconds.items():
         study.add_trial(create_trial(state=TrialState.COMPLETE, value=1.0, params={"x": 0.0},

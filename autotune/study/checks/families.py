@@ -3,10 +3,9 @@
 A math family is what a config trains with apart from the knobs that keep the
 baseline's arithmetic (``autotune.parity.verdict.SAME_MATH_KNOBS``): its batch size
 with its learning rate, amp, decode, bucketing, padding, and any later knob that
-changes the arithmetic (compile). Checked only after the trials, the verdicts came
-too late to steer anything: on an H200, a text workload's check spent its whole
-share on six batch-4096 configs, all "same numerics", never reached the fast
-batch-1024 and 256 ones, and the search ended without a file. Here:
+changes the arithmetic (compile). Checked only after the trials, the verdicts come
+too late to steer anything: the check's share can go to one rejected family while
+faster ones wait (docs/search.md#the-parity-check-inside-the-search). Here:
 
 - after each trial, every new contender's family is judged (its twins reuse the
   verdict without a run);
@@ -147,10 +146,11 @@ class FamilyGate:
         return None if hopeless is None else f"{SKIPPED}: {hopeless}"
 
     def queue_same_math(self, setup: Setup, config: Config) -> Config | None:
-        """Queue, next, a skipped seed's twin with the baseline's math and the seed's other knobs; None if measured.
+        """Queue, next, a skipped seed's twin with the baseline's math and the seed's other knobs; the twin queued, or
+        None where it is the baseline, outside the space, or a config the study holds already.
 
-        A seed is an informed guess at the loop's knobs, and most of its speed is in them (on an H200, batch 128 on
-        the device, eager, ran 2.05x with random labels, where the seeds that found it changed the batch size too).
+        A seed is an informed guess at the loop's knobs, and most of its speed is in them
+        (docs/search.md#the-parity-check-inside-the-search).
         """
         math = {k: getattr(setup.baseline, k) for k, _ in math_family(config)}
         twin = setup.space.normalise(setup.space.clip(Config(**{**config.as_dict(), **math})))

@@ -2,7 +2,7 @@
 
 A search stopped during its finalist rounds (SIGTERM from a scheduler, Ctrl-C)
 and run again has no trial left to run, and made its check afresh: other runs,
-other verdicts, another winner (``autotune.parity.kept`` gives the H200 case).
+other verdicts, another winner (docs/search.md#the-parity-check-inside-the-search).
 Here the check's state is stored in the study each time it reaches a verdict,
 and the rerun's check, in its family gate or for its finalists, goes on from it:
 a verdict once reached stands, and no config is judged twice.

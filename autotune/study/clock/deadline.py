@@ -19,17 +19,14 @@ from autotune.study.ranking import baseline_rate, contenders, rate_leader, trial
 
 
 def out_of_time(setup: Setup, check_spent_s: float = 0.0) -> bool:
-    """No trial may start: the time left in the budget would not cover the end of the search.
+    """No trial may start: the time left in the budget would not cover a trial and the end of the search.
 
-    The end is the parity check (the baseline's run at its trial's rate, each candidate's guessed at
-    half that, and never more than the check's own share of the budget, which bounds it) and the
-    finalists' first round (each config measured once, as long as a trial took: the median wall time
-    of the trials that completed), for as many finalists as there are complete configs so far. The rounds
-    after the first run on what is left (``autotune.study.rounds.measure_rounds``): reserved too, they
-    ended an H200 ResNet-50 search after 4 trials, and its second round was then not run, 79 s unused.
-    A failed or pruned trial's time is not what a round costs: on an H200, one ResNet-50 trial that ran
-    out of memory after a minute of filling batch 2048 made the median a round's cost and ended the
-    search after two trials.
+    A trial is the median wall time of the complete trials. The end is the parity check's training runs, where a
+    complete trial changed the batch size (the baseline's run at its trial's rate, each finalist's guessed at half
+    that, never more than the check's own share of the budget, less what the check spent during the trials), and
+    the finalists' first round (``reserve_s``). The rounds after the first run on what is left
+    (``autotune.study.rounds.measure_rounds``), and only complete trials cost a round: a failed or pruned trial's
+    time is not what a round costs (docs/search.md#when-no-trial-may-start).
     """
     budget = setup.options.time_budget_s
     if budget is None:
@@ -64,23 +61,23 @@ def _trial_s(complete: list[FrozenTrial]) -> float | None:
 
 def _reserve_s(setup: Setup, complete: list[FrozenTrial], trial_s: float, check_spent_s: float) -> float:
     # No more finalists than trials have completed besides the baseline's: costed at the full count, a heavy
-    # model's first two trials (ResNet-50 on 5 cores, 31 and 37 s) ended an H200 search of 338 s after 68 s.
+    # model's first two trials would end its search early (docs/search.md#when-no-trial-may-start).
     finalists = min(setup.options.finalists, max(1, len(complete) - 1))
     check_s = 0.0
     rate = baseline_rate(setup)
     # Training runs judge a new batch size only: a config at the baseline's batch that changes amp or compile is
-    # judged by its gradients, in seconds (autotune.parity.numerics), and the rest keep the baseline's math. On an
-    # H200 the reserved baseline run (72 s) of a ResNet-50 search whose configs all kept batch 256 cost it a trial.
+    # judged by its gradients, in seconds (autotune.parity.numerics), and the rest keep the baseline's math; a run
+    # reserved for nothing costs a heavy model a trial (docs/search.md#when-no-trial-may-start).
     new_batch = any(setup.config_of(t).batch_size != setup.baseline.batch_size
                     for t in complete if "config" in t.user_attrs)
     if setup.options.parity_check and rate and new_batch:
         samples, _ = run_length(setup.baseline.batch_size, max(setup.space.domains["batch_size"]), rate)
         check_s = min(samples / rate * (1 + 0.5 * finalists), check_budget(setup) or float("inf"))
         check_s = max(0.0, check_s - check_spent_s)  # what the check made during the trials is spent already
-    # A round measures each config as long as its own trial took, build included (``autotune.study.clock.round_cost``).
-    # On an H200, ResNet-50's trials measured 11-15 s, its compiled one took 56 s, and its first round 131 s for four
-    # configs: costed at the median trial's time, the search ended 90 s past its budget. The likely finalists are the
-    # contenders so far, fastest first, and the rate leader; a slot no contender fills yet costs a median trial.
+    # A round measures each config as long as its own trial took, build included (autotune.study.clock.round_cost):
+    # a compiled config's round costs far more than the median trial (docs/search.md#what-a-round-costs). The likely
+    # finalists are the contenders so far, fastest first, and the rate leader; a slot no contender fills yet costs a
+    # median trial.
     found = contenders(setup)
     likely = list(found)[:finalists]
     leader = rate_leader(setup, found)
@@ -100,8 +97,8 @@ def part_timeout(setup: Setup, stage_left_s: float | None = None) -> tuple[float
 
     The trial's limit (``--trial-timeout``), or less where the budget, less what the end of the search needs
     (``reserve_s``), ends first, or the stage that asks (`stage_left_s`: the plan's share of the budget, say) does;
-    never under MIN_PART_S unless the trial's limit is. On a busy 2-core CPU a 150 s search ran to 201 s: a part
-    given the trial's 90 s timed out at 60 s into it, then its config was measured whole.
+    never under MIN_PART_S unless the trial's limit is: a part given the trial's whole limit late in a search runs
+    it past its budget (docs/search.md#parts-under-the-clock).
     """
     limit = setup.options.trial_timeout_s
     left = [limit]
@@ -115,7 +112,8 @@ def part_timeout(setup: Setup, stage_left_s: float | None = None) -> tuple[float
 
 # A trial is given up once it has taken this many times the best declared run so far, plus this many seconds:
 # however fast it would train after that, the best config finishes the whole run first. The margin keeps a
-# trial on a busy host, or one in a process that has just started, from being stopped on what noise costs.
+# trial on a busy host, or one in a process that has just started, from being stopped on what noise costs
+# (docs/search.md#giving-up-a-trial).
 GIVE_UP_FACTOR = 2.0
 GIVE_UP_MARGIN_S = 30.0
 

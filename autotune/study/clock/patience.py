@@ -1,14 +1,13 @@
 """When a search has stopped finding: so many trials in a row without a faster config that it ends early.
 
-A small model's trials take a second or two, so ``--trials`` (40) and the budget
-(480 s) are not what ends its search: on an H200, mnist_cnn's search had its
-winner 50 s in and spent four more minutes on compiled configs slower than it and
-on the sampler proposing configs already measured, then wrote the same winner.
-After the plan (``autotune.study.planning.plan``) has measured what it ranked high, a run of
-PATIENCE trials (measured, pruned, skipped, failed, or the sampler's repeats of a
-measured config) none of which beat the best by IMPROVEMENT ends the trials. A
-heavy model's search rarely gets there within its budget: each of its trials
-takes most of a minute, and its budget ends it first.
+A small model's trials take a second or two, so ``--trials`` and the budget are
+not what ends its search: it finds its winner early and spends the rest on
+slower configs and the sampler's repeats (docs/search.md#patience). After the
+plan (``autotune.study.planning.plan``) has measured what it ranked high, a run
+of PATIENCE trials (measured, pruned, skipped, failed, or the sampler's repeats
+of a measured config) none of which beat the best by IMPROVEMENT ends the
+trials. A heavy model's search rarely gets there within its budget: each of its
+trials takes most of a minute, and its budget ends it first.
 """
 
 from __future__ import annotations
@@ -18,7 +17,8 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.study.shared import tickets
 
 PATIENCE = 12  # trials in a row that found nothing faster
-IMPROVEMENT = 0.02  # a new best beats the one before by more than this share (a trial's own noise is about 1-2%)
+# A new best beats the one before by more than this share, about a trial's own noise (docs/search.md#patience).
+IMPROVEMENT = 0.02
 
 
 def stale(trials: list[FrozenTrial]) -> tuple[int, FrozenTrial | None]:

@@ -4,11 +4,10 @@ A round measures each config in a process started for the rounds (while the pari
 check runs), so what a config costs there is what its trial cost in the study: its
 build (a compiled step compiles again) and its measurement, its trial's wall time. The
 first trial's wall time has its process's start in it too, and stands for the round's
-fresh start. A median over all trials does not say it: on an H200 a compiled ResNet-50
-trial took 56 s against the others' 11-15 s, and the search's first round (444 s to
-569 s) ended it 89 s past its 480 s budget. Nor does a start added to every config: on
-an H100 the first trial's 49 s of start (the data set's first read, CUDA's) costed a
-round of three at 219 s, which took 50 s, and ended the trials 280 s into 480.
+fresh start. A median over all trials does not say it (a compiled config's trial takes
+several times the others'), nor does a start added to every config (the first trial's
+start is the data set's first read, paid once): both cost a round wrongly, one past the
+budget, the other ending the trials early (docs/search.md#what-a-round-costs).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Knob values that cannot work on this workload, found from the trials that failed.
 
-The seed's model calls ``out.view(out.size(0), 400)``, which no channels_last
-tensor satisfies: every trial with channels_last on fails with the same error.
+mnist_cnn, the MNIST CNN of the Stack Exchange question the project began
+from, calls ``out.view(out.size(0), 400)``, which no channels_last tensor
+satisfies: every trial with channels_last on fails with the same error.
 Once a value has failed with a code error (not an OOM, a timeout or a crash,
 which depend on the rest of the config) in every trial that used it, and often
 enough, the search stops spending trials on it. Blame goes to the value that
@@ -11,13 +12,11 @@ origin narrows them: one raised in a DataLoader worker blames loader knobs, any
 other knobs of the step. Values still tied are blamed together: only a config
 that sets every one of them is skipped, until a failure without one of them (or
 a trial that ran one) tells them apart; meanwhile the sampler may still propose
-them together, and each such proposal is skipped as a failed trial. Seen on an
-H200: mnist_cnn's first two failures had channels_last=on, cudnn_benchmark=on
-and prefetch_factor=4 in common. Blaming prefetch_factor (first by name) let
-channels_last fail 10 more of a 30-trial search; blaming cudnn_benchmark (first
-among the step's knobs) skipped five seeds, among them batch 1024 on the device
-in a graph, and the search stated 1.13M samples/s. A trial skipped by
-prediction never ran its config, so its values are not cleared by it.
+them together, and each such proposal is skipped as a failed trial. Blaming one
+of them by its name, or the step's knobs first, blamed a value that was not
+broken: the broken one failed on, or good seeds were skipped
+(docs/search.md#failure-learning). A trial skipped by prediction never ran its
+config, so its values are not cleared by it.
 
 One failure is enough for a CUDA graph that a host sync in the step broke
 (``autotune.trial.capture``): the sync is in the workload's code, so every
@@ -69,8 +68,8 @@ class Hopeless:
 
 
 def hopeless_values(trials: Iterable[Finished], min_failures: int = MIN_FAILURES) -> list[Hopeless]:
-    """The knob values to stop trying: cuda_graph=on after a host sync broke its capture, then the values that
-    explain the most code errors."""
+    """The knob values to stop trying: cuda_graph=on after a host sync broke its capture, the compile values a
+    failed compile rules out (``compile_failed``), then the values that explain the most code errors."""
     trials = list(trials)
     ran_pairs = {(k, _key(v)) for t in trials if t.ran for k, v in t.config.items()}
     failed = [t for t in trials if not t.ran and (t.reason or "").startswith("error:")]
@@ -118,8 +117,8 @@ def graph_broken_by_a_sync(trials: Iterable[Finished]) -> list[Hopeless]:
 
 
 # What a Dynamo trace of the step sees of the batch besides its shape: where it comes from, its memory format and
-# its dtype. A graph break can come from one of them: on an H200, mnist_cnn's `out.view(...)` broke the graph on a
-# streamed channels_last batch, while the same CNN compiled on a device-resident contiguous one.
+# its dtype. A graph break can come from one of them, so a break rules out compile in that layout only, and
+# everywhere once a second layout breaks too (docs/compile.md).
 BATCH_LAYOUT = ("placement", "channels_last", "device_normalize")
 
 

@@ -3,11 +3,9 @@
 The seeds are the informed guesses (``autotune.study.space.seeds``), and most of them turn
 several knobs on at once. When one value proves hopeless (``autotune.study.failed.hopeless``:
 a CUDA graph that a host sync in the step breaks, channels_last on a model that
-``view``s its activations), skipping every seed that sets it threw the rest of each
-guess away: on an H200, a forward with ``.item()`` failed capture in its graph seeds,
-and the search never measured batch 128 with the data on the device, eager, which
-ran 2.05x once a longer search found it. Here such a seed keeps its other knobs and
-takes the baseline's value of the hopeless one instead.
+``view``s its activations), skipping every seed that sets it throws the rest of each
+guess away, and with it configs that win (docs/search.md#failure-learning). Here such
+a seed keeps its other knobs and takes the baseline's value of the hopeless one instead.
 """
 
 from __future__ import annotations
@@ -41,7 +39,8 @@ def queue_retries(study: optuna.Study, storage: optuna.storages.RDBStorage, hope
                   baseline: Config) -> list[int]:
     """Put, next in the study's seeds, each failed seed's variant without the values now known hopeless.
 
-    Returns the numbers of the seed trials whose variants were added. Each seed trial is retried once.
+    Returns the numbers of the failed seed trials handled now (a variant is queued for each whose params change);
+    each seed trial is handled once.
     """
     if not hopeless:
         return []

@@ -9,13 +9,11 @@ from the step. Per sample, in seconds:
     workers: (1 - s) / H        device: 1 / S + s * c
 
 where c is what one device-decoded sample costs the step. The parts cannot show c: the decode
-alone ran 23,268/s on an idle H100, 6,221/s beside a step's kernels (lab/results/h100_2026-12-06).
+alone runs far faster on an idle device than beside a step's kernels (docs/search.md#the-hybrid-decodes-share).
 One hybrid measured end to end at s0, rate R0, where the device is what limits it, gives it:
 c = (1/R0 - 1/S) / s0. The loop runs at its slower side, so the best share is where both take
-as long: s* = (1/H - 1/S) / (1/H + c). That H100 host's half-and-half hybrid ran 4,445/s beside a
-compiled step of 5,735/s and workers of 4,970/s: c = 0.10 ms, s* = 9%, and the grid's 12.5% is
-predicted at 5,347/s, over both the half and the workers alone. The share the seeds guess (a half)
-is one measurement; the model turns it into the share the host and the card call for.
+as long: s* = (1/H - 1/S) / (1/H + c). The share the seeds guess (a half) is one measurement;
+the model turns it into the share the host and the card call for.
 """
 
 from __future__ import annotations

@@ -2,13 +2,11 @@
 best config's whole declared run.
 
 The search ranks configs by the time they take to finish the workload's declared run, one-time costs included
-(``autotune.study.ranking.declared_run_s``), and a compile is one of them. Where the whole run is seconds long, no
-compiled step can win it: on an H100, mnist_cnn's best config trained its 10 epochs in 1.6 s, its compiled step
-part (default mode) took 17 s, compile included, and two trials of max-autotune-no-cudagraphs took 147 and 153 s each,
-most of it compiling, before the pruner could judge them (their search took 445 s where the one before took 90 s). A
-compile's cost is known once one step of the model has compiled, in a trial or in a step part
-(``autotune.trial.parts``); a mode that does more (max-autotune benchmarks kernel choices on top of what default
-mode compiles) costs at least as much. Where the run is long (ResNet-50's 90 epochs, 990 s), nothing is skipped.
+(``autotune.study.ranking.declared_run_s``), and a compile is one of them: where the whole run is seconds long, no
+compiled step can win it, and its trials only spend the budget compiling (docs/search.md#compile-cost). A compile's
+cost is known once one step of the model has compiled, in a trial or in a step part (``autotune.trial.parts``); a
+mode that does more (max-autotune benchmarks kernel choices on top of what default mode compiles) costs at least as
+much. Where the run is long, nothing is skipped.
 """
 
 from __future__ import annotations

@@ -10,9 +10,8 @@ algorithm choice move the need by a workspace, so they must match unless the
 batch is at least twice the failed one. Loader knobs hold host memory only.
 An oom reason is the config's own (``autotune.procs.pool`` measures a trial that
 failed beside another autotune process once more alone), so such a config cannot
-fit, and running it costs a trial: on an H200, ResNet-50 at batch 8192 took 40 s
-to fill its first batch from JPEGs before it failed, twice in one search, after
-batch 2048 had failed the same way.
+fit, and running it costs a trial: a large batch fills its first batch before it
+fails (docs/search.md#memory).
 """
 
 from __future__ import annotations

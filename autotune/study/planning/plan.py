@@ -1,10 +1,11 @@
 """The search's plan: a grid of configs valued from their parts, and the best of them measured end to end next.
 
 A trial of a heavy model costs most of a minute end to end (process, build, warm-up,
-the prefetched backlog, windows over epoch boundaries): on an H200, an 8-minute
-ResNet-50 search measured 4 configs, and the hand-written seeds decided. Its parts
-cost seconds (``autotune.trial.parts``), and one step rate serves every config with
-the same step knobs, one loader rate every config with the same loader knobs. So,
+the prefetched backlog, windows over epoch boundaries), so a search of its budget
+measures a handful of configs and the seeds decide
+(docs/search.md#the-plan-and-valuation). Its parts cost seconds
+(``autotune.trial.parts``), and one step rate serves every config with the same
+step knobs, one loader rate every config with the same loader knobs. So,
 once the baseline has run, the plan crosses each seed's step with a few step
 variants (the graph, compile, amp flipped) and its loader with a few loader variants
 (the workers at the seed's count, half the cores and all of them; two prefetch
@@ -80,7 +81,8 @@ def step_variants(seed: Config, space: Space) -> list[dict[str, Any]]:
 
 
 def loader_variants(seed: Config, space: Space, cores: int) -> list[dict[str, Any]]:
-    """The seed's loader, and its workers at half the cores and at all of them, each at two prefetch depths."""
+    """The seed's loader, and its workers at half the cores and at all of them, each at the seed's prefetch depth
+    and at 2."""
     if seed.placement != "stream" or seed.num_workers == 0:
         return [{}]
     workers = space.domains["num_workers"]
@@ -145,8 +147,8 @@ def distributions(space: Space, params: dict[str, Any]) -> dict[str, BaseDistrib
 
 def time_limit(setup: Setup) -> float:
     """Seconds the plan's parts may take: as long as PLAN_TRIALS end-to-end trials took (the baseline's), within
-    PLAN_SHARE of the budget. A small model's trial takes seconds, and so must its plan: a compile alone costs it
-    20 s (mnist_cnn on an H200), where a heavy model's trial takes most of a minute."""
+    PLAN_SHARE of the budget. A small model's trial takes seconds, and so must its plan, where a heavy model's trial
+    takes most of a minute (docs/search.md#the-plan-and-valuation)."""
     budget = setup.options.time_budget_s
     share = PLAN_SHARE * budget if budget is not None else PLAN_S_WITHOUT_BUDGET
     complete = setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
@@ -171,10 +173,9 @@ def order(groups: list[list[Config]], valuation: Valuation) -> Iterator[Config]:
     worth trying, so the plan sees each feed and each step before it varies any. Then the other configs of each
     group, the group of the fastest prediction first. Read lazily: each skip weighs the parts measured until then.
 
-    Where the workers' loader runs slower than the eager step fed by the device's decode (ResNet-50 from JPEGs on
-    16 cores), the compiled step fed by the workers is never compiled, and the one fed by the device is. The order
-    before this measured each group's worker counts and prefetch depths first and every compile last: on that host,
-    2 step and 6 loader rates of the first group filled the plan's 120 s, and no compiled config was valued.
+    Where the workers' loader runs slower than the eager step fed by the device's decode, the compiled step fed by
+    the workers is never compiled, and the one fed by the device is. Worker counts and prefetch depths measured
+    first would fill the plan's time before any compile (docs/search.md#the-plan-and-valuation).
     """
 
     def fastest(configs: list[Config]) -> float:
@@ -193,7 +194,8 @@ def order(groups: list[list[Config]], valuation: Valuation) -> Iterator[Config]:
 
 
 def make(setup: Setup, pool: TrialPool, valuation: Valuation) -> Plan | None:
-    """Value the grid from its parts, queue the fastest to measure next, record the rest; None if made before."""
+    """Value the grid from its parts, queue the fastest to measure next, record the rest; None if made before, or
+    if the search asked for fewer than PLAN_MIN_TRIALS trials."""
     if PLAN_ATTRIBUTE in setup.study.user_attrs or setup.options.trials < PLAN_MIN_TRIALS:
         return None  # a resumed search's plan was made (its queue is tickets or trials by now); or too few trials
     plan = Plan()

@@ -20,8 +20,8 @@ from autotune.study.planning.valuation import VALUATION_ATTRIBUTE, Valuation, cu
 
 
 def predicted(setup: Setup, trial: optuna.Trial, config: Config, loader: LoaderModel | None) -> str | None:
-    """Why `config` cannot win (a config that ran out of memory holds less; the loader's ceiling is below the best
-    so far); None to measure it."""
+    """Why `config` cannot win (it holds at least what a config that ran out of memory held, or its loader's ceiling
+    is below the best so far); None to measure it."""
     if trial.user_attrs.get("role") == "baseline":  # every speed-up is stated against it
         return None
     failed = setup.study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
@@ -41,7 +41,8 @@ def valued(setup: Setup, trial: optuna.Trial, config: Config, lr: float, pool: T
 
     Its predicted rate is kept on the trial, labelled as predicted. The baseline always runs: every speed-up is
     stated against it. A seed runs unless the prediction, trusted by then (``Valuation.trusted``), puts it clearly
-    under the best measured: the plan's queued configs (``autotune.study.planning.plan``) are seeds too, and they come first.
+    under the best measured: the plan's queued configs (``autotune.study.planning.plan``) are seeds too, and they
+    come first.
     """
     timeout_s, shortened = part_timeout(setup)
     why = valuation.measure(pool, config, lr, timeout_s, shortened)

@@ -1,7 +1,8 @@
 """The loop valued from its parts: a predicted rate per config, and an interference factor learned from the trials.
 
 A loop runs at about the slower of its step on batches already on the device and
-its loader alone (the second seed's stage 2), where the two overlap: DataLoader
+its loader alone (the bottleneck-attribution stage of the GPU-bottleneck article
+the project began from), where the two overlap: DataLoader
 workers, or data kept on the device. Where one process does both in turn (no
 workers), at their harmonic sum. Both parts are cheap to measure
 (``autotune.trial.parts``), and a step rate serves every config with the same step
@@ -95,7 +96,7 @@ class Valuation:
 
     def too_large(self, config: Config) -> str | None:
         """The out-of-memory reason of `config`'s step, measured alone on one batch on the device: the whole loop
-        cannot fit either (on an H200, ResNet-50's batch-2048 seed took 68 s more to run out end to end)."""
+        cannot fit either, and finds out far later end to end (docs/search.md#memory)."""
         why = self.failed.get(("step", step_key(config)))
         return why if why is not None and why.startswith(OOM) else None
 

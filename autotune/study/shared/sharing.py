@@ -1,9 +1,9 @@
 """Many searchers, one study: tickets, heartbeats and a setup lock.
 
 Searchers (processes on one host, or on many through PostgreSQL) share one Optuna
-study. The study holds as many trials as ``--trials`` asks: each one is a
-*ticket*, a WAITING trial, queued under a lock as a searcher needs it (the seeds
-with their configs first, the rest empty for the sampler to fill;
+study. ``--trials`` is the study's target: each trial begins as a *ticket*, a
+WAITING trial, queued under a lock as a searcher needs it (the seeds with their
+configs first, the rest empty for the sampler to fill;
 ``autotune.study.shared.tickets``). A searcher takes a ticket by
 moving it from WAITING to RUNNING, which the storage does atomically, so no
 two searchers measure the same ticket and, with no ticket left, nobody starts a

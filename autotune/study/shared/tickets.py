@@ -1,16 +1,16 @@
 """Tickets queued as the search needs them: one waiting trial at a time, never one per requested trial.
 
-``--trials`` is a target, not a queue. Queueing a ticket per requested trial up
-front made ``--trials 100000 --time-budget 1`` write 52,342 waiting trials under
-the study's lock for ten minutes before its first second was checked, and left
-them behind: a later ``--trials 3`` then ran "[1/1007]". Here the study keeps
-the target of the latest command and the seeds' list (study user attributes),
-and a worker that wants a trial, under the study's lock, counts the trials
-started so far against the target, takes a waiting one if there is one (a
-config given back by an interrupted trial first), or queues the next seed, or
-an empty ticket for the sampler, and takes that. So the study never holds more
-than the few tickets its workers are about to take, and whatever an earlier
-run left waiting counts for nothing beyond the current target.
+``--trials`` is a target, not a queue. A ticket per requested trial, queued up
+front, holds the study's lock for as long as a large ``--trials`` takes to write
+before the time budget is first checked, and is left behind for later runs
+(docs/search.md#sharing-one-study). Here the study keeps the target of the
+latest command and the seeds' list (study user attributes), and a worker that
+wants a trial, under the study's lock, counts the trials started so far against
+the target, takes a waiting one if there is one (a config given back by an
+interrupted trial first), or queues the next seed, or an empty ticket for the
+sampler, and takes that. So the study never holds more than the few tickets its
+workers are about to take, and whatever an earlier run left waiting counts for
+nothing beyond the current target.
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ def target(study: optuna.Study, default: int) -> int:
     return int(study.user_attrs.get(TARGET_ATTRIBUTE, default))
 
 
-VALUED_ROLE = "valued"  # a config the plan valued from its parts and recorded without measuring (autotune.study.planning.plan)
+# The role of a config the plan valued from its parts and recorded without measuring (autotune.study.planning.plan).
+VALUED_ROLE = "valued"
 
 
 def started(trials: list[FrozenTrial]) -> list[FrozenTrial]:

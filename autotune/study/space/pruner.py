@@ -14,9 +14,8 @@ class ClearlyWorsePruner(optuna.pruners.BasePruner):
     A trial at the baseline's batch size competes only with the complete trials at that batch size. A larger
     batch may be fastest and still fail the parity check; the winner is then among the configs at the
     workload's own batch size, which the parity check passes without a run when only loader knobs differ.
-    Pruned against a large batch's rate they would all be gone by then (on an H200, text_transformer's
-    batch-2048 trials ran 26k samples/s, every batch-32 trial was pruned at 350/s, and the check rejected
-    every larger batch: the search ended with nothing to offer).
+    Pruned against a large batch's rate they would all be gone by then, and the search would end with nothing
+    to offer (docs/search.md#pruning).
     """
 
     def __init__(self, ratio: float = 0.5, warmup_windows: int = 2) -> None:

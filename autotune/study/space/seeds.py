@@ -91,8 +91,8 @@ def _compiled(machine: Machine, space: Space, bs: int, amp: str, on_device: bool
 
 def _streamed(machine: Machine, space: Space, bs: int, amp: str, compiled: list[Config]) -> list[Config]:
     """Loops fed by DataLoader workers: the workload's own batch first (it needs no parity run of its batch size, so
-    it stands when every larger batch fails the check), the compiled step after the first of them (their rates give
-    the pruner something to judge a compiling trial by), larger batches last."""
+    it stands when every larger batch fails the check), the compiled step after the first two of them (their rates
+    give the pruner something to judge a compiling trial by), larger batches last."""
     cores = _all_cores(machine)
     return [
         # Every loader and loop knob on; the workers hand over uint8 images, then JPEGs decoded on the device.
