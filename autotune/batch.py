@@ -229,3 +229,23 @@ def queued(values: list[int] | list[float] | tuple[float, ...], device: torch.de
     if device.type != "cuda":
         return host.to(device)
     return host.pin_memory().to(device, non_blocking=True)
+
+
+def varying(probes: list[Any]) -> str | None:
+    """How the probe batches differ in signature (shapes, structure, non-tensor values), or None."""
+    first = signature(probes[0])
+    for other in probes[1:]:
+        found = difference(first, signature(other))
+        if found is not None:
+            return found
+    return None
+
+
+def sample_shapes(batch: Any) -> str:
+    """Each tensor of one sample of `batch`, its shape without the batch dimension and its dtype.
+
+    >>> sample_shapes((torch.zeros(8, 1, 28, 28), torch.zeros(8, dtype=torch.int64)))
+    '1x28x28 float32, - int64'
+    """
+    return ", ".join(f"{'x'.join(map(str, t.shape[1:])) or '-'} {str(t.dtype).removeprefix('torch.')}"
+                     for t in leaves(batch))

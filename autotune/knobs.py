@@ -84,6 +84,14 @@ class DataFacts:
     pad_refused: str = "the workload's collate_fn was not read"
     bucket_refused: str = "the workload's sample_lengths was not read"
     sample_shapes: str = ""  # each tensor of a sample, as its first batch holds it: "1x28x28 float32, - int64"
+    # A stream (an IterableDataset, autotune.streams): its kind, shards and length in one line; "" for a data set
+    # read by index. Its `size` is one pass: the workload's samples_per_epoch, else its len(), else 0 (unknown).
+    stream: str = ""
+    shards: int | None = None  # a stream's shards, where it says how many
+    world_size: int = 1  # the processes (torchrun ranks) that will split those shards between them
+    # Worker counts that lose or repeat the stream's samples over a pass (autotune.streams.passes), and why.
+    stream_refused: tuple[tuple[int, str], ...] = ()
+    stream_checked: str = ""  # what the pass check read ("its first 8 of 64 shards, ..."), "" before it ran
 
 
 def max_workers(cpu_share: int, load_cpu_share: float) -> int:

@@ -55,6 +55,7 @@ from autotune.parity.run import ParityRun
 from autotune.parity.verdict import (
     CANDIDATE_STEPS,
     INITIAL_RTOL,
+    SAME_MATH_KNOBS,
     TOLERANCES,
     WINDOW_PARTS,
     ParityRunFailed,
@@ -103,12 +104,14 @@ class ParityCheck:
         lr_at: Callable[[Config, str], float] | None = None,
         check_inputs: Callable[[Config], InputsVerdict] | None = None,
         check_numerics: Callable[[Config], NumericsVerdict] | None = None,
+        same_math: tuple[str, ...] = SAME_MATH_KNOBS,  # the knobs that keep the baseline's math (a stream: fewer)
     ) -> None:
         self.baseline, self.lr_of, self.make_run, self.echo = baseline, lr_of, make_run, echo
+        self.same_math = same_math
         self.inputs = DecodeInputs(baseline, check_inputs and (lambda c: self.budget.timed(lambda: check_inputs(c))),
                                    echo)
         self.amp = AmpNumerics(baseline, check_numerics and (lambda c: self.budget.timed(lambda: check_numerics(c))),
-                               echo)
+                               echo, same_math)
         self.lr_rule, self.lr_at = lr_rule, lr_at
         self.budget = ParityBudget(budget_s, echo)  # every run's time, the baseline's included: the check's cost
         # `max_batch`: the largest batch any candidate may have, when the runs begin before all are known.
@@ -173,7 +176,7 @@ class ParityCheck:
                 verdict = self._unrun(config)
                 self.echo(f"  parity {verdict.summary()}  {config.describe()}")
             elif self.runs >= limit or self.budget.spent(self.runs) or self.budget.exhausted():
-                if changes_math(self.baseline, config):
+                if changes_math(self.baseline, config, self.same_math):
                     continue  # no run left for this one; a later config whose math is the baseline's needs none
                 # The baseline's arithmetic: passed on it, as against a baseline that learned too little.
                 verdict = same_math_unjudged(self.baseline, config, self.lr_of(config), self.samples, self.window,
@@ -194,13 +197,14 @@ class ParityCheck:
         took = f", {shortest / self.rate:.1f} s at the baseline's {self.rate:,.0f} samples/s" if self.rate else ""
         why = (f"its shortest run ({CANDIDATE_STEPS} steps: {shortest:,} samples{took}) does not fit the check's "
                f"share of the time budget ({self.budget.budget_s:.0f} s)")
-        return cannot_judge(self.baseline, config, changes_math(self.baseline, config), self.lr_of(config),
-                            self.lr_of(self.baseline), self.samples, self.window, why)
+        changed = changes_math(self.baseline, config, self.same_math)
+        return cannot_judge(self.baseline, config, changed, self.lr_of(config), self.lr_of(self.baseline),
+                            self.samples, self.window, why)
 
     def why_hopeless(self, config: Config) -> str | None:
         """Why `config` cannot pass without a run: its batch, or a smaller one, rejected at every rate, or too large
         for a run to fit the check's share (measuring it would spend a trial on a config that cannot win)."""
-        if config.batch_size > self.batch_limit and changes_math(self.baseline, config):
+        if config.batch_size > self.batch_limit and changes_math(self.baseline, config, self.same_math):
             return self._unrun(config).reason
         found = self.rejected.hopeless(config)
         return None if found is None else found[2]

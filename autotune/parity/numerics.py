@@ -37,7 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 from autotune.config import Config
-from autotune.parity.verdict import changes_math
+from autotune.parity.verdict import SAME_MATH_KNOBS, changes_math
 
 LIMIT = 0.25  # amp's error may add at most this share of the gradient's own sampling variance
 # What this check judges, with no training run: amp, and compile (other kernels and fusion, so other rounding, the
@@ -99,14 +99,14 @@ class AmpNumerics:
     """
 
     def __init__(self, baseline: Config, check: Callable[[Config], NumericsVerdict] | None,
-                 echo: Callable[[str], None]) -> None:
-        self.baseline, self.check, self.echo = baseline, check, echo
+                 echo: Callable[[str], None], same_math: tuple[str, ...] = SAME_MATH_KNOBS) -> None:
+        self.baseline, self.check, self.echo, self.same_math = baseline, check, echo, same_math
         self.verdicts: dict[tuple[str, bool, str], NumericsVerdict] = {}
 
     def judges(self, config: Config) -> bool:
         """Whether `config` is judged by this check alone, with no training run: it changes amp or compile (or both)
         and no other math but decode, and there is a check to run."""
-        changed = set(changes_math(self.baseline, config)) - {"decode", "decode_share"}
+        changed = set(changes_math(self.baseline, config, self.same_math)) - {"decode", "decode_share"}
         return self.check is not None and bool(changed) and changed <= GRADIENT_JUDGED
 
     def of(self, config: Config) -> NumericsVerdict | None:

@@ -11,13 +11,14 @@ process boundary as JSON. docs/parity.md gives the measurements behind the desig
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import RandomSampler, default_collate
+from torch.utils.data import IterableDataset, RandomSampler, default_collate
 
 from autotune.batch import samples_in
 from autotune.config import Config
@@ -139,11 +140,14 @@ def probe(dataset: Any, collate_fn: Callable[[list[Any]], Any] | None = None, sa
     Drawn across the whole set, not its first samples: a class-sorted folder (ImageFolder) would give the
     first few classes only, whose loss moves with how the model spreads its guesses, not with what it learned.
     """
-    n = min(samples, len(dataset))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(ORDER_SEED)  # a random transform draws the same augmentation every time
-        chosen = torch.randperm(len(dataset))[:n].tolist()
-        drawn = [dataset[i] for i in chosen]
+        if isinstance(dataset, IterableDataset):  # a stream has no index: its first samples, read in one process
+            drawn = list(itertools.islice(iter(dataset), samples))
+        else:
+            n = min(samples, len(dataset))
+            chosen = torch.randperm(len(dataset))[:n].tolist()
+            drawn = [dataset[i] for i in chosen]
     return ProbeSet(drawn, collate_fn or default_collate)
 
 

@@ -286,9 +286,19 @@ def check(runner: Any, baseline: Config, baseline_lr: float, candidate: Config, 
     return compare(base, run, family(baseline, candidate), samples, window)
 
 
-def changes_math(baseline: Config, candidate: Config) -> list[str]:
-    """The knobs in which `candidate` trains with other arithmetic than `baseline`: outside SAME_MATH_KNOBS."""
-    return [k for k in baseline.as_dict() if k not in SAME_MATH_KNOBS and getattr(candidate, k) != getattr(baseline, k)]
+# A stream's samples come interleaved from its workers: another worker count is another data order, judged by a
+# training run as bucketing's order is (docs/streams.md).
+STREAM_SAME_MATH_KNOBS = tuple(k for k in SAME_MATH_KNOBS if k != "num_workers")
+
+
+def same_math_knobs(stream: bool) -> tuple[str, ...]:
+    """The knobs that keep the baseline's arithmetic and data order: for a stream, the worker count is not one."""
+    return STREAM_SAME_MATH_KNOBS if stream else SAME_MATH_KNOBS
+
+
+def changes_math(baseline: Config, candidate: Config, same: tuple[str, ...] = SAME_MATH_KNOBS) -> list[str]:
+    """The knobs in which `candidate` trains with other arithmetic (or data order) than `baseline`: outside `same`."""
+    return [k for k in baseline.as_dict() if k not in same and getattr(candidate, k) != getattr(baseline, k)]
 
 
 def progress(run: ParityRun, samples: int, window: int) -> float:

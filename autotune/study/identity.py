@@ -27,7 +27,7 @@ class Identity:
     source: dict[str, str]  # each file of the workload (relative to its folder) and a digest of its bytes
     defaults: dict[str, Any]  # the workload's DEFAULTS, as JSON keeps them
     size: int | None  # the data set's length; None for a stream without one
-    sample: str  # the tensors of one sample (``autotune.trial.facts.sample_shapes``)
+    sample: str  # the tensors of one sample (``autotune.batch.sample_shapes``)
 
     @property
     def digest(self) -> str:

@@ -17,10 +17,12 @@ from autotune.study.context import Setup
 from autotune.study.planning.compile_cost import CANNOT_PAY
 from autotune.study.planning.predict import PREDICTED
 from autotune.study.planning.valuation import VALUED
+from autotune.study.ranking import RULED_OUT
 from autotune.study.shared import tickets
 from autotune.text import elapsed, rate
 
-SAID_AS_THEY_ARE = (PREDICTED, GAVE_UP, SKIPPED, VALUED, OUT_OF_TIME, CANNOT_PAY)  # pruned: what was done, then why
+# Pruned without a measurement: said as what was done, then why.
+SAID_AS_THEY_ARE = (PREDICTED, GAVE_UP, SKIPPED, VALUED, OUT_OF_TIME, CANNOT_PAY, RULED_OUT)
 
 
 def say(setup: Setup, number: int, config: Config, outcome: Outcome, same: FrozenTrial | None,
@@ -42,6 +44,10 @@ def say(setup: Setup, number: int, config: Config, outcome: Outcome, same: Froze
         tail = f"best {rate(best)}/s"
         if predicted and same is None:
             tail += f"; predicted {rate(predicted)}/s"
+        if outcome.result.get("repeated"):
+            tail += f"; each sample counted once: its {outcome.result['repeated']} workers each yield the whole stream"
+        if outcome.result.get("first_batch_s") is not None:
+            tail += f"; first batch {outcome.result['first_batch_s']:.1f} s"
     elif outcome.state == "pruned" and (outcome.reason or "").startswith(SAID_AS_THEY_ARE):
         what, _, tail = (outcome.reason or "").partition(": ")  # what was done, then why it cannot win
     elif outcome.state == "pruned":

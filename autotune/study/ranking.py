@@ -16,6 +16,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import Config
 from autotune.parity.check import ParityCheck
+from autotune.streams.passes import DUPLICATED
 from autotune.study.context import Setup
 
 Results = dict[Config, list[dict[str, Any]]]  # each config's measurements, one per round
@@ -114,3 +115,27 @@ def learning_rate(setup: Setup, best: Config, parity_record: dict[str, Any] | No
     why = setup.lr_rule.why if setup.options.parity_check else f"{setup.lr_rule.why}; not checked (--no-parity-check)"
     return {"lr": setup.lr(best), "lr_rule": setup.lr_rule.name, "lr_reason": why}
 
+
+RULED_OUT = "ruled out, its workers lose or repeat the stream's samples"  # how such a trial's reason begins
+
+
+def stream_refusal(setup: Setup, config: Config) -> str | None:
+    """Why `config`'s worker count loses or repeats its stream's samples (``autotune.streams.passes``); None else."""
+    if config.placement != "stream" or not setup.facts.stream_refused:
+        return None
+    return dict(setup.facts.stream_refused).get(config.num_workers)
+
+
+def counted_once(setup: Setup, config: Config, result: dict[str, Any]) -> dict[str, Any]:
+    """`result` as samples/s of distinct samples: a config whose every worker yields the whole stream (only the
+    baseline is measured so: every speed-up is stated against it) makes each sample `num_workers` times."""
+    if stream_refusal(setup, config) != DUPLICATED:
+        return result
+    copies = config.num_workers
+    counted = {**result, "repeated": copies}
+    for key in ("samples_per_s", "steady_samples_per_s"):
+        if counted.get(key) is not None:
+            counted[key] = counted[key] / copies
+    if counted.get("epoch_s") is not None:
+        counted["epoch_s"] = counted["epoch_s"] * copies  # a pass of distinct samples takes that many passes
+    return counted

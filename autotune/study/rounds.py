@@ -18,7 +18,7 @@ from autotune.procs.pool import TrialPool
 from autotune.study.clock import round_cost
 from autotune.study.context import Setup
 from autotune.study.pools import SearchPools
-from autotune.study.ranking import Results, run_s
+from autotune.study.ranking import Results, counted_once, run_s
 from autotune.text import rate
 
 
@@ -132,8 +132,9 @@ def _measure(setup: Setup, pool: TrialPool, r: int, config: Config, results: Res
     if outcome.state != "complete" or outcome.result is None:
         setup.echo(f"  round {r + 1}: {config.describe()} failed: {outcome.reason}")
     else:
-        results[config].append(outcome.result)
+        results[config].append(counted_once(setup, config, outcome.result))
         cut = " (time-limited)" if outcome.result.get("time_limited") else ""
-        setup.echo(f"  round {r + 1}: {rate(outcome.result['samples_per_s']):>12}/s  {config.describe()}{cut}")
+        said = results[config][-1]["samples_per_s"]
+        setup.echo(f"  round {r + 1}: {rate(said):>12}/s  {config.describe()}{cut}")
     return setup.elapsed() - began
 

@@ -20,8 +20,10 @@ from typing import Any
 
 import optuna
 
-from autotune.knobs import SpaceError, detect_machine
+from autotune.knobs import SpaceError, detect_machine, max_workers
 from autotune.options import SearchOptions
+from autotune.streams.facts import describe as describe_stream
+from autotune.streams.facts import with_pass_check
 from autotune.study import identity
 from autotune.study.context import Prepared, SearchError, Setup, where_raised
 from autotune.study.failed import content
@@ -74,6 +76,11 @@ def prepare(recipe: str, options: SearchOptions, echo: Callable[[str], None] = p
         tail, tail_refused = pixels_verdict(runner.dataset, getattr(workload, "collate_fn", None))
         facts = dataclasses.replace(facts, gpu_decode=derived, gpu_decode_refused=refused, device_normalize=tail,
                                     device_normalize_refused=tail_refused)
+        if facts.stream:  # which worker counts keep the stream's samples, before any trial (autotune.streams.passes)
+            most = max_workers(machine.cpu_share, facts.load_cpu_share)
+            facts = with_pass_check(runner.dataset, workload, facts, most, pass_check_budget(options))
+    except WorkloadError:
+        raise
     except Exception as exc:  # user code: say where it failed, in one line
         raise WorkloadError(
             f"workload {ref.workload_path}: building or reading its data set failed: "
@@ -107,6 +114,14 @@ def prepare(recipe: str, options: SearchOptions, echo: Callable[[str], None] = p
     )
 
 
+PASS_CHECK_SHARE = 0.1  # the stream pass check may take this share of the search's time budget
+
+
+def pass_check_budget(options: SearchOptions) -> float | None:
+    """Seconds the stream pass check may take: a share of the time budget; None without a budget."""
+    return None if options.time_budget_s is None else PASS_CHECK_SHARE * options.time_budget_s
+
+
 def window_seconds() -> float:
     """How long a trial's timing windows aim to be: AUTOTUNE_WINDOW_S, else 0.2 s.
 
@@ -133,6 +148,8 @@ def announce(p: Prepared) -> None:
         p.echo(f"  {line}")
     for knob, why in p.space.excluded.items():
         p.echo(f"  {knob}: left out ({why})")
+    for line in describe_stream(p.facts, max_workers(p.machine.cpu_share, p.facts.load_cpu_share)):
+        p.echo(f"  {line}")
     if "decode" not in p.space.excluded:
         p.echo(f"  decode gpu: {p.facts.gpu_decode}")
     if "device_normalize" not in p.space.excluded:

@@ -35,6 +35,7 @@ from autotune.study.planning.compile_cost import CANNOT_PAY
 from autotune.study.planning.predict import PREDICTED, LoaderModel
 from autotune.study.planning.valuation import VALUATION_ATTRIBUTE, VALUED, Valuation
 from autotune.study.pools import SOLO, Team
+from autotune.study.ranking import RULED_OUT, counted_once, stream_refusal
 from autotune.study.shared import sharing, tickets
 
 KEPT_RESULT = (
@@ -59,6 +60,8 @@ KEPT_RESULT = (
     "main_cpu_ms",
     "workers_cpu_ms",
     "time_limited",
+    "first_batch_s",
+    "repeated",
 )
 
 
@@ -226,6 +229,9 @@ def why_not_run(setup: Setup, trial: optuna.Trial, config: Config, lr: float, po
     blocked = blocks(config.as_dict(), learned.hopeless)
     if blocked is not None:  # known not to work: record it, spend no time on it
         return Outcome("failed", reason=f"skipped: {blocked.short()}")
+    refused = stream_refusal(setup, config)
+    if refused is not None and trial.user_attrs.get("role") != "baseline":  # its samples/s would count copies
+        return Outcome("pruned", reason=f"{RULED_OUT}: num_workers={config.num_workers}: {refused}")
     if trial.user_attrs.get("role") != "baseline":
         rejected = learned.families.why_skip(setup, config)
         if rejected is not None:  # its family cannot win
@@ -268,6 +274,8 @@ def _tell(setup: Setup, trial: optuna.Trial, config: Config, outcome: Outcome, s
           learned: Learned) -> None:
     """Tell the study how the trial went, say it, and learn from a measured rate (the loader's, the valuation's)."""
     if outcome.result:
+        outcome = dataclasses.replace(outcome, result=counted_once(setup, config, outcome.result))
+        assert outcome.result is not None
         trial.set_user_attr("result", {k: outcome.result.get(k) for k in KEPT_RESULT})
     trial.set_user_attr("reason", outcome.reason)  # None: nothing went wrong
     progress.say(setup, trial.number, config, outcome, same, trial.user_attrs.get("predicted_samples_per_s"))
@@ -340,7 +348,7 @@ def trained(trial: FrozenTrial) -> bool:
     built its config, so it shows nothing of its values."""
     reason = str(trial.user_attrs.get("reason") or "")
     return trial.state == TrialState.COMPLETE or (
-        trial.state == TrialState.PRUNED and not reason.startswith((PREDICTED, SKIPPED, VALUED, CANNOT_PAY)))
+        trial.state == TrialState.PRUNED and not reason.startswith((PREDICTED, SKIPPED, VALUED, CANNOT_PAY, RULED_OUT)))
 
 
 def learn_failures(setup: Setup, learned: Learned) -> None:

@@ -19,6 +19,9 @@ from torch.utils.data import default_collate
 from autotune import batch as batches
 from autotune.knobs import BUSY_SHARE, DataFacts
 from autotune.loop.buckets import pad_refusal
+from autotune.streams.facts import read_stream_facts
+from autotune.streams.ranks import world_size
+from autotune.streams.sources import is_stream
 from autotune.workloads import Workload
 from autotune.workloads.locate import WorkloadError
 
@@ -28,6 +31,8 @@ PROBE_SAMPLES = 8  # samples in each
 
 def read_facts(dataset: Any, workload: Workload) -> DataFacts:
     """The facts of `dataset` as `workload` batches it; a wrong sample count is a WorkloadError."""
+    if is_stream(dataset):
+        return read_stream_facts(dataset, workload, world_size())
     n = len(dataset)
     if n < 1:
         raise WorkloadError(f"workload {workload.path}: build_dataset() returned an empty data set")
@@ -47,7 +52,7 @@ def read_facts(dataset: Any, workload: Workload) -> DataFacts:
     if deterministic is None:  # not declared: prove it by transforming one sample twice
         deterministic = _equal(collate([dataset[0]]), collate([dataset[0]]))
     unstackable = batches.why_not_stackable(first, k)
-    varying = _varying(probes)
+    varying = batches.varying(probes)
     if unstackable is None and varying is not None and _rows_vary(probes):
         unstackable = f"rows differ in shape from batch to batch ({varying})"
     if unstackable is None and workload.build_sampler is not None:
@@ -65,18 +70,8 @@ def read_facts(dataset: Any, workload: Workload) -> DataFacts:
         load_cpu_s=load_cpu_s(dataset, collate),
         pad_refused=pad_refusal(workload.collate_fn),
         bucket_refused=bucket_refusal(dataset, workload),
-        sample_shapes=sample_shapes(first),
+        sample_shapes=batches.sample_shapes(first),
     )
-
-
-def sample_shapes(batch: Any) -> str:
-    """Each tensor of one sample of `batch`, its shape without the batch dimension and its dtype.
-
-    >>> sample_shapes((torch.zeros(8, 1, 28, 28), torch.zeros(8, dtype=torch.int64)))
-    '1x28x28 float32, - int64'
-    """
-    return ", ".join(f"{'x'.join(map(str, t.shape[1:])) or '-'} {str(t.dtype).removeprefix('torch.')}"
-                     for t in batches.leaves(batch))
 
 
 def bucket_refusal(dataset: Any, workload: Workload) -> str:
@@ -95,16 +90,6 @@ def _equal(a: Any, b: Any) -> bool:
     if batches.signature(a) != batches.signature(b):
         return False
     return all(torch.equal(x, y) for x, y in zip(batches.leaves(a), batches.leaves(b)))
-
-
-def _varying(probes: list[Any]) -> str | None:
-    """How the probe batches differ in signature (shapes, structure, non-tensor values), or None."""
-    first = batches.signature(probes[0])
-    for other in probes[1:]:
-        difference = batches.difference(first, batches.signature(other))
-        if difference is not None:
-            return difference
-    return None
 
 
 def _rows_vary(probes: list[Any]) -> bool:

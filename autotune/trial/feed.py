@@ -30,9 +30,13 @@ class Feed:
     """
 
     def __init__(self, loader: Any, clock: Clock, count: Counter = batches.samples_in,
-                 tokens: Counter | None = None, watch_backlog: bool = False) -> None:
+                 tokens: Counter | None = None, watch_backlog: bool = False, steps: int | None = None) -> None:
         self.loader, self.clock, self.count, self.tokens = loader, clock, count, tokens
-        self.watch_backlog, self.steps_per_epoch = watch_backlog, len(loader)
+        # A stream's pass is what its workload declares (`steps`); a pass that ends sooner is its real length.
+        self.watch_backlog, self.steps_per_epoch = watch_backlog, len(loader) if steps is None else steps
+        self.stream = steps is not None
+        self.first_batch_s: float | None = None  # the first iterator's start to its first batch: a stream's start
+        self._started = clock()
         self.iterator: Iterator | None = iter(loader)
         self.position, self.last_wait, self.slot_sum = 0, 0.0, 0
         self.ran_dry = False  # since the last `reset_window`: asked for a batch that was not ready
@@ -79,8 +83,20 @@ class Feed:
         assert self.iterator is not None
         ready = backlog.ready(self.iterator) if self.watch_backlog and not self.ran_dry else -1
         asked = self.clock()
-        batch = next(self.iterator)
+        try:
+            batch = next(self.iterator)
+        except StopIteration:
+            if not self.stream or self.position == 0:
+                raise
+            # The stream's pass ended before the pass its workload declares: this is its length, and a new pass
+            # starts, as a training loop's next epoch would.
+            self.steps_per_epoch = self.position
+            self.restart()
+            asked = self.clock()
+            batch = next(self.iterator)
         self.last_wait = self.clock() - asked
+        if self.first_batch_s is None:
+            self.first_batch_s = self.clock() - self._started
         # Where the backlog cannot be read (None), a batch that kept the loop waiting says it ran dry.
         self.ran_dry = self.ran_dry or ready == 0 or (ready is None and self.last_wait >= DRY_WAIT_S)
         return batch

@@ -19,6 +19,7 @@ from autotune.config import Config
 from autotune.knobs import DataFacts
 from autotune.loop import Step, build_loader, materialize
 from autotune.loop.compiled import CompileError
+from autotune.streams.sources import is_stream, length
 from autotune.trial import capture, oom
 from autotune.trial.facts import read_facts
 from autotune.trial.failure_site import where, worker_raised
@@ -81,6 +82,12 @@ class Runner:
             self._dataset = self.workload.build_dataset(self.root)
         return self._dataset
 
+    def pass_samples(self) -> int | None:
+        """A stream's pass: the workload's samples_per_epoch, else the stream's own len(); None otherwise."""
+        if not is_stream(self.dataset):
+            return None
+        return self.workload.defaults.get("samples_per_epoch") or length(self.dataset)
+
     def facts(self) -> DataFacts:
         """What the data set allows, read from a few small batches made the workload's way.
 
@@ -140,14 +147,15 @@ class Runner:
         optimizer = self.workload.build_optimizer(model.parameters(), lr)
         loss_fn = self.workload.build_loss() if self.workload.build_loss is not None else None
         step = Step(model, loss_fn, optimizer, config, self.device, compute_loss=self.workload.compute_loss)
-        shuffle = bool(self.workload.default("shuffle"))
+        stream = is_stream(self.dataset)
+        shuffle = bool(self.workload.default("shuffle")) and not stream  # a stream's order is its own
         drop_last = bool(self.workload.default("drop_last"))
         materialize_s = 0.0
         if config.placement == "device":
             tensors, materialize_s, augment = self._resident()
             loader = build_loader(self.dataset, config, shuffle, drop_last, self.device, augment, resident=tensors)
         else:
-            sampler = self.workload.build_sampler(self.dataset) if self.workload.build_sampler else None
+            sampler = self.workload.build_sampler(self.dataset) if self.workload.build_sampler and not stream else None
             if config.bucketing and self._lengths is None:
                 self._lengths = self.workload.lengths(self.dataset)
             loader = build_loader(
@@ -181,6 +189,7 @@ class Runner:
                 step, loader, windows, sync=sync, on_window=on_window, count=self.workload.count,
                 tokens=self.workload.tokens_in, cpu=loop_cpu,
                 time_limit_s=None if time_limit_s is None else max(0.0, time_limit_s - build_s),
+                pass_samples=self.pass_samples(),
             )
         result = m.as_dict()
         result.update(

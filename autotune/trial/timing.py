@@ -52,6 +52,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from torch.utils.data import IterableDataset
+
 from autotune import batch as batches
 from autotune.trial import backlog
 from autotune.trial.cputime import CpuTimes
@@ -91,6 +93,9 @@ class Measurement:
     # Its time limit ended it before its windows agreed (or before the noise it states was measured longer): what
     # it states is what those windows showed, `reliable` as they allow
     time_limited: bool = False
+    # A stream's time to its first batch (shards opened, a shuffle buffer filled), apart from the steady rate; it is
+    # in `setup_s`, and a new pass pays it again in `epoch_overhead_s`
+    first_batch_s: float | None = None
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -151,6 +156,7 @@ def measure(
     tokens: Counter | None = None,
     cpu: Callable[[Any], CpuTimes] | None = None,
     time_limit_s: float | None = None,
+    pass_samples: int | None = None,
 ) -> Measurement:
     """Time `step` over batches from `loader`; see the module docstring for what counts.
 
@@ -165,7 +171,8 @@ def measure(
     """
     start = clock()
     capacity = backlog.capacity(loader)
-    feed = Feed(loader, clock, count, tokens, watch_backlog=capacity > 0)
+    steps = stream_steps(loader, pass_samples) if is_stream(loader) else None
+    feed = Feed(loader, clock, count, tokens, watch_backlog=capacity > 0, steps=steps)
     if feed.steps_per_epoch < 1:
         raise ValueError(f"the loader yields no batch: `len(loader) >= 1` must hold, but got {feed.steps_per_epoch}.")
     run_steps(feed, step, windows.warmup_steps)
@@ -196,7 +203,7 @@ def measure(
         slots = sum(w.slots for w in steady.windows)
         padding = max(0.0, 1 - taken / slots) if slots else None
     return Measurement(
-        samples_per_s=_epoch_samples(loader) / epoch_s,
+        samples_per_s=(feed.steps_per_epoch * loader.batch_size if feed.stream else _epoch_samples(loader)) / epoch_s,
         steady_samples_per_s=pooled(steady.windows),
         spread=spread(rates),
         window_rates=tuple(rates),
@@ -217,6 +224,7 @@ def measure(
         main_cpu_ms=cpu_ms([(w.main_cpu_s, w.samples) for w in steady.windows]),
         workers_cpu_ms=cpu_ms([(w.workers_cpu_s, w.produced) for w in steady.windows]),
         time_limited=steady.time_limited,
+        first_batch_s=feed.first_batch_s if feed.stream else None,
     )
 
 
@@ -225,3 +233,19 @@ def _epoch_samples(loader: Any) -> int:
     if getattr(loader, "drop_last", False):
         return (n // loader.batch_size) * loader.batch_size
     return n
+
+
+UNBOUNDED_PASS = 10**9  # the samples of a stream's pass when it declares none: no epoch boundary is ever reached
+
+
+def is_stream(loader: Any) -> bool:
+    """Whether `loader` reads a stream (an IterableDataset): its pass is declared, not counted by an index."""
+    return isinstance(getattr(loader, "dataset", None), IterableDataset)
+
+
+def stream_steps(loader: Any, pass_samples: int | None) -> int:
+    """The batches of one pass of a stream: `pass_samples` (the workload's samples_per_epoch, or the stream's own
+    len()) in batches of the loader's size; without one, a pass never ends (``UNBOUNDED_PASS``)."""
+    samples = pass_samples or UNBOUNDED_PASS
+    size = loader.batch_size or 1
+    return max(1, samples // size if getattr(loader, "drop_last", False) else -(-samples // size))

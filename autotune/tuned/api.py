@@ -156,6 +156,7 @@ def tuned_loader(
     device = torch.device(device) if device is not None else _default_device()
     tuned = load_tuned(recipe, device)
     asked = loading.arguments(tuned.config, tuned.workload, kwargs)
+    dataset = loading.for_rank(dataset, asked, recipe)
     user, shuffle = loading.order(dataset, tuned.workload, asked, recipe)
     loading.refuse_conflicts(asked.config, user, shuffle, recipe)
     loading.refuse_stream_knobs(asked, recipe)

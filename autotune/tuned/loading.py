@@ -20,6 +20,8 @@ from autotune.knobs import STREAM_KNOBS
 from autotune.loop import DeviceLoader, build_loader
 from autotune.loop.loader import USER_LOADER_ARGS
 from autotune.loop.sourced import WrappedLoader
+from autotune.streams import ranks, sources
+from autotune.streams.sources import is_stream
 from autotune.tuned import distributed
 from autotune.workloads import Workload
 from autotune.workloads.decode import NotTranslatable
@@ -58,10 +60,28 @@ def arguments(profile: Config, workload: Workload, kwargs: dict[str, Any]) -> Lo
     return LoaderArguments(config, knobs, user, shuffle, shuffle_given, drop_last)
 
 
+def for_rank(dataset: Any, asked: LoaderArguments, recipe: str) -> Any:
+    """A stream (an IterableDataset) as this rank reads it: its share of the shards, refused where the ranks' workers
+    would outnumber the shards; any other data set as it is (a DistributedSampler shares it, in ``order``)."""
+    if not is_stream(dataset):
+        return dataset
+    if asked.shuffle_given and asked.shuffle:
+        raise ValueError("tuned_loader: shuffle=True cannot apply to a stream (an IterableDataset): its order is its "
+                         "own (its shard order, its shuffle buffer); pass shuffle=False or leave it out.")
+    rank, world = distributed.world()
+    why = ranks.refusal(sources.shards(dataset), asked.config.num_workers, world)
+    if why is not None:
+        raise ValueError(f"tuned_loader: {recipe}'s profile on this stream: {why}.")
+    return ranks.split_for_rank(dataset, rank, world)
+
+
 def order(dataset: Dataset, workload: Workload, asked: LoaderArguments, recipe: str) -> tuple[dict[str, Any], bool]:
     """The DataLoader arguments and shuffle once the order is chosen: under torch.distributed, each rank's
-    DistributedSampler (the user's, or one made here) comes first; else the workload's own sampler, if it has one."""
+    DistributedSampler (the user's, or one made here) comes first; else the workload's own sampler, if it has one.
+    A stream has neither: its order is its own."""
     config, user = asked.config, asked.user
+    if is_stream(dataset):
+        return user, False
     own_sampler = workload.build_sampler is not None and "batch_sampler" not in user and not config.bucketing
     user, shuffle = distributed.shard(dataset, user, config, asked.shuffle, asked.shuffle_given, asked.drop_last,
                                       recipe, own_sampler)

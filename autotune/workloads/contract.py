@@ -22,6 +22,9 @@ and optionally:
   length, e.g. its tokens, in the data set's order: the ``bucketing`` knob groups
   samples of similar length by it); a ``collate_fn`` that takes the keyword
   ``pad_to_multiple_of`` gets the ``pad_multiple`` knob;
+- for a stream (``build_dataset`` returns an ``IterableDataset``, docs/streams.md): ``samples_per_epoch`` in
+  DEFAULTS (one pass, where the stream has no ``len()``) and ``sample_key(sample)`` (a sample's identity, where
+  neither its source nor its content gives one);
 - for a workload with random augmentation, a pair ``build_device_dataset(root)`` +
   ``device_augment(x)`` that lets its data live on the GPU.
 
@@ -54,11 +57,13 @@ DEFAULT_KEYS: dict[str, type | tuple[type, ...]] = {
     "drop_last": bool,
     "persistent_workers": bool,
     "prefetch_factor": int,
+    "samples_per_epoch": int,  # a stream's pass (an IterableDataset without len()): what one epoch of the run reads
 }
 REQUIRED_DEFAULTS = ("batch_size", "lr", "epochs")
 REQUIRED_FUNCTIONS = ("build_dataset", "build_model", "build_optimizer")
 # Optional, for batches of any structure and loops with an order of their own.
-BATCH_HOOKS = ("collate_fn", "compute_loss", "samples_in", "tokens_in", "build_sampler", "sample_lengths")
+BATCH_HOOKS = ("collate_fn", "compute_loss", "samples_in", "tokens_in", "build_sampler", "sample_lengths",
+               "sample_key")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +87,7 @@ class Workload:
     tokens_in: Callable[[Any], int] | None = None
     build_sampler: Callable[[Any], Any] | None = None
     sample_lengths: Callable[[Any], Any] | None = None  # dataset -> one length per sample (ints), cheap
+    sample_key: Callable[[Any], Any] | None = None  # a stream's sample -> its identity (autotune.streams.keys)
 
     def count(self, batch: Any) -> int:
         """Samples in a batch: the workload's own count, else the leading dimension of its first tensor."""
@@ -171,7 +177,7 @@ def load(ref: RecipeRef) -> Workload:
             problems.append(f"DEFAULTS has unknown key {key!r}; known keys: {', '.join(DEFAULT_KEYS)}")
         elif isinstance(value, bool) and DEFAULT_KEYS[key] is not bool or not isinstance(value, DEFAULT_KEYS[key]):
             problems.append(f"DEFAULTS[{key!r}] must be {_type_name(DEFAULT_KEYS[key])}, but got {value!r}")
-    for key in ("batch_size", "epochs"):
+    for key in ("batch_size", "epochs", "samples_per_epoch"):
         if isinstance(defaults.get(key), int) and defaults[key] < 1:
             problems.append(f"DEFAULTS[{key!r}] must be >= 1, but got {defaults[key]!r}")
     for name in REQUIRED_FUNCTIONS:

@@ -27,7 +27,7 @@ from typing import Any
 
 from autotune.config import Config
 from autotune.parity.check import ParityCheck
-from autotune.parity.verdict import SAME_MATH_KNOBS, ParityError
+from autotune.parity.verdict import SAME_MATH_KNOBS, ParityError, same_math_knobs
 from autotune.procs.pool import TrialPool
 from autotune.study.checks import kept_check
 from autotune.study.checks.parity import PARITY_EXTRA_RUNS, new_parity_check
@@ -39,9 +39,10 @@ from autotune.study.shared import sharing, tickets
 SKIPPED = "skipped by parity"  # how a trial's reason begins when its family can no longer win
 
 
-def math_family(config: Config) -> tuple[tuple[str, Any], ...]:
-    """The knobs in which a config may train otherwise than another: every knob outside SAME_MATH_KNOBS."""
-    return tuple((k, v) for k, v in config.as_dict().items() if k not in SAME_MATH_KNOBS)
+def math_family(config: Config, same: tuple[str, ...] = SAME_MATH_KNOBS) -> tuple[tuple[str, Any], ...]:
+    """The knobs in which a config may train otherwise than another: every knob outside `same` (a stream's worker
+    count is one of them: ``autotune.parity.verdict.same_math_knobs``)."""
+    return tuple((k, v) for k, v in config.as_dict().items() if k not in same)
 
 
 def between(baseline: int, rejected: int, domain: list[int]) -> list[int]:
@@ -117,7 +118,7 @@ class FamilyGate:
         judged = verdict is not None and (verdict.deviation is not None or verdict.numerics_passed is False)
         if verdict is None or verdict.passed or not verdict.conclusive or not judged:
             return
-        self.rejected.setdefault(math_family(config), config)
+        self.rejected.setdefault(math_family(config, self.check.same_math), config)
         if verdict.family == "batch_size" and config.batch_size not in self.bisected:
             self.bisected.add(config.batch_size)
             if queue is not None:
@@ -129,14 +130,15 @@ class FamilyGate:
 
     def summary(self) -> str:
         """How many math families the search judged, and how many it ruled out."""
-        judged = {math_family(c) for c in self.check.verdicts} if self.check is not None else set()
+        check = self.check
+        judged = {math_family(c, check.same_math) for c in check.verdicts} if check is not None else set()
         return f"parity: {len(judged)} math family(ies) judged during the trials, {len(self.rejected)} rejected"
 
     def why_skip(self, setup: Setup, config: Config) -> str | None:
         """Why `config` cannot win on the verdicts so far; None to measure it."""
         if self.check is None or self.failed is not None or config == setup.baseline:
             return None
-        twin = self.rejected.get(math_family(config))
+        twin = self.rejected.get(math_family(config, self.check.same_math))
         if twin is not None:
             return f"{SKIPPED}: its math family was rejected: see {twin.describe()}"
         if self.check.conclusive is False and config.batch_size != setup.baseline.batch_size:
@@ -152,7 +154,8 @@ class FamilyGate:
         A seed is an informed guess at the loop's knobs, and most of its speed is in them
         (docs/search.md#the-parity-check-inside-the-search).
         """
-        math = {k: getattr(setup.baseline, k) for k, _ in math_family(config)}
+        same = same_math_knobs(bool(setup.facts.stream))
+        math = {k: getattr(setup.baseline, k) for k, _ in math_family(config, same)}
         twin = setup.space.normalise(setup.space.clip(Config(**{**config.as_dict(), **math})))
         params = setup.space.params(twin)
         seen = {setup.config_of(t) for t in setup.study.get_trials(deepcopy=False) if "config" in t.user_attrs}
@@ -169,7 +172,8 @@ class FamilyGate:
         for batch in between(setup.baseline.batch_size, rejected.batch_size, setup.space.domains["batch_size"]):
             config = setup.space.clip(Config(**{**rejected.as_dict(), "batch_size": batch}))
             params = setup.space.params(config)
-            if params is not None and math_family(config) not in self.rejected:
+            same = same_math_knobs(bool(setup.facts.stream))
+            if params is not None and math_family(config, same) not in self.rejected:
                 seeds.append({"params": params, "user_attrs": {"role": "seed", "between_of": rejected.describe()}})
         if not seeds:
             return

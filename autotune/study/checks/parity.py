@@ -19,7 +19,7 @@ from autotune.parity.check import ParityCheck
 from autotune.parity.inputs import InputsVerdict
 from autotune.parity.numerics import NumericsVerdict
 from autotune.parity.run import ParityRun
-from autotune.parity.verdict import CHECK_SHARE, ParityError, ParityRunFailed, ParityRunOutOfTime
+from autotune.parity.verdict import CHECK_SHARE, ParityError, ParityRunFailed, ParityRunOutOfTime, same_math_knobs
 from autotune.procs.pool import TrialPool
 from autotune.study.checks import baseline_run, kept_check
 from autotune.study.clock.deadline import check_budget
@@ -113,6 +113,7 @@ def new_parity_check(
         lr_at=setup.lr,
         check_inputs=measures.inputs,
         check_numerics=measures.numerics,
+        same_math=same_math_knobs(bool(setup.facts.stream)),
     )
     measures.check = check
     if not kept_check.take_up(setup, check):

@@ -32,6 +32,7 @@ from autotune.knobs import (
     SpaceError,
     max_workers,
 )
+from autotune.streams.facts import most_workers
 
 if TYPE_CHECKING:
     import optuna
@@ -166,9 +167,11 @@ def build_space(
     domains: dict[str, tuple[Any, ...]] = {}
     excluded: dict[str, str] = {}
     scaled = (int(batch_size * 2.0**k) for k in BATCH_EXPONENTS)
-    sizes = tuple(b for b in scaled if b >= 1 and b * 4 <= facts.size)
+    unknown = facts.stream and not facts.size  # a stream of unknown length: any batch size may be drawn from it
+    sizes = tuple(b for b in scaled if b >= 1 and (unknown or b * 4 <= facts.size))
     domains["batch_size"] = sizes or (batch_size,)
-    domains["num_workers"] = tuple(range(0, max_workers(machine.cpu_share, facts.load_cpu_share) + 1))
+    most = most_workers(facts, max_workers(machine.cpu_share, facts.load_cpu_share))  # a stream: within its shards
+    domains["num_workers"] = tuple(range(0, most + 1))
     domains["prefetch_factor"] = tuple(range(PREFETCH_RANGE[0], PREFETCH_RANGE[1] + 1))
     domains["persistent_workers"] = (False, True)
     domains["amp"] = ("off",) + tuple(d for d in AMP_CHOICES[1:] if d in machine.amp_dtypes)
@@ -194,7 +197,9 @@ def build_space(
         )
     domains["placement"] = PLACEMENT_CHOICES
     fits = facts.size * facts.sample_bytes <= DEVICE_MEMORY_SHARE * machine.memory_bytes
-    if not fits:
+    if facts.stream:
+        excluded["placement"] = STREAM_PLACEMENT
+    elif not fits:
         excluded["placement"] = (
             f"the data set ({facts.size * facts.sample_bytes / 2**30:.1f} GiB) exceeds "
             f"{DEVICE_MEMORY_SHARE:.0%} of {'device' if machine.cuda else 'host'} memory"
@@ -224,15 +229,23 @@ def build_space(
         excluded["pad_multiple"] = facts.pad_refused
     for knob in excluded:
         domains[knob] = (domains[knob][0],)
+    limits = dict(excluded)
+    if facts.stream and most < max_workers(machine.cpu_share, facts.load_cpu_share):
+        refused = "; ".join(f"num_workers={w}: {why}" for w, why in facts.stream_refused if w > most)
+        limits["num_workers"] = refused or f"the stream's {facts.shards} shard(s) bound its workers"
     for knob, allowed in (fixes or {}).items():
-        domains[knob] = _narrow(knob, domains[knob], allowed, excluded)
+        domains[knob] = _narrow(knob, domains[knob], allowed, limits)
     return Space(domains, excluded)
+
+
+STREAM_PLACEMENT = "a stream (IterableDataset) is read as it comes, not kept on the device"
 
 
 def _narrow(knob: str, domain: tuple[Any, ...], allowed: tuple[Any, ...], excluded: dict[str, str]) -> tuple[Any, ...]:
     outside = [v for v in allowed if v not in domain]
     if outside:
-        why = f" ({knob} is left out here: {excluded[knob]})" if knob in excluded else ""
+        word = "narrowed" if knob == "num_workers" else "left out"
+        why = f" ({knob} is {word} here: {excluded[knob]})" if knob in excluded else ""
         raise SpaceError(
             f"--fix {knob}: {', '.join(_show(v, knob) for v in outside)} is outside its domain "
             f"{{{', '.join(_show(v, knob) for v in domain)}}}{why}."

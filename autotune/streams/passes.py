@@ -1,0 +1,127 @@
+"""Does a worker count keep a stream's samples? Over one pass: none lost, none repeated, every worker yielding.
+
+With N workers, a DataLoader runs N copies of the stream, one per worker process, and interleaves what they yield. A
+stream that does not split its work by worker (``torch.utils.data.get_worker_info()``) yields every sample N times
+and looks N times faster; one with fewer shards than workers leaves workers idle; one that splits wrongly loses
+samples. A tuner that measures samples/s alone rewards exactly those mistakes, so before any trial every worker
+count the search may try is read over one pass of a bounded part of the stream (``autotune.streams.bounded``) and
+compared with the same part read in one process. A stream autotune cannot bound is read as far as each worker's first
+samples: repeats across workers and idle workers show there; a lost sample does not, and the verdict says so.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import itertools
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from autotune.streams.bounded import part
+from autotune.streams.keys import key_of
+
+DUPLICATED = "duplicated samples: each worker yields the whole stream; shard by `get_worker_info()`"
+WHOLE_PASS_SAMPLES = 50_000  # a stream no part of which can be bounded is read whole when its pass is this short
+PREFIX_PER_WORKER = 64  # else each worker's first this many samples are compared
+
+
+@dataclasses.dataclass(frozen=True)
+class PassVerdict:
+    """One worker count's pass: whether it keeps the stream's samples, and what it read."""
+
+    workers: int
+    passed: bool
+    reason: str  # why not, or "" when it passed
+    samples: int  # samples read with `workers` workers
+    what: str  # the part read: "its first 8 of 64 shards, ...", or "each worker's first 64 samples"
+
+    def summary(self) -> str:
+        outcome = "keeps the stream's samples" if self.passed else f"ruled out: {self.reason}"
+        return f"num_workers={self.workers}: {outcome} ({self.samples:,} samples, {self.what})"
+
+
+class _Tagged(IterableDataset):
+    """The stream as each worker yields it, reduced to (the worker's id, the sample's identity): small to send."""
+
+    def __init__(self, dataset: Any, sample_key: Callable[[Any], Any] | None) -> None:
+        self.dataset, self.sample_key = dataset, sample_key
+
+    def __iter__(self) -> Any:
+        info = get_worker_info()
+        worker = info.id if info is not None else 0
+        for sample in self.dataset:
+            yield worker, key_of(sample, self.sample_key)
+
+
+def _as_is(item: Any) -> Any:
+    return item
+
+
+def read(dataset: Any, workers: int, limit: int | None = None,
+         sample_key: Callable[[Any], Any] | None = None) -> list[tuple[int, str]]:
+    """(worker, identity) of each sample `workers` workers yield, in the order the loop receives them."""
+    loader = DataLoader(_Tagged(dataset, sample_key), batch_size=None, num_workers=workers, collate_fn=_as_is)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*worker processes in total.*")  # more workers than cores: asked
+        return list(itertools.islice(loader, limit) if limit is not None else loader)
+
+
+def check(dataset: Any, counts: list[int], sample_key: Callable[[Any], Any] | None = None,
+          budget_s: float | None = None) -> tuple[list[PassVerdict], str]:
+    """A verdict for each worker count in `counts` (0 and 1 read as one process does, and pass), and what was read.
+
+    `budget_s`: the counts not read once it is spent are left unjudged (not returned); the search measures them as
+    any other config, and says so.
+    """
+    started = time.monotonic()
+    wanted = max([c for c in counts if c > 1], default=1)
+    bounded = part(dataset, wanted)
+    source = bounded.dataset if bounded is not None else dataset
+    reference = read(source, 0, None if bounded is not None else WHOLE_PASS_SAMPLES + 1, sample_key)
+    whole = bounded is not None or len(reference) <= WHOLE_PASS_SAMPLES
+    what = bounded.what if bounded is not None else ("one whole pass" if whole else
+                                                     f"each worker's first {PREFIX_PER_WORKER} samples")
+    expected = collections.Counter(key for _, key in reference)
+    verdicts = []
+    for workers in sorted(set(counts)):
+        if budget_s is not None and time.monotonic() - started > budget_s:
+            break
+        if workers <= 1:
+            verdicts.append(PassVerdict(workers, True, "", len(reference), what))
+            continue
+        got = read(source, workers, None if whole else workers * PREFIX_PER_WORKER, sample_key)
+        verdicts.append(_judge(workers, got, expected if whole else None, what))
+    return verdicts, what
+
+
+def _judge(workers: int, got: list[tuple[int, str]], expected: collections.Counter[str] | None,
+           what: str) -> PassVerdict:
+    """The verdict on what `workers` workers yielded, against the one-process pass (`expected`) when it was whole."""
+    by_worker: dict[int, set[str]] = collections.defaultdict(set)
+    for worker, key in got:
+        by_worker[worker].add(key)
+    counted = collections.Counter(key for _, key in got)
+    idle = [w for w in range(workers) if not by_worker[w]]
+    yielding = [keys for keys in by_worker.values() if keys]
+    if len(yielding) > 1 and all(keys == yielding[0] for keys in yielding):
+        return PassVerdict(workers, False, DUPLICATED, len(got), what)
+    if expected is None:  # each worker's first samples: a key yielded twice is one more than the stream holds
+        repeated = sum(n - 1 for n in counted.values() if n > 1)
+        lost = 0
+    else:
+        repeated = sum(max(0, n - expected[key]) for key, n in counted.items())
+        lost = sum(max(0, n - counted[key]) for key, n in expected.items())
+    problems = []
+    if repeated:
+        problems.append(f"{repeated:,} sample(s) repeated across workers")
+    if lost:
+        problems.append(f"{lost:,} of {sum(expected.values()):,} sample(s) lost" if expected else "")
+    if idle:
+        problems.append(f"worker(s) {', '.join(map(str, idle))} yielded nothing (fewer shards than workers, or "
+                        f"a split that leaves them none)")
+    reason = "; ".join(p for p in problems if p)
+    return PassVerdict(workers, not reason, reason, len(got), what)
