@@ -335,3 +335,15 @@ def test_a_search_that_replaces_a_profile_keeps_the_old_one_and_says_where(
         if second["speedup"] < first["speedup"] else ""
     assert said == [f"replaced the profile of study 'tiny@cpu' ({first['speedup']}x, made {first['created']} by "
                     f"`{first['command']}`){slower}; it is kept in {kept[0]}"], lines
+
+
+def test_the_banner_names_a_local_recipe_that_replaces_a_built_in(project: Path, fake_pool: type[FakePool]) -> None:
+    (project / "recipes" / "tiny.py").rename(project / "recipes" / "mnist_cnn.py")  # ./recipes wins over the built-in
+    lines: list[str] = []
+    search("mnist_cnn", SearchOptions(trials=2, parity_check=False, finalists=1, rounds=1), echo=lines.append)
+    assert lines[0].startswith("autotune: tuning 'mnist_cnn' on cpu (")
+    assert lines[1] == "  recipe: ./recipes/mnist_cnn.py, which replaces the built-in mnist_cnn"
+    (project / "recipes" / "mnist_cnn.py").rename(project / "recipes" / "tiny.py")
+    lines.clear()
+    search("tiny", SearchOptions(trials=2, parity_check=False, finalists=1, rounds=1), echo=lines.append)
+    assert not [line for line in lines if line.startswith("  recipe: ")]
