@@ -172,6 +172,7 @@ def test_a_working_folder_that_refuses_new_files_is_one_message_and_no_process_s
     if recipe == "mnist_cnn":
         (project / "recipes" / "tiny.py").unlink()
         (project / "recipes").rmdir()
+    before = descendants(os.getpid())  # processes earlier tests left (a fork server), not this search's
     make_unwritable(project)
     try:
         result = CliRunner().invoke(main, ["search", "--recipe", recipe, "--trials", "2"])
@@ -186,5 +187,5 @@ def test_a_working_folder_that_refuses_new_files_is_one_message_and_no_process_s
         f"Error: autotune needs to write in {project}: {what}; {project} refuses new files (Operation not "
         f"permitted). Nothing was run: run the command from a folder you can write to, or make {project} writable."
     ]
-    assert started == [] and descendants(os.getpid()) == set(), "no trial process was started"
+    assert started == [] and descendants(os.getpid()) <= before, "no trial process was started"
     assert sorted(p.name for p in project.iterdir()) == (["recipes"] if recipe == "tiny" else [])
