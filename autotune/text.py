@@ -60,6 +60,15 @@ def elapsed(seconds: float) -> str:
     return f"{int(seconds // 60)}:{int(seconds % 60):02d}"
 
 
+def nonfinite(value: float) -> str:
+    """A loss that is no number, as the messages name it.
+
+    >>> nonfinite(float("nan")), nonfinite(float("-inf"))
+    ('NaN', '-inf')
+    """
+    return "NaN" if value != value else str(value)
+
+
 def printable(text: str) -> str:
     """`text` with control characters escaped, line breaks kept: what a file or a workload says cannot clear a
     terminal, set its title or colour it.

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import warnings
+from typing import Any
+
 import click
 
 from autotune.text import printable
@@ -27,10 +30,18 @@ def export(recipe: str, target: str, hardware: str | None, storage: str | None) 
     from autotune.tuned.export import export as export_recipe
     from autotune.tuned.export import render
 
+    def opened(url: str) -> Any:
+        import optuna
+
+        with warnings.catch_warnings():  # heartbeats are what the search relies on, not the reader's concern
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return open_storage(url, create=False)
+
     try:
-        # Opened as search and report open it: a URL that cannot be opened is one error line and exit status 2.
-        opened = open_storage(storage, create=False) if storage is not None else None
-        items = export_recipe(recipe, target, hardware, opened)
+        # Opened as search and report open it: a URL that cannot be opened is one error line and exit status 2; so is
+        # the search's own file, when no --storage names one: a damaged one is refused, not passed over.
+        given = opened(storage) if storage is not None else None
+        items = export_recipe(recipe, target, hardware, given, open_local=opened)
     except AutotuneError:
         raise  # an outcome (a tuned file that cannot be read): one line, from the command group
     except ValueError as exc:  # an option's value the file cannot serve (a --hardware it has no profile for)

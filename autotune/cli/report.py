@@ -21,7 +21,8 @@ Examples:
 @click.command(epilog=EPILOG)
 @click.option("--recipe", required=True, help="A recipe name or path, as given to `autotune search`.")
 @click.option("--storage", help="Optuna storage URL; default: the SQLite file `autotune search` writes in ./.autotune.")
-@click.option("--study", "study_name", help="Study name; default: the one study for this recipe in the storage.")
+@click.option("--study", "study_name", help="Study name; default: the one study for this recipe in the storage, or of "
+              "several the one the tuned file names.")
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),

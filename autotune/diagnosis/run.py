@@ -2,8 +2,9 @@
 
 The health check: the loop as configured (the workload's own settings, or with
 ``profile=True`` the tuned profile for this machine), with GPU utilisation
-sampled through NVML, peak GPU memory, and the CPU time of the main process and
-of its DataLoader workers. Bottleneck attribution: the same step fed by synthetic
+sampled through NVML, peak GPU memory, the CPU time of the main process and
+of its DataLoader workers, and whether its loss stayed finite (read after the
+timing, never inside it: ``autotune.trial.losses``). Bottleneck attribution: the same step fed by synthetic
 batches already on the device (a), the real loader with the model removed (b),
 and the real loop (c); where CUDA allows, also the host-to-device copy alone and
 the step captured in a CUDA graph. `autotune.diagnosis.bottleneck.decide` turns those
@@ -28,6 +29,8 @@ from autotune.diagnosis.bottleneck import Bottleneck, Measured, decide
 from autotune.errors import AutotuneError
 from autotune.knobs import detect_machine
 from autotune.study.space.domains import build_space
+from autotune.text import nonfinite
+from autotune.trial.losses import LossWatch
 from autotune.trial.probe import Probe, Repeat, probe, synthetic
 from autotune.trial.runner import Runner, classify_failure
 from autotune.trial.timing import Windows
@@ -63,6 +66,7 @@ class Diagnosis:
     measured: Measured
     verdict: Bottleneck
     seconds: float
+    loss: str = ""  # what the real loop's loss did: finite at every step, or where it became NaN or inf
 
     def as_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -107,6 +111,7 @@ class _Feeds:
         self.non_blocking = config.pin_memory and device.type == "cuda"
         self.count = runner.workload.count
         self.kept: list[Any] = []  # the first host batch, and its device copy
+        self.loss = ""  # what the real loop's loss did, once it ran (``loss_health``)
 
     def copy(self, batch: Any) -> Any:
         on_device = to_device(batch, self.device, self.non_blocking)
@@ -116,10 +121,15 @@ class _Feeds:
 
     def run(self, name: str) -> Probe:
         label = self.LABELS[name]
-        if name in ("loop", "input"):
+        if name == "loop":
             loader, step, _ = self.runner.build(self.config, self.lr)
-            feed = step if name == "loop" else self.copy
-            return probe(label, feed, loader, self.device, self.windows, self.count)
+            watch = LossWatch(step, self.config.describe())  # its losses read once, after the timing
+            measured = probe(label, watch, loader, self.device, self.windows, self.count)
+            self.loss = loss_health(watch)
+            return measured
+        if name == "input":
+            loader, _, _ = self.runner.build(self.config, self.lr)
+            return probe(label, self.copy, loader, self.device, self.windows, self.count)
         if not self.kept:
             raise DiagnoseError("the input ceiling (b) failed, so no real batch is at hand to copy or imitate")
         if name == "transfer":
@@ -129,6 +139,15 @@ class _Feeds:
         _, step, _ = self.runner.build(graphed, self.lr)
         made = Repeat(synthetic(self.kept[1]), count=self.count)
         return probe(label, step, made, self.device, self.windows, self.count)
+
+
+def loss_health(watch: LossWatch) -> str:
+    """What the loop's loss did over the steps `watch` kept: finite throughout, or where it became NaN or inf."""
+    bad = watch.read()
+    if bad is None:
+        return f"finite at every one of its {watch.steps:,} steps"
+    return (f"became {nonfinite(bad[1])} at step {bad[0]} of {watch.steps:,}: these settings diverge; fix the "
+            f"workload (its learning rate, its data), or they train nothing, however fast")
 
 
 def _skipped(cuda: bool, config: Config) -> dict[str, str]:
@@ -198,7 +217,8 @@ def diagnose(
     facts = runner.facts()  # builds the data set
     excluded = build_space(workload.defaults["batch_size"], machine, facts).excluded
     skipped = _skipped(machine.cuda, config)
-    probes, failed = _measure_all(_Feeds(runner, config, lr, device, windows), skipped, echo)
+    feeds = _Feeds(runner, config, lr, device, windows)
+    probes, failed = _measure_all(feeds, skipped, echo)
     if machine.cuda and probes["loop"].gpu_util is None:
         skipped["GPU utilisation"] = "NVML is not available (no driver library, or no permission)"
 
@@ -217,7 +237,7 @@ def diagnose(
     return Diagnosis(
         recipe=ref.name, hardware=machine.hardware, device=str(device), cpu_cores=machine.cpu_share, source=source,
         config=config, lr=lr, probes=probes, skipped=skipped, failed=failed, measured=measured,
-        verdict=decide(measured, config, excluded), seconds=time.perf_counter() - started,
+        verdict=decide(measured, config, excluded), seconds=time.perf_counter() - started, loss=feeds.loss,
     )
 
 

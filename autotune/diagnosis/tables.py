@@ -42,6 +42,8 @@ def render(d: Diagnosis) -> str:
         health.append(("CPU, loader workers", "not measured (live workers are visible in Linux's /proc only)"))
     else:
         health.append(("CPU, loader workers", f"{_cores(loop.worker_cpu)} cores over {workers} workers"))
+    if d.loss:
+        health.append(("loss", d.loss))
     width = max(len(k) for k, _ in health)
     lines += [f"  {k.ljust(width)}  {v}" for k, v in health]
 

@@ -4,11 +4,13 @@ Every candidate's run is compared with it, so whether it learned enough to judge
 by decides what may pass: a baseline that learned too little, whose run failed,
 or whose run the check's share of the budget stopped makes the check
 inconclusive, and then only configs with the baseline's math pass
-(``autotune.parity.check``).
+(``autotune.parity.check``). One whose loss became NaN or inf ends the check: the
+workload's own settings diverge, and the search keeps them, saying so.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from autotune.config import Config
@@ -21,6 +23,7 @@ from autotune.parity.verdict import (
     ParityError,
     ParityRunFailed,
     ParityRunOutOfTime,
+    baseline_diverged,
     conclusive,
     progress,
 )
@@ -40,6 +43,7 @@ class BaselineRun:
         self.needed = False  # a config needed it (one judged by gradients alone needs none)
         self.failed = False  # its last run failed (self.conclusive is False for that alone)
         self.out_of_time: str | None = None  # why its run was stopped at the check's share
+        self.diverged: str | None = None  # why its training diverged, which ends the check (``_refuse_diverged``)
 
     def adopt(self, baseline: Config, run: ParityRun, where: str, samples: int) -> None:
         """Use a run made elsewhere (`where` says by whom), of `samples`, instead of making one."""
@@ -58,12 +62,15 @@ class BaselineRun:
         self.needed = True
         if self.out_of_time is not None:  # the share is spent: a second try would be stopped as the first
             return samples
+        if self.diverged is not None:
+            raise ParityError(self.diverged)
         if self.run is None:
             self.run = self._make(samples)
             if self.run is None:  # stopped at the check's share: nothing that changes the math can be judged
                 return samples
             if self.failed:  # an earlier try failed and made the check inconclusive; this one ran: judge it
                 self.conclusive, self.failed = None, False
+        self._refuse_diverged(self.run)
         if self.conclusive is not None:
             return samples
         self.conclusive = conclusive(self.run, samples, window)
@@ -80,6 +87,7 @@ class BaselineRun:
             made = self._make(longer)  # failed or stopped: the short run stands, at its own length
             if made is None:
                 return samples
+            self._refuse_diverged(made)
             self.run, self.extended = made, True
             samples, window = longer, longer // WINDOW_PARTS
             self.conclusive = conclusive(self.run, samples, window)
@@ -93,6 +101,16 @@ class BaselineRun:
             f"to match; amp once its gradients are shown within the batch's own noise) may win"
         )
         return samples
+
+    def _refuse_diverged(self, run: ParityRun) -> None:
+        """End the check where the baseline's own training diverged: a loss or a weight that became NaN or inf is the
+        workload's fault, not any config's, and nothing can be judged against it (not even learned too little, which
+        a longer run would only repeat)."""
+        if run.diverged() is None and math.isfinite(run.initial_loss):
+            return
+        self.conclusive, self.failed = False, True
+        self.diverged = baseline_diverged(run)
+        raise ParityError(self.diverged)
 
     def _make(self, samples: int) -> ParityRun | None:
         """A run of `samples`; None when the check's share ran out before it ended (the check is then inconclusive)."""

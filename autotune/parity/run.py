@@ -23,6 +23,7 @@ from torch.utils.data import IterableDataset, RandomSampler, default_collate
 from autotune.batch import samples_in
 from autotune.config import Config
 from autotune.loop import Step
+from autotune.text import nonfinite
 
 ORDER_SEED = 0  # seeds the generator that orders the data of every parity run
 PROBE_SAMPLES = 4096  # the fixed samples both runs are evaluated on, before and after training
@@ -64,10 +65,20 @@ class ParityRun:
             raise ValueError(f"`0 <= lo < hi <= samples` must hold, but got ({lo=}, {hi=}, samples={self.samples}).")
         return total / weight
 
-    def first_nonfinite(self) -> tuple[int, float] | None:
-        for end, loss in zip(self.ends, self.losses):
+    def first_nonfinite(self) -> tuple[int, int, float] | None:
+        """The first step whose loss is NaN or inf (counted from 1), the samples seen after it, and the loss."""
+        for step, (end, loss) in enumerate(zip(self.ends, self.losses), 1):
             if not math.isfinite(loss):
-                return end, loss
+                return step, end, loss
+        return None
+
+    def diverged(self) -> str | None:
+        """How this run's training diverged, in a few words (its loss, else its parameters); None if it did not."""
+        bad = self.first_nonfinite()
+        if bad is not None:
+            return f"loss became {nonfinite(bad[2])} at step {bad[0]}"
+        if not self.finite_params:
+            return "parameters became NaN or inf in its run"
         return None
 
     def as_dict(self) -> dict[str, Any]:

@@ -14,7 +14,9 @@ knob family that differs:
 - ``probe_deviation``: the loss of a fixed probe set after the run.
 
 Both are in units of what the baseline learned (``deviation()``). A candidate
-also fails when any loss or parameter is NaN or inf. A baseline that learned
+also fails when any loss or parameter is NaN or inf; a baseline whose run diverged
+ends the check (``baseline_diverged``): the workload's own settings diverge, and
+nothing can be judged against them. A baseline that learned
 under MIN_PROGRESS of its initial loss (random labels, a plateau), or whose probe
 loss hardly rises when the probe's targets are shuffled (it learned how the
 targets are spread, not what its inputs say: ResNet-50 after 18,000 ImageNet
@@ -38,6 +40,7 @@ from typing import Any
 from autotune.config import LOADER_KNOBS, Config
 from autotune.errors import AutotuneError
 from autotune.parity.run import ParityRun
+from autotune.text import nonfinite
 
 # bucketing changes which samples share a batch (and so each step's gradient), pad_multiple the shapes the model's
 # kernels reduce over (masked positions are not free of rounding): both are judged as numerics.
@@ -197,6 +200,14 @@ class ParityVerdict:
         return record
 
 
+def baseline_diverged(run: ParityRun) -> str:
+    """Why a baseline run whose training diverged (or whose probe loss was no number before training) ends the check:
+    nothing can be judged against it, and the fault is the workload's own, not any config's."""
+    what = run.diverged() or f"probe loss was {nonfinite(run.initial_loss)} before training"
+    return (f"the baseline's {what}: the workload's own settings diverge; fix the workload (its learning rate, its "
+            f"data)")
+
+
 def deviation(initial: float, baseline: float, candidate: float) -> float:
     """How far `candidate`'s loss is from `baseline`'s, in units of what the baseline learned or has left.
 
@@ -229,21 +240,18 @@ def compare(baseline: ParityRun, candidate: ParityRun, family_name: str, samples
         baseline_lr=baseline.lr,
         run_s=round(candidate.seconds, 3),
     )
-    if baseline.first_nonfinite() or not baseline.finite_params or not math.isfinite(baseline.initial_loss):
-        raise ParityError(
-            f"the baseline's own parity run is not finite (batch {baseline.batch_size}, "
-            f"lr {baseline.lr:g}); nothing can be compared to it."
-        )
+    if baseline.diverged() is not None or not math.isfinite(baseline.initial_loss):
+        raise ParityError(baseline_diverged(baseline))
     if baseline.samples < samples or candidate.samples < samples:
         raise ValueError(
             f"both runs must reach {samples:,} samples, but got baseline {baseline.samples:,}, "
             f"candidate {candidate.samples:,}."
         )
-    bad = candidate.first_nonfinite()
-    if bad is not None:
-        return ParityVerdict(False, **numbers, reason=f"loss is {bad[1]} after {bad[0]:,} samples")
-    if not candidate.finite_params:
-        return ParityVerdict(False, **numbers, reason="parameters are NaN or inf after the run")
+    diverged = candidate.diverged()
+    if diverged is not None:  # a run that diverged trains like nothing: rejected, whatever its other numbers
+        bad = candidate.first_nonfinite()
+        after = f" ({bad[1]:,} samples in)" if bad is not None else ""
+        return ParityVerdict(False, **numbers, reason=f"its {diverged}{after}")
     l0 = baseline.initial_loss
     numbers["initial_loss"] = l0
     if not math.isclose(candidate.initial_loss, l0, rel_tol=INITIAL_RTOL):

@@ -46,6 +46,7 @@ from autotune.reporting.trials import (
 from autotune.study.shared.sharing import SharingError
 from autotune.study.shared.storage import open_storage, redact
 from autotune.text import bar, percent, table
+from autotune.tuned import file as tuned_file
 from autotune.workloads import resolve
 
 
@@ -56,14 +57,20 @@ class ReportError(AutotuneError, RuntimeError):
 # -- finding and reading the study -------------------------------------------------------------
 
 
-def _pick_study(storage: optuna.storages.BaseStorage, recipe: str, wanted: str | None, where: str) -> str:
+def _pick_study(storage: optuna.storages.BaseStorage, recipe: str, wanted: str | None, where: str,
+                tuned_path: Path | None = None) -> tuple[str, str]:
+    """The study to read, and why it when the recipe has several: the one the tuned file's profiles name.
+
+    A changed workload gets a study beside the old one (``RECIPE@HARDWARE~DIGEST``), so a storage often holds several
+    for one recipe; the tuned file says which one its profile came from.
+    """
     studies = storage.get_all_studies()
     names = [s.study_name for s in studies]
     listed = ", ".join(repr(n) for n in names) or "none"
     if wanted is not None:
         if wanted not in names:
             raise ReportError(f"there is no study {wanted!r} in {where}; studies there: {listed}.")
-        return wanted
+        return wanted, ""
     mine = [
         s.study_name for s in studies if s.user_attrs.get("recipe") == recipe or s.study_name.startswith(f"{recipe}@")
     ]
@@ -71,17 +78,33 @@ def _pick_study(storage: optuna.storages.BaseStorage, recipe: str, wanted: str |
         raise ReportError(
             f"there is no study for recipe {recipe!r} in {where}; studies there: {listed}. Pass --study NAME."
         )
-    if len(mine) > 1:
-        raise ReportError(
-            f"{len(mine)} studies for recipe {recipe!r} in {where}: {', '.join(repr(n) for n in mine)}; pick one "
-            f"with --study NAME."
-        )
-    return mine[0]
+    if len(mine) == 1:
+        return mine[0], ""
+    named = [n for n in mine if n in _studies_named_by(tuned_path)]
+    if len(named) == 1:
+        others = ", ".join(repr(n) for n in mine if n != named[0])
+        return named[0], f"the one {tuned_path} names, of {len(mine)} for recipe {recipe!r} (also {others})"
+    note = f" ({tuned_path} names {', '.join(repr(n) for n in named)})" if named else ""
+    raise ReportError(
+        f"{len(mine)} studies for recipe {recipe!r} in {where}: {', '.join(repr(n) for n in mine)}{note}; "
+        f"pick one with --study NAME."
+    )
+
+
+def _studies_named_by(tuned_path: Path | None) -> set[str]:
+    """The studies the profiles of the tuned file at `tuned_path` came from; none when it cannot be read."""
+    if tuned_path is None or not tuned_path.is_file():
+        return set()
+    try:
+        profiles = tuned_file.read(tuned_path).get("profiles", {})
+    except tuned_file.TunedFileError:
+        return set()  # the report reads the study; `autotune show` says what is wrong with the file
+    return {str(p["study"]) for p in profiles.values() if isinstance(p, dict) and p.get("study")}
 
 
 def _open_study(
-    recipe: str, name: str, storage: str | None, study: str | None, state_dir: Path
-) -> tuple[optuna.Study, str]:
+    recipe: str, name: str, storage: str | None, study: str | None, state_dir: Path, tuned_path: Path | None = None
+) -> tuple[optuna.Study, str, str]:
     if storage is None:
         db = state_dir / f"{name}.db"
         if not db.is_file():
@@ -100,8 +123,8 @@ def _open_study(
             store = open_storage(storage, create=False)  # reading: a missing file is an error, not made
     except SharingError as exc:
         raise ReportError(str(exc)) from exc
-    chosen = _pick_study(store, name, study, where)
-    return optuna.load_study(study_name=chosen, storage=store), where
+    chosen, why = _pick_study(store, name, study, where, tuned_path)
+    return optuna.load_study(study_name=chosen, storage=store), where, why
 
 
 # -- the figures' data -------------------------------------------------------------------------
@@ -211,7 +234,8 @@ def report(
     """Tables, figures and one report file from a study `autotune search` wrote.
 
     With no `storage`, reads ``./.autotune/RECIPE.db`` as the search does; with no
-    `study`, takes the one study for this recipe there. Files go to `out`, by
+    `study`, takes the one study for this recipe there, or of several the one the
+    tuned file's profiles name. Files go to `out`, by
     default next to the recipe (``./recipes``). `command` is recorded in the report.
 
     For example::
@@ -223,8 +247,8 @@ def report(
     if top < 1:
         raise ReportError(f"`top >= 1` must hold, but got {top=}.")
     ref = resolve(recipe)
-    loaded, where = _open_study(recipe, ref.name, storage, study, state_dir)
-    echo(f"autotune report: reading study {loaded.study_name!r} in {where}")
+    loaded, where, why = _open_study(recipe, ref.name, storage, study, state_dir, ref.tuned_path)
+    echo(f"autotune report: reading study {loaded.study_name!r} in {where}{f': {why}' if why else ''}")
     trials = [t for t in loaded.get_trials(deepcopy=False) if "config" in t.user_attrs]
     if not trials:
         raise ReportError(

@@ -22,7 +22,7 @@ from autotune.parity.check import ParityCheck
 from autotune.study import answer
 from autotune.study.context import SearchError, Setup
 from autotune.study.ranking import Results, learning_rate, run_s
-from autotune.study.shared import tickets
+from autotune.study.shared import sharing, tickets
 from autotune.text import rate
 from autotune.tuned import file as tuned_file
 from autotune.tuned import replaced
@@ -189,6 +189,7 @@ def profile(
         "trials_complete": counts["complete"],
         "trials_failed": counts["failed"],
         "trials_pruned": counts["pruned"],
+        "trials_interrupted": counts["interrupted"],
         "cpu_share": setup.machine.cpu_share,
         **learning_rate(setup, best, parity_record),  # lr, lr_rule, lr_reason: the rate parity passed, and why
         "study": setup.study_name,
@@ -235,10 +236,20 @@ def autotuned_draws(setup: Setup, config: Config) -> list[float]:
 
 
 def _count(trials: list[FrozenTrial]) -> dict[str, int]:
-    states = {"complete": TrialState.COMPLETE, "failed": TrialState.FAIL, "pruned": TrialState.PRUNED}
+    """The trials taken, by how they ended; one an interrupt stopped (its searcher stopped or died) is no failure of
+    its config: counted as interrupted."""
     # An interrupted trial's retry stands for it; a config the plan valued without measuring is no trial taken.
     mine = tickets.started(trials)
-    return {name: sum(t.state == s for t in mine) for name, s in states.items()}
+
+    def interrupted(t: FrozenTrial) -> bool:
+        return t.state == TrialState.FAIL and str(t.user_attrs.get("reason", "")).startswith(sharing.INTERRUPTED)
+
+    return {
+        "complete": sum(t.state == TrialState.COMPLETE for t in mine),
+        "failed": sum(t.state == TrialState.FAIL and not interrupted(t) for t in mine),
+        "pruned": sum(t.state == TrialState.PRUNED for t in mine),
+        "interrupted": sum(interrupted(t) for t in mine),
+    }
 
 
 def measured_values(

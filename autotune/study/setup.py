@@ -37,6 +37,7 @@ from autotune.trial.timing import Windows
 from autotune.tuned import file as tuned_file
 from autotune.workloads import WorkloadError, load, resolve
 from autotune.workloads.decode import verdict as decode_verdict
+from autotune.workloads.locate import replaced_builtin
 from autotune.workloads.pixels import verdict as pixels_verdict
 from autotune.workloads.settings import baseline_config, workload_lr_rule
 
@@ -144,6 +145,9 @@ def announce(p: Prepared) -> None:
         f"autotune: tuning {p.ref.name!r} on {p.machine.hardware} ({p.machine.cpu_share} CPU cores), "
         f"study {p.study_name!r} in {redact(p.storage_url)}"
     )
+    replaces = replaced_builtin(p.ref)
+    if replaces is not None:
+        p.echo(f"  recipe: {replaces}")
     for line in p.space.describe():
         p.echo(f"  {line}")
     for knob, why in p.space.excluded.items():

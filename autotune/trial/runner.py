@@ -24,6 +24,7 @@ from autotune.trial import capture, oom
 from autotune.trial.facts import read_facts
 from autotune.trial.failure_site import where, worker_raised
 from autotune.trial.gpu import GpuSampler, nvml_index
+from autotune.trial.losses import LossWatch, NonFiniteLoss
 from autotune.trial.timing import Windows, measure
 from autotune.trial.window import loop_cpu
 from autotune.workloads import Workload
@@ -34,9 +35,10 @@ KEEP_SHARE = 0.05  # an idle trial process keeps a device-resident data set smal
 
 
 def classify_failure(exc: BaseException) -> str:
-    """A one-line reason for a failed trial: a compile failure (``autotune.loop.compiled``), oom (with its numbers),
+    """A one-line reason for a failed trial: a compile failure (``autotune.loop.compiled``), a loss that became NaN
+    or inf (``autotune.trial.losses``), oom (with its numbers),
     worker died, a host sync that a CUDA graph capture refused (``autotune.trial.capture``), cuda error, or error."""
-    if isinstance(exc, CompileError):
+    if isinstance(exc, (CompileError, NonFiniteLoss)):
         return str(exc)
     text = str(exc).strip()
     lines = text.splitlines()
@@ -184,13 +186,21 @@ class Runner:
         loader, step, materialize_s = self.build(config, lr)
         build_s = time.perf_counter() - start
         sync = (lambda: torch.cuda.synchronize(self.device)) if cuda else (lambda: None)
+        # A diverged loss fails the trial: read at each window's edge, after its sync, and at the end.
+        watch = LossWatch(step, config.describe())
+
+        def edge(i: int, rate: float) -> bool:
+            watch.check()
+            return on_window is not None and on_window(i, rate)
+
         with GpuSampler(nvml_index(self.device.index or 0)) if cuda else _NoSampler() as gpu:
             m = measure(
-                step, loader, windows, sync=sync, on_window=on_window, count=self.workload.count,
+                watch, loader, windows, sync=sync, on_window=edge, count=self.workload.count,
                 tokens=self.workload.tokens_in, cpu=loop_cpu,
                 time_limit_s=None if time_limit_s is None else max(0.0, time_limit_s - build_s),
                 pass_samples=self.pass_samples(),
             )
+        watch.check()
         result = m.as_dict()
         result.update(
             build_s=build_s,

@@ -14,6 +14,7 @@ study is at hand, the best trial that any of the lost knobs leaves out.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -290,14 +291,16 @@ def _find_study_trials(study: str | None, storage: str | optuna.storages.BaseSto
 
 
 def export(recipe: str, target: str, hardware: str | None = None,
-           storage: str | optuna.storages.BaseStorage | None = None) -> list[Export]:
+           storage: str | optuna.storages.BaseStorage | None = None,
+           open_local: Callable[[str], optuna.storages.BaseStorage] | None = None) -> list[Export]:
     """Every profile of `recipe`'s tuned file (or the one for `hardware`) in `target`'s terms.
 
     `recipe`: a recipe name or path, or a ``.tuned.toml`` file (its workload is the recipe the file names).
     `storage`: the study's Optuna storage, or its URL; default, the search's own SQLite file (.autotune/NAME.db)
     when it is here. `autotune export --storage URL` opens it as search and report do, so a URL it cannot open is
     an error there. Raises TunedFileError for a tuned file that is missing or invalid, ValueError for a hardware it
-    lacks.
+    lacks. `open_local(url)` opens the search's own SQLite file when no `storage` is given (``autotune export``
+    opens it as report does, so a damaged file is refused, not passed over as a study not at hand).
     """
     from autotune.workloads import load, resolve
 
@@ -319,7 +322,9 @@ def export(recipe: str, target: str, hardware: str | None = None,
     workload = load(ref)
     batches = Batches(collate_fn=workload.collate_fn is not None, compute_loss=workload.compute_loss is not None)
     local = Path(".autotune") / f"{ref.name}.db"
-    storage = storage or (f"sqlite:///{local.resolve()}" if local.exists() else None)
+    if storage is None and local.exists():
+        url = f"sqlite:///{local.resolve()}"
+        storage = open_local(url) if open_local is not None else url
     return [
         export_profile(ref.name, name, profile, target, bool(workload.default("shuffle")),
                        bool(workload.default("drop_last")), _find_study_trials(profile.get("study"), storage), batches)

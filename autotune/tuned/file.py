@@ -127,9 +127,10 @@ def write_profile(path: Path, recipe: str, hardware: str, profile: dict[str, Any
     except OSError as exc:
         raise TunedFileWriteError(_unwritable(path, exc)) from exc
     try:
-        # Held until the file is in place: a temporary whose lock can be taken belongs to a writer that died.
+        # Held until the file is in place (its descriptor stays open until then: closing it would let the lock go):
+        # a temporary whose lock can be taken belongs to a writer that died.
         fcntl.flock(fd, fcntl.LOCK_EX)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with os.fdopen(fd, "w", encoding="utf-8", closefd=False) as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
@@ -145,6 +146,8 @@ def write_profile(path: Path, recipe: str, hardware: str, profile: dict[str, Any
         if isinstance(exc, OSError):
             raise TunedFileWriteError(_unwritable(path, exc)) from exc
         raise
+    finally:
+        os.close(fd)
     return data
 
 

@@ -40,6 +40,7 @@ PROFILE_KEYS: dict[str, tuple[type, ...]] = {
     "trials_complete": (int,),
     "trials_failed": (int,),
     "trials_pruned": (int,),
+    "trials_interrupted": (int,),  # stopped by an interrupt (their searcher stopped or died), not by their config
     "cpu_share": (int,),
     "lr": _NUMBER,
     "lr_rule": (str,),  # the rule `lr` came from: the optimizer's, --lr-scaling's, or a gentler one parity passed
@@ -161,7 +162,7 @@ def validate_steady_choice(at: str, profile: dict[str, Any]) -> list[str]:
 POSITIVE = ("samples_per_s", "steady_samples_per_s", "baseline_samples_per_s", "speedup", "lr", "step_s", "epoch_s",
             "run_s", "baseline_run_s", "tokens_per_s", "baseline_tokens_per_s", "run_epochs")
 NOT_NEGATIVE = ("spread", "baseline_spread", "padding", "setup_s", "search_s", "trials_complete", "trials_failed",
-                "trials_pruned")
+                "trials_pruned", "trials_interrupted")
 MAX_WORKERS = 1024  # no host gives a DataLoader more workers than this; a larger number is a typo or worse
 MAX_BATCH = 2**24  # samples per step; a larger batch is no run's
 

@@ -139,6 +139,7 @@ def render(data: dict[str, Any], path: Path) -> str:
             "trials ok/failed/pruned",
             [
                 f"{p.get('trials_complete', 0)}/{p.get('trials_failed', 0)}/{p.get('trials_pruned', 0)}"
+                + (f" (and {p['trials_interrupted']} interrupted)" if p.get("trials_interrupted") else "")
                 for p in profiles.values()
             ],
         )

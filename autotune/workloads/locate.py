@@ -31,6 +31,24 @@ class RecipeRef:
     builtin: bool
 
 
+def replaced_builtin(ref: RecipeRef, cwd: Path | None = None) -> str | None:
+    """What the search banner says of a local workload that has a built-in's name (the local one is used); None for
+    any other.
+
+    >>> replaced_builtin(RecipeRef("mnist_cnn", Path("recipes/mnist_cnn.py"), Path("x"), False), Path.cwd())
+    './recipes/mnist_cnn.py, which replaces the built-in mnist_cnn'
+    """
+    if ref.builtin or not (BUILTIN_DIR / f"{ref.name}.py").is_file():
+        return None
+    cwd = cwd or Path.cwd()
+    path = ref.workload_path if ref.workload_path.is_absolute() else cwd / ref.workload_path
+    try:
+        shown = f"./{path.relative_to(cwd)}"
+    except ValueError:
+        shown = str(path)
+    return f"{shown}, which replaces the built-in {ref.name}"
+
+
 def builtin_names() -> list[str]:
     return sorted(p.stem for p in BUILTIN_DIR.glob("*.py") if not p.stem.startswith("_"))
 

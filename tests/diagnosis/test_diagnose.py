@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 import sys
 import time
@@ -195,6 +196,23 @@ def test_diagnose_on_a_cpu_runs_what_applies_and_says_what_it_skipped(project: P
     text = render(d)
     assert f"verdict: {d.verdict.title}" in text
     assert "  graph-captured step: CUDA graphs need a CUDA device" in text
+
+
+def test_the_health_check_names_a_loss_that_became_nan_and_where(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TINY_FAIL", "nan")  # tests/fixtures/tiny.py: its output is NaN from the 37th training step on
+    monkeypatch.setenv("TINY_NAN_BATCH", "1")
+    monkeypatch.setenv("TINY_NAN_STEP", "37")
+    result = CliRunner().invoke(main, ["diagnose", "--recipe", "tiny"])
+    assert result.exit_code == 0, result.output
+    loss = [line for line in result.stdout.splitlines() if line.startswith("  loss ")]
+    assert len(loss) == 1 and re.fullmatch(
+        r"  loss +became NaN at step 37 of [\d,]+: these settings diverge; fix the workload \(its learning rate, its "
+        r"data\), or they train nothing, however fast", loss[0]), result.stdout
+    monkeypatch.delenv("TINY_FAIL")
+    healthy = diagnose("tiny", windows=FAST, echo=lambda _: None)
+    assert re.fullmatch(r"finite at every one of its [\d,]+ steps", healthy.loss), healthy.loss
 
 
 def _probe(label: str, rate: float, util: float, low: float, memory: int | None = None) -> Probe:

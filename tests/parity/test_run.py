@@ -153,7 +153,7 @@ def test_fp16_without_a_scaler_fails_on_a_workload_that_underflows(underflow_cpu
 def test_nan_loss_fails_with_where_it_happened(underflow_cpu: Bench) -> None:
     verdict = underflow_cpu.judge(Config(batch_size=16, amp="bf16"), underflow_cpu.base_lr * 1e25)  # weights overflow
     assert not verdict.passed
-    assert verdict.reason == "loss is nan after 32 samples"
+    assert verdict.reason == "its loss became NaN at step 2 (32 samples in)"
     assert verdict.deviation is None
 
 

@@ -64,11 +64,12 @@ def test_compare_rejects_non_finite_parameters_and_a_non_finite_baseline() -> No
     base = trace([2.0, 1.5, 1.0, 1.0])
     assert (
         parity.compare(base, trace([2.0, 1.5, 1.0, 1.0], finite=False), "loader", 16, 4).reason
-        == "parameters are NaN or inf after the run"
+        == "its parameters became NaN or inf in its run"
     )
     inf = parity.compare(base, trace([2.0, math.inf, 1.0, 1.0]), "loader", 16, 4)
-    assert inf.reason == "loss is inf after 8 samples"
-    with pytest.raises(parity.ParityError, match="the baseline's own parity run is not finite"):
+    assert inf.reason == "its loss became inf at step 2 (8 samples in)"
+    with pytest.raises(parity.ParityError, match=r"^the baseline's loss became NaN at step 2: the workload's own "
+                       r"settings diverge; fix the workload \(its learning rate, its data\)$"):
         parity.compare(trace([2.0, math.nan, 1.0, 1.0]), base, "loader", 16, 4)
     with pytest.raises(ValueError, match="both runs must reach 32 samples"):
         parity.compare(base, base, "loader", 32, 8)

@@ -155,3 +155,37 @@ def test_writing_into_an_unwritable_folder_is_one_clear_error(project: Path, loc
     ):
         tuned_file.write_profile(locked_recipes / "tiny.tuned.toml", "tiny", "cpu", profile)
     assert sorted(p.name for p in locked_recipes.iterdir()) == ["tiny.py"], "no file, no temporary file"
+
+
+@pytest.mark.parametrize("recipe", ["tiny", "mnist_cnn"])
+def test_a_working_folder_that_refuses_new_files_is_one_message_and_no_process_starts(
+    project: Path, monkeypatch: pytest.MonkeyPatch, recipe: str
+) -> None:
+    """The folder holds recipes/tiny.py (its tuned file's folder takes files) or nothing (the built-in's tuned file
+    would go to ./recipes, not there yet): the message names what autotune writes there, once."""
+    from _procs import descendants
+
+    from autotune.procs import early
+
+    started: list[str] = []
+    monkeypatch.setattr(early, "start_early", lambda recipe, *args, **kwargs: started.append(recipe))
+    if recipe == "mnist_cnn":
+        (project / "recipes" / "tiny.py").unlink()
+        (project / "recipes").rmdir()
+    before = descendants(os.getpid())  # processes earlier tests left (a fork server), not this search's
+    make_unwritable(project)
+    try:
+        result = CliRunner().invoke(main, ["search", "--recipe", recipe, "--trials", "2"])
+    finally:
+        make_writable(project)
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    what = ".autotune/ (the study and the trial processes' logs)"
+    if recipe == "mnist_cnn":
+        what += " and recipes/ (the tuned file, mnist_cnn.tuned.toml)"
+    assert result.output.splitlines() == [
+        f"Error: autotune needs to write in {project}: {what}; {project} refuses new files (Operation not "
+        f"permitted). Nothing was run: run the command from a folder you can write to, or make {project} writable."
+    ]
+    assert started == [] and descendants(os.getpid()) <= before, "no trial process was started"
+    assert sorted(p.name for p in project.iterdir()) == (["recipes"] if recipe == "tiny" else [])

@@ -1,7 +1,8 @@
-"""A workload's failures belong to its content: fixed, it is measured again, and the run says so."""
+"""A workload's failures belong to its content: fixed, it is measured again in the study named, and the run says so."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -67,7 +68,9 @@ def test_a_fixed_workload_is_measured_again_and_the_run_says_so(project: Path, m
 
     workload.write_text(fixed)
     lines = []
-    profile = search("tiny", options, echo=lines.append).profile
+    # Named with --study (without it, the fixed workload gets a study of its own: tests/study/test_identity.py), the
+    # study that measured the broken file is resumed, and its failures are measured again.
+    profile = search("tiny", dataclasses.replace(options, study="tiny@cpu"), echo=lines.append).profile
     assert (
         f"workload {workload} changed since trial(s) 0 failed: measuring their config(s) again (1 file(s) read)"
     ) in lines

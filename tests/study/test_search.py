@@ -335,3 +335,39 @@ def test_a_search_that_replaces_a_profile_keeps_the_old_one_and_says_where(
         if second["speedup"] < first["speedup"] else ""
     assert said == [f"replaced the profile of study 'tiny@cpu' ({first['speedup']}x, made {first['created']} by "
                     f"`{first['command']}`){slower}; it is kept in {kept[0]}"], lines
+
+
+def test_the_banner_names_a_local_recipe_that_replaces_a_built_in(project: Path, fake_pool: type[FakePool]) -> None:
+    (project / "recipes" / "tiny.py").rename(project / "recipes" / "mnist_cnn.py")  # ./recipes wins over the built-in
+    lines: list[str] = []
+    search("mnist_cnn", SearchOptions(trials=2, parity_check=False, finalists=1, rounds=1), echo=lines.append)
+    assert lines[0].startswith("autotune: tuning 'mnist_cnn' on cpu (")
+    assert lines[1] == "  recipe: ./recipes/mnist_cnn.py, which replaces the built-in mnist_cnn"
+    (project / "recipes" / "mnist_cnn.py").rename(project / "recipes" / "tiny.py")
+    lines.clear()
+    search("tiny", SearchOptions(trials=2, parity_check=False, finalists=1, rounds=1), echo=lines.append)
+    assert not [line for line in lines if line.startswith("  recipe: ")]
+
+
+def test_a_trial_an_interrupt_stopped_is_counted_as_interrupted_not_failed(
+    project: Path, fake_pool: type[FakePool]
+) -> None:
+    from optuna.trial import TrialState, create_trial
+
+    from autotune.study.shared import sharing
+
+    options = SearchOptions(trials=3, parity_check=False, finalists=1, rounds=1)
+    made = search("tiny", options, echo=lambda line: None).profile
+    assert (made["trials_failed"], made["trials_interrupted"]) == (0, 0)
+    # As the heartbeat leaves a trial whose searcher died once its retries are spent: failed, reason and all.
+    study = optuna.load_study(study_name="tiny@cpu", storage=f"sqlite:///{project}/.autotune/tiny.db")
+    last = study.trials[-1]
+    study.add_trial(create_trial(
+        state=TrialState.FAIL, params=last.params, distributions=last.distributions,
+        user_attrs={**last.user_attrs, "reason": f"{sharing.INTERRUPTED}: its searcher host:1 stopped during the "
+                    f"trial; the config was queued again"}))
+    made = search("tiny", dataclasses.replace(options, trials=5), echo=lambda line: None).profile
+    assert (made["trials_failed"], made["trials_interrupted"]) == (0, 1)
+    assert made["trials_complete"] + made["trials_pruned"] + made["trials_interrupted"] == 5
+    written = tuned_file.read(project / "recipes" / "tiny.tuned.toml")["profiles"]["cpu"]
+    assert written["trials_interrupted"] == 1

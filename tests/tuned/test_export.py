@@ -262,3 +262,26 @@ def test_export_with_a_storage_it_cannot_open_fails_as_search_and_report_do(
     report = runner.invoke(main, ["report", "--recipe", "mnist_cnn", "--storage", url, "--out", str(tmp_path)])
     assert report.exit_code == 2 and report.output.startswith(error), report.output
     assert not (tmp_path / "missing.db").exists()
+
+
+@pytest.mark.parametrize("damage", ["not-sqlite", "cut-short"])
+def test_export_refuses_a_damaged_default_study_file_as_report_does(project: Path, damage: str) -> None:
+    """No --storage: the search's own .autotune/tiny.db is read, and a damaged one is an error, not "not at hand"."""
+    tuned_file.write_profile(project / "recipes" / "tiny.tuned.toml", "tiny", "cpu", {**PROFILE, "study": "tiny@cpu"})
+    (project / ".autotune").mkdir()
+    db = project / ".autotune" / "tiny.db"
+    if damage == "not-sqlite":
+        db.write_text("a study file overwritten with text, long enough to be read as a database's header\n")
+        said = "file is not a database"
+    else:
+        db.write_bytes(_damaged_study_file(project).read_bytes())
+        said = "database disk image is malformed"
+    runner = CliRunner()
+    result = runner.invoke(main, ["export", "--recipe", "tiny", "--to", "torch"])
+    assert result.exit_code == 2, result.output
+    error = (f"Error: cannot open study storage sqlite:///{db}: (sqlite3.DatabaseError) {said}; the file is damaged or "
+             f"is not an SQLite database. Move it aside to start the study afresh (mv {db} {db}.damaged), or give "
+             f"--storage and --study to keep it and use another.")
+    assert result.output.splitlines() == [error]
+    report = runner.invoke(main, ["report", "--recipe", "tiny"])
+    assert (report.exit_code, report.output.splitlines()) == (2, [error])

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -221,3 +224,56 @@ def test_the_show_command_in_a_tuned_files_header_is_quoted_for_the_shell(
     done = subprocess.run(command.replace("autotune", program, 1), shell=True, capture_output=True, text=True,
                           cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
     assert done.returncode == 0 and "autotune search --recipe tiny" in done.stdout, done.stderr
+
+
+WRITER = """\
+import os, sys, time
+from pathlib import Path
+from autotune.tuned import file as tuned_file
+
+def held(src, dst):  # after the temporary is written and fsynced, before it replaces the file: a writer stopped here
+    print(src, flush=True)
+    time.sleep(600)
+
+os.replace = held
+tuned_file.write_profile(Path(sys.argv[1]), "tiny", "cpu", {profile!r})
+"""
+
+
+def _writer_stopped_before_replace(path: Path) -> tuple[subprocess.Popen[str], Path]:
+    """A real process whose write_profile holds its temporary, written and fsynced, and goes no further."""
+    from _procs import child_env
+
+    child = subprocess.Popen([sys.executable, "-c", WRITER.format(profile=_profile()), str(path)],
+                             stdout=subprocess.PIPE, text=True, env=child_env())
+    assert child.stdout is not None
+    temporary = Path(child.stdout.readline().strip())
+    assert temporary.parent == path.parent and temporary.name.endswith(".tmp"), temporary
+    return child, temporary
+
+
+def test_a_killed_writers_temporary_is_removed_by_the_next_write_and_nothing_else(tmp_path: Path) -> None:
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    path = recipes / "tiny.tuned.toml"
+    live, held = _writer_stopped_before_replace(path)
+    try:
+        killed, stale = _writer_stopped_before_replace(path)
+        killed.send_signal(signal.SIGKILL)
+        killed.wait()
+        others = [recipes / ".other.tuned.toml.k1ll3d.tmp", recipes / "notes.txt", recipes / "tiny.py"]
+        for other in others:
+            other.write_text("kept\n")
+        assert tuned_file.remove_stale_temporaries(path) == [stale]
+        killed2, stale2 = _writer_stopped_before_replace(path)
+        killed2.kill()
+        killed2.wait()
+        tuned_file.write_profile(path, "tiny", "cpu", _profile())  # the next write removes what a dead writer left
+        assert not stale2.exists()
+        assert sorted(p.name for p in recipes.iterdir()) == sorted(
+            [held.name, path.name, *(p.name for p in others)]), "a live writer's temporary and every other file stay"
+        assert all(p.read_text() == "kept\n" for p in others)
+        assert tuned_file.read(path)["profiles"]["cpu"]["samples_per_s"] == _profile()["samples_per_s"]
+    finally:
+        live.kill()
+        live.wait()

@@ -82,9 +82,21 @@ def _sqlite_io_cause(url: str) -> str:
 _SLACK_BYTES = 1 << 20  # a transaction's pages and journal: a file this close to a limit cannot take one more
 
 
+def _from_the_database(link: BaseException) -> bool:
+    """Raised by the storage's layers (Optuna's storage, SQLAlchemy, the database's driver), not by other code."""
+    return type(link).__module__.split(".")[0] in _DATABASE_MODULES
+
+
+_DATABASE_MODULES = ("optuna", "sqlalchemy", "sqlite3", "psycopg2", "psycopg")
+
+
 def explain(exc: BaseException, url: str, study_name: str) -> StorageFailure | None:
-    """The failure `exc` stands for when the storage at `url` refused a write, with its cause; None for any other."""
-    for link in _chain(exc):
+    """The failure `exc` stands for when the storage at `url` refused a write, with its cause; None for any other
+    (an OSError of the tuned file's write is not the study's: a full disk there says so itself)."""
+    chain = _chain(exc)
+    if not any(_from_the_database(link) for link in chain):
+        return None
+    for link in chain:
         text = str(link).lower()
         if "disk i/o error" in text:
             text += " " + _sqlite_io_cause(url)

@@ -77,8 +77,9 @@ class Space:
         except ValueError as exc:  # Optuna refuses a knob's domain that differs from the study's earlier trials'
             raise SpaceError(
                 f"study {trial.study.study_name!r} searched another domain of {knob} than this search's "
-                f"({', '.join(map(str, domain))}): the workload or the machine changed since ({exc}). Search without "
-                f"--study to start a study for this workload, or name a new one."
+                f"({', '.join(map(str, domain))}): the workload or the machine changed since "
+                f"({str(exc).rstrip('.')}). Search without --study to start a study for this workload, or name a new "
+                f"one."
             ) from exc
 
     def params(self, config: Config) -> dict[str, Any] | None:
