@@ -258,12 +258,7 @@ def report(
         (t for t in trials if t.state == TrialState.COMPLETE and t.value is not None),
         key=lambda t: -float(t.value or 0),
     )
-    counts = {
-        "complete": len(complete),
-        "pruned": sum(t.state == TrialState.PRUNED for t in trials),
-        "failed": sum(t.state == TrialState.FAIL for t in trials),
-        "unfinished": sum(not t.state.is_finished() for t in trials),
-    }
+    counts = _counts(trials, complete)
     base_trial = next(
         (t for t in sorted(complete, key=lambda t: t.number) if t.user_attrs.get("role") == "baseline"), None
     )
@@ -302,6 +297,16 @@ def report(
     write_markdown(rep, command)
     write_html(rep, command)
     return rep
+
+
+def _counts(trials: list[FrozenTrial], complete: list[FrozenTrial]) -> dict[str, int]:
+    """The study's trials by how they ended."""
+    return {
+        "complete": len(complete),
+        "pruned": sum(t.state == TrialState.PRUNED for t in trials),
+        "failed": sum(t.state == TrialState.FAIL for t in trials),
+        "unfinished": sum(not t.state.is_finished() for t in trials),
+    }
 
 
 # -- what the command prints -------------------------------------------------------------------
