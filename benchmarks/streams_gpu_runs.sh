@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The GPU measurements of streams and of short budgets, on a host with one GPU, in parts that each fit one
+# 10-minute command. Run the parts in this order on one warm host: `truth` reads what `stream` wrote there.
+#
+#     bash benchmarks/streams_gpu_runs.sh OUT stream   # the data (JPEGs, then their webdataset shards), then
+#                                                      # `autotune search --recipe webdataset_resnet50` at its defaults
+#     bash benchmarks/streams_gpu_runs.sh OUT truth    # that search's winner and the committed imagenet_resnet50
+#                                                      # profile through the truth benchmark (TRUTH_S, default 20),
+#                                                      # then imagenet_resnet50's search at --time-budget 160
+#     bash benchmarks/streams_gpu_runs.sh OUT minutes  # text_transformer's search at --time-budget 110, then at its
+#                                                      # default budget, back to back
+#
+# Each step's output goes, stamped, to OUT/<step>.log, and a step is given only the seconds left of the part's
+# budget (PART_S, default 575), so one that hangs cannot take the rest. At most 8 files come back from a part.
+set -u
+OUT=$(realpath -m "$1")
+PART=$2
+mkdir -p "$OUT"
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+export PYTHONUNBUFFERED=1 AUTOTUNE_DATA=/tmp/autotune-data
+END=$(($(date +%s) + ${PART_S:-575}))
+
+stamp() { while IFS= read -r line; do printf '%s %s\n' "$(date +%T)" "$line"; done; }
+left() { echo $((END - $(date +%s))); }
+step() {  # step NAME COMMAND...: in /tmp/runs/NAME, at most the seconds left, output to OUT/NAME.log
+    local name=$1
+    shift
+    if [ "$(left)" -lt 10 ]; then
+        echo "$(date +%T) [$name: skipped, the part's time is spent]" >>"$OUT/progress.log"
+        return
+    fi
+    mkdir -p "/tmp/runs/$name"
+    local t0=$SECONDS
+    (cd "/tmp/runs/$name" && timeout "$(left)" "$@") 2>&1 | stamp >>"$OUT/$name.log"
+    echo "$(date +%T) [$name: exit ${PIPESTATUS[0]}, $((SECONDS - t0)) s]" | tee -a "$OUT/$name.log" >>"$OUT/progress.log"
+}
+truth() {  # truth NAME RECIPE FOLDER: the tuned profile in FOLDER/recipes through the truth benchmark
+    step "$1" bash -c "cd '$3' && python3 '$REPO/benchmarks/truth.py' --recipe $2 --configs tuned \
+        --seconds ${TRUTH_S:-20} --rounds 1 --out /tmp/runs/$1"
+    cp "/tmp/runs/$1/truth.json" "$OUT/$1.json" 2>/dev/null
+}
+TREE=$(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null && git diff --name-only HEAD 2>/dev/null | sed 's/^/+ /')
+echo "$(date +%T) $PART on $(nproc) cores, $(nvidia-smi --query-gpu=name --format=csv,noheader), commit $(echo $TREE)" \
+    >>"$OUT/progress.log"
+
+case $PART in
+stream)
+    # The JPEGs and their shards, written once per host before the search's clock starts.
+    step data python3 -c "from autotune.workloads.builtins.webdataset_resnet50 import build_dataset
+from autotune.streams.sources import describe
+print(describe(build_dataset('$AUTOTUNE_DATA')))"
+    step wds_search bash -c "python3 -m autotune search --recipe webdataset_resnet50 \
+        && python3 -m autotune show --recipe webdataset_resnet50"
+    cp /tmp/runs/wds_search/recipes/webdataset_resnet50.tuned.toml "$OUT/" 2>/dev/null
+    ;;
+truth)
+    truth wds_truth webdataset_resnet50 /tmp/runs/wds_search
+    truth imagenet_truth imagenet_resnet50 "$REPO"
+    step imagenet160 bash -c "python3 -m autotune search --recipe imagenet_resnet50 --time-budget 160 \
+        && python3 -m autotune show --recipe imagenet_resnet50"
+    cp /tmp/runs/imagenet160/recipes/imagenet_resnet50.tuned.toml "$OUT/imagenet160.tuned.toml" 2>/dev/null
+    ;;
+minutes)
+    step text110 bash -c "python3 -m autotune search --recipe text_transformer --time-budget 110"
+    cp /tmp/runs/text110/recipes/text_transformer.tuned.toml "$OUT/text110.tuned.toml" 2>/dev/null
+    step text_default bash -c "python3 -m autotune search --recipe text_transformer"
+    cp /tmp/runs/text_default/recipes/text_transformer.tuned.toml "$OUT/text_default.tuned.toml" 2>/dev/null
+    ;;
+*)
+    echo "unknown part $PART: stream, truth or minutes" >&2
+    exit 2
+    ;;
+esac
