@@ -80,6 +80,8 @@ def write_text_shards(out: Path, samples: int, shards: int = SHARDS) -> list[str
         print(f"autotune: writing {samples:,} synthetic texts in {count} parquet files in {out} (once)",
               file=sys.stderr)
     out.mkdir(parents=True, exist_ok=True)
+    for stale in [*out.glob("train-*.parquet"), *out.glob(".train-*.parquet.tmp")]:  # a killed writer's, of any count
+        stale.unlink()
     names = [f"train-{i:05d}-of-{count:05d}.parquet" for i in range(count)]
     jobs = [(out / name, samples // count + (i < samples % count), i) for i, name in enumerate(names)]
     workers = max(1, min(len(os.sched_getaffinity(0)), count))

@@ -73,7 +73,7 @@ def write_shards(samples: list[tuple[str, int]], out: Path, shards: int) -> list
         print(f"autotune: packing {len(samples):,} JPEGs into {count} webdataset shards in {out} (once)",
               file=sys.stderr)
     out.mkdir(parents=True, exist_ok=True)
-    for stale in out.glob("train-*.tar"):  # from a writer that was killed, maybe with another shard count
+    for stale in [*out.glob("train-*.tar"), *out.glob(".train-*.tar.tmp")]:  # a killed writer's, of any count
         stale.unlink()
     order = list(range(len(samples)))
     random.Random(0).shuffle(order)  # a folder lists its images class by class: every shard gets many classes

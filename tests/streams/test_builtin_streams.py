@@ -27,8 +27,11 @@ def test_both_are_built_ins() -> None:
 
 
 def test_the_tar_shards_are_written_once_whole_and_hold_every_jpeg_once(small_data: Path) -> None:
-    paths = imagenet_shards(small_data)
     folder = small_data / "imagenet-synthetic-shards" / "train"
+    folder.mkdir(parents=True)
+    for left in ("train-000099.tar", ".train-000003.tar.tmp"):  # a killed writer's: whole shards, a half one
+        (folder / left).write_bytes(b"left by a writer that was killed")
+    paths = imagenet_shards(small_data)
     assert paths == [str(folder / f"train-{i:06d}.tar") for i in range(SHARDS)]
     keys = []
     for path in paths:
@@ -39,7 +42,7 @@ def test_the_tar_shards_are_written_once_whole_and_hold_every_jpeg_once(small_da
             assert int(tar.extractfile(names[1]).read()) in range(IMAGES)  # 48 images: 48 classes of one
             keys += [n.rsplit(".", 1)[0] for n in names[::2]]
     assert len(keys) == len(set(keys)) == IMAGES
-    assert not [p for p in folder.iterdir() if p.name.startswith(".")], "no temporary file left"
+    assert sorted(p.name for p in folder.iterdir()) == [MARK, *(Path(p).name for p in paths)]  # nothing else left
     written = [os.stat(p).st_mtime_ns for p in paths]
     assert imagenet_shards(small_data) == paths  # the second time: as they are, not written again
     assert [os.stat(p).st_mtime_ns for p in paths] == written
