@@ -36,16 +36,16 @@ SYNTHETIC_IMAGES = 51_200  # imagenet.IMAGES, the synthetic folder's default
 def imagenet_images(root: str | Path) -> int:
     """How many images `imagenet_shards(root)` holds (its marker says, once written), else will hold: the real
     train split's, or the synthetic folder's."""
-    real = Path(root) / "imagenet" / "train"
     mark = _shard_folder(root) / MARK
     if mark.exists():
         return int(mark.read_text().split()[1])
-    if real.is_dir():
+    if (Path(root) / "imagenet" / "train").is_dir():
         return REAL_IMAGES
     return int(os.environ.get("AUTOTUNE_SYNTHETIC_IMAGENET_IMAGES", SYNTHETIC_IMAGES))
 
 
 def _shard_folder(root: str | Path) -> Path:
+    """Where the shards of the real ImageNet, or of the synthetic folder, go."""
     real = Path(root) / "imagenet" / "train"
     return Path(root) / ("imagenet-shards" if real.is_dir() else "imagenet-synthetic-shards") / "train"
 
