@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import functools
 import math
-import multiprocessing
 import os
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from autotune.workloads.datasets import building
+from autotune.workloads.datasets import building, in_parallel
 
 SAMPLES = 32_768  # as text_transformer's data set
 SHARDS = 16  # a Hugging Face stream hands each DataLoader worker whole files: up to 16 workers read
@@ -84,9 +83,7 @@ def write_text_shards(out: Path, samples: int, shards: int = SHARDS) -> list[str
         stale.unlink()
     names = [f"train-{i:05d}-of-{count:05d}.parquet" for i in range(count)]
     jobs = [(out / name, samples // count + (i < samples % count), i) for i, name in enumerate(names)]
-    workers = max(1, min(len(os.sched_getaffinity(0)), count))
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
-        pool.starmap(_write_file, jobs, chunksize=1)
+    in_parallel(_write_file, jobs)
     (out / MARK).write_text(f"samples {samples}\n" + "\n".join(names) + "\n")
     return names
 

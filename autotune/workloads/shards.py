@@ -17,14 +17,13 @@ and the next one writes them again. A marker file, written last, lists the shard
 from __future__ import annotations
 
 import io
-import multiprocessing
 import os
 import random
 import sys
 import tarfile
 from pathlib import Path
 
-from autotune.workloads.datasets import building
+from autotune.workloads.datasets import building, in_parallel
 from autotune.workloads.imagenet import imagenet_folder
 
 SHARDS = 64  # webdataset's split_by_worker hands out whole shards: 64 keep 15 workers each busy with 4 or more
@@ -79,9 +78,7 @@ def write_shards(samples: list[tuple[str, int]], out: Path, shards: int) -> list
     random.Random(0).shuffle(order)  # a folder lists its images class by class: every shard gets many classes
     names = [f"train-{i:06d}.tar" for i in range(count)]
     jobs = [(out / name, [(f"{j:08d}", *samples[j]) for j in order[i::count]]) for i, name in enumerate(names)]
-    workers = max(1, min(len(os.sched_getaffinity(0)), 32, count))
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
-        pool.starmap(_write_shard, jobs, chunksize=1)
+    in_parallel(_write_shard, jobs)
     (out / MARK).write_text(f"images {len(samples)}\n" + "\n".join(names) + "\n")
     return names
 
