@@ -3,6 +3,7 @@
     python benchmarks/truth.py --recipe imagenet_resnet50 --out /tmp/truth
     python benchmarks/truth.py --recipe imagenet_resnet50 --configs sweep --seconds 30
     python benchmarks/truth.py --recipe imagenet_resnet50 --configs tuned
+    python benchmarks/truth.py --recipe webdataset_resnet50 --configs tuned
     taskset -c 0-4 python benchmarks/truth.py --configs decode   # both decode paths on 5 cores
 
 For each config, autotune measures it as a search states a finalist's number: in
@@ -43,6 +44,16 @@ uint8 pixels, finished on the device, where it ends in ToTensor and Normalize, a
 autotune's does) and its device half decoded on the side stream.
 A hand loop does not capture CUDA graphs; a config that asks for one is run eager,
 and its row says so.
+
+A stream (a workload whose data set is an IterableDataset: webdataset_resnet50) is read
+by its hand loop as it comes, with no sampler and no shuffle; its pass is the workload's
+`samples_per_epoch` in batches (its epochs end where its workers run out, as a training
+run's do), and the time to its first batch (workers started, shards opened, a shuffle
+buffer filled) is stated apart from the rates, beside autotune's. A device_normalize
+config's workers get a copy of the stream whose last stage, `.map_tuple(augment, ...)`,
+runs the augmentation up to ToTensor, then PILToTensor, written out in ``truthbench/data.py``:
+
+    python benchmarks/truth.py --recipe webdataset_resnet50 --configs tuned
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@ The DataLoader runs the data set with the workers' half of its own transform
 each batch is uint8 pixels: a quarter of the bytes to collate, pin and copy, and none
 of the float arithmetic on the CPU. Each batch is copied to the device (without
 blocking when pinned) and the pipeline's tail (ToTensor's division, Normalize) runs
-there on the whole batch. For example::
+there on the whole batch. A webdataset stream works the same way: its last stage's
+image transform is cut in a copy of the stream, and its order stays its own (no shuffle,
+no sampler). For example::
 
     loader = normalizing_loader(image_folder, config, shuffle=True, drop_last=False, device=torch.device("cuda"))
     for x, y in loader:  # x: N x 3 x 224 x 224 float32 on the device, normalised

@@ -64,9 +64,9 @@ def _as_is(item: Any) -> Any:
 def read(dataset: Any, workers: int, limit: int | None = None,
          sample_key: Callable[[Any], Any] | None = None) -> list[tuple[int, str]]:
     """(worker, identity) of each sample `workers` workers yield, in the order the loop receives them."""
-    loader = DataLoader(_Tagged(dataset, sample_key), batch_size=None, num_workers=workers, collate_fn=_as_is)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings():  # the DataLoader warns as it is made, and again as it starts its workers
         warnings.filterwarnings("ignore", message=".*worker processes in total.*")  # more workers than cores: asked
+        loader = DataLoader(_Tagged(dataset, sample_key), batch_size=None, num_workers=workers, collate_fn=_as_is)
         return list(itertools.islice(loader, limit) if limit is not None else loader)
 
 

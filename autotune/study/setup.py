@@ -22,8 +22,8 @@ import optuna
 
 from autotune.knobs import SpaceError, detect_machine, max_workers
 from autotune.options import SearchOptions
+from autotune.streams.facts import STREAM_DECODE, with_pass_check
 from autotune.streams.facts import describe as describe_stream
-from autotune.streams.facts import with_pass_check
 from autotune.study import identity
 from autotune.study.context import Prepared, SearchError, Setup, where_raised
 from autotune.study.failed import content
@@ -71,10 +71,12 @@ def prepare(recipe: str, options: SearchOptions, echo: Callable[[str], None] = p
     try:
         runner = Runner(workload, torch.device("cpu"))
         facts = runner.facts()
+        collate = getattr(workload, "collate_fn", None)
         # The device decode path, read off the data set's own transform (workloads.decode), or why there is none.
-        derived, refused = decode_verdict(runner.dataset, getattr(workload, "collate_fn", None))
+        # A stream's files reach its workers through its own stages, never as a list of paths the device path reads.
+        derived, refused = ("", STREAM_DECODE) if facts.stream else decode_verdict(runner.dataset, collate)
         # And the tail (ToTensor, Normalize) the device can run instead of the workers (workloads.pixels).
-        tail, tail_refused = pixels_verdict(runner.dataset, getattr(workload, "collate_fn", None))
+        tail, tail_refused = pixels_verdict(runner.dataset, collate)
         facts = dataclasses.replace(facts, gpu_decode=derived, gpu_decode_refused=refused, device_normalize=tail,
                                     device_normalize_refused=tail_refused)
         if facts.stream:  # which worker counts keep the stream's samples, before any trial (autotune.streams.passes)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import multiprocessing
 import os
 import pickle
 import socket
@@ -126,6 +127,19 @@ def building(folder: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def in_parallel(work: Callable[..., Any], jobs: list[tuple[Any, ...]]) -> None:
+    """`work(*job)` for each of `jobs`, in processes forked over this machine's cores (at most 32).
+
+    The pool is closed and joined, never terminated: its workers, forked from a search, keep the search's signal
+    handlers, and each one terminated would print a KeyboardInterrupt.
+    """
+    workers = max(1, min(len(os.sched_getaffinity(0)), 32, len(jobs)))
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        pool.starmap(work, jobs, chunksize=max(1, len(jobs) // (workers * 4)))
+        pool.close()
+        pool.join()
 
 
 def _real_or_synthetic(

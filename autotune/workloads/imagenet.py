@@ -12,7 +12,6 @@ random shift, scale and brightness, plus noise: a model can learn it.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from autotune.workloads.datasets import SYNTHETIC_MARK, building, in_place, say_once
+from autotune.workloads.datasets import SYNTHETIC_MARK, building, in_parallel, in_place, say_once
 
 CLASSES = 1000
 IMAGES = 51_200  # 200 steps of the recipe's batch of 256: an epoch is hundreds of steps
@@ -57,9 +56,7 @@ def write_synthetic(folder: Path, images: int = IMAGES, classes: int = CLASSES) 
     """Write `images` JPEGs in `classes` class folders, in parallel over this machine's cores; returns `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
     jobs = [(folder, c, images // classes + (c < images % classes)) for c in range(classes)]
-    workers = max(1, min(len(os.sched_getaffinity(0)), 32))
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
-        pool.starmap(_write_class, jobs, chunksize=max(1, len(jobs) // (workers * 4)))
+    in_parallel(_write_class, jobs)
     mark = "synthetic ImageNet written by autotune; delete this folder to write it again\n"
     (folder / SYNTHETIC_MARK).write_text(mark)
     return folder

@@ -15,7 +15,9 @@ sample with the tail, 2.50 ms without it; collating 256 samples, 81 ms in float3
 
 A pipeline whose tail holds anything else (a RandomErasing on the tensor, a Lambda) is
 refused with a ``NotTranslatable`` naming it, as is one that already ends in uint8
-(nothing to move). For example::
+(nothing to move). A map-style data set's pipeline is its ``transform``; a webdataset
+stream's is the first function of its last stage, ``.map_tuple(augment, ...)``
+(``autotune.workloads.stages``), cut the same way in a copy of the stream. For example::
 
     cut = split(dataset.transform)
     workers_side, on_device = cut.host, cut.finish
@@ -30,9 +32,10 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.utils.data import Subset
+from torch.utils.data import IterableDataset, Subset
 
 from autotune.batch import queued
+from autotune.workloads import stages
 from autotune.workloads.decode import NotTranslatable, flatten
 
 # A workload's own collate_fn batches the samples its pipeline makes (a mixup, a padding): float images, not uint8.
@@ -146,9 +149,12 @@ def _to_float(t: Any) -> bool:
 
 
 def transform_of(dataset: Any) -> Any:
-    """The data set's own transform; a Subset's (random_split's) is its data set's. None where there is none."""
+    """The data set's own transform; a Subset's (random_split's) is its data set's; a webdataset pipeline's is the
+    first function of its last stage, ``map_tuple`` (``autotune.workloads.stages``). None where there is none."""
     if isinstance(dataset, Subset):
         return transform_of(dataset.dataset)
+    if stages.is_webdataset(dataset):
+        return stages.image_transform(dataset)  # raises NotTranslatable where the pipeline has none to cut
     return getattr(dataset, "transform", None)
 
 
@@ -160,6 +166,8 @@ def with_transform(dataset: Any, transform: Any) -> Any:
     """
     if isinstance(dataset, Subset):
         return Subset(with_transform(dataset.dataset, transform), dataset.indices)
+    if stages.is_webdataset(dataset):
+        return stages.with_image_transform(dataset, transform)
     if not hasattr(dataset, "transform"):
         raise NotTranslatable(f"{type(dataset).__name__} has no `transform` to cut")
     if isinstance(getattr(type(dataset), "transform", None), property):
@@ -194,19 +202,43 @@ def differs(dataset: Any, cut: PixelSplit, samples: int = SAMPLES_CHECKED) -> st
     """Why the two halves do not make `dataset`'s own samples ("" when they do), on its first few samples.
 
     Each sample is drawn twice under one seed (torch's and Python's generators both): through the data set as it
-    is, and through the workers' half, then the device's. On a CPU they must agree to the bit; a data set of
-    16-bit or 1-bit images, or of arrays rather than PIL images, tells here rather than in a trial.
+    is, and through the workers' half, then the device's. A stream (a webdataset pipeline) has no index: its first
+    images, as they reach its transform, go through its own transform and through the workers' half. On a CPU they
+    must agree to the bit; a data set of 16-bit or 1-bit images, or of arrays rather than PIL images, tells here
+    rather than in a trial.
     """
-    copied = with_transform(dataset, cut.host)
-    for index in range(min(samples, len(dataset))):
+    try:
+        draws = _draws(dataset, cut, samples)
+    except NotTranslatable:
+        raise
+    except Exception as exc:  # noqa: BLE001  (whatever fails here would fail in a trial)
+        return f"its first samples cannot be read: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    for index, (own, halves) in enumerate(draws):
         try:
-            want, got = _twice(lambda: dataset[index], lambda: copied[index])
+            want, got = _twice(own, halves)
             got = cut.finish(torch.as_tensor(got)[None])[0]
         except Exception as exc:  # noqa: BLE001  (whatever fails here would fail in a trial)
             return f"its sample {index} cannot be split: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
         if not isinstance(want, torch.Tensor) or want.shape != got.shape or not torch.equal(want, got):
             return f"its sample {index} through the two halves is not the pipeline's own (compared to the bit)"
     return ""
+
+
+Draw = Callable[[], Any]
+
+
+def _draws(dataset: Any, cut: PixelSplit, samples: int) -> list[tuple[Draw, Draw]]:
+    """For each of the first `samples` samples: (a draw of it as the data set makes it, a draw through the workers'
+    half)."""
+    if stages.is_webdataset(dataset):
+        own = transform_of(dataset)
+        images = stages.images_before(dataset, samples)
+        return [((lambda im=image: own(im)), (lambda im=image: cut.host(im))) for image in images]
+    if isinstance(dataset, IterableDataset):
+        raise NotTranslatable(f"{type(dataset).__name__} is a stream: the device takes over the image transform "
+                              f"of a webdataset pipeline's last stage, .map_tuple(transform, ...), and no other")
+    copied = with_transform(dataset, cut.host)
+    return [((lambda i=index: dataset[i]), (lambda i=index: copied[i])) for index in range(min(samples, len(dataset)))]
 
 
 def _twice(first: Callable[[], Any], second: Callable[[], Any]) -> tuple[Any, Any]:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.utils.data import IterableDataset
 
 from autotune.config import Config
 from autotune.loop.device_decode import decode_batch
@@ -24,6 +25,8 @@ def worker_data(dataset: Any, config: Config, device: torch.device) -> tuple[Any
     """What the loop's DataLoader reads (the data set, or what its workers make of it), how it collates a batch, and
     what the device does to a batch's host-made images after (`finish`: device_normalize's tail), if anything."""
     finish = None  # device_normalize's tail, run on the device
+    if config.decode == "gpu" and isinstance(dataset, IterableDataset):
+        raise ValueError("a stream's JPEGs are decoded by its own pipeline: the hand loop has no device decode of one")
     if config.decode == "gpu":
         files, collate = JpegFiles([path for path, _ in dataset.samples], [t for _, t in dataset.samples]), by_list
         if config.decode_share < 1:  # hybrid: the workers decode the rest through the data set's own pipeline
@@ -38,16 +41,31 @@ def worker_data(dataset: Any, config: Config, device: torch.device) -> tuple[Any
 
 def uint8_pixels(dataset: Any, device: torch.device) -> tuple[Any, None, Any]:
     """A device_normalize loop by hand: the workers run the pipeline up to ToTensor, then PILToTensor; the device
-    divides by 255 and normalises as ToTensor and Normalize would. Written for a [..., ToTensor, Normalize] pipeline."""
+    divides by 255 and normalises as ToTensor and Normalize would. Written for a [..., ToTensor, Normalize] pipeline:
+    a data set's `transform`, or a webdataset stream's last stage, `.map_tuple(augment, ...)`."""
     from torchvision import transforms
 
-    *head, to_tensor, normalize = dataset.transform.transforms
-    assert type(to_tensor).__name__ == "ToTensor" and type(normalize).__name__ == "Normalize", dataset.transform
+    stream = isinstance(dataset, IterableDataset)
+    own = last_stage(dataset).args[0] if stream else dataset.transform
+    *head, to_tensor, normalize = own.transforms
+    assert type(to_tensor).__name__ == "ToTensor" and type(normalize).__name__ == "Normalize", own
+    host = transforms.Compose([*head, transforms.PILToTensor()])
     pixels = copy.copy(dataset)
-    pixels.transform = transforms.Compose([*head, transforms.PILToTensor()])
+    if stream:  # the same pipeline but for its last stage, which makes uint8 images (webdataset's map_tuple)
+        last = last_stage(dataset)
+        pixels.pipeline = [*dataset.pipeline[:-1], type(last)(last.f, host, *last.args[1:], **last.kw)]
+    else:
+        pixels.transform = host
     mean = torch.tensor(normalize.mean, device=device).view(1, -1, 1, 1)
     std = torch.tensor(normalize.std, device=device).view(1, -1, 1, 1)
     return pixels, None, lambda x: x.float().div(255).sub_(mean).div_(std)
+
+
+def last_stage(stream: Any) -> Any:
+    """A webdataset pipeline's last stage, which must be `.map_tuple(augment, ...)`: the image's transform."""
+    last = stream.pipeline[-1]
+    assert getattr(last.f, "__name__", "") == "_map_tuple", f"the stream's last stage is {last}, not map_tuple"
+    return last
 
 
 class JpegFiles(torch.utils.data.Dataset):

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset
 
 from autotune.config import Config
 from autotune.trial.cputime import cpu_times
@@ -29,7 +29,8 @@ def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: to
             longest: float | None = None) -> dict[str, float]:
     """The ground truth: a plain training loop, timed for at least `seconds` after warm-up and twice the backlog,
     on to whole epochs' worth of batches where that takes at most `longest` seconds in all (by default LONGEST
-    times `seconds`; `more_batches`)."""
+    times `seconds`; `more_batches`). A stream (an IterableDataset) is read as it comes, its pass the workload's
+    `samples_per_epoch`; the time to its first batch is given apart (`first_batch_s`)."""
     longest = LONGEST * seconds if longest is None else longest
     torch.backends.cudnn.benchmark = config.cudnn_benchmark
     torch.manual_seed(0)
@@ -39,11 +40,8 @@ def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: to
     if config.compile != "off":  # as a user compiles: the model; its warm-up below compiles it
         model = torch.compile(model, mode=config.compile)
     criterion = workload.build_loss()
-    extra = {"persistent_workers": config.persistent_workers, "prefetch_factor": config.prefetch_factor or 2}
     dataset = workload.build_dataset(data_root())
-    files, collate, finish = worker_data(dataset, config, device)
-    loader = DataLoader(files, batch_size=config.batch_size, shuffle=True, num_workers=config.num_workers,
-                        pin_memory=config.pin_memory, collate_fn=collate, **(extra if config.num_workers else {}))
+    loader, finish, per_epoch = hand_loader(workload, dataset, config, device)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.amp)
 
     def step(x: torch.Tensor, y: torch.Tensor) -> None:
@@ -58,16 +56,17 @@ def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: to
         loss.backward()
         optimizer.step()
 
-    def batches() -> Iterator[Any]:
-        while True:  # epochs, each a fresh pass as a training run makes it
-            yield from loader
-
-    feed = batches()
+    passes = Passes(loader)
+    feed = iter(passes)
     if config.decode == "gpu":
         feed = decoded_ahead(feed, translate(dataset.transform), device, fmt, finish)
     capacity = config.num_workers * (config.prefetch_factor or 2) if config.num_workers else 0
     taken = 10 + 2 * capacity
-    for _ in range(taken):  # warm-up (cuDNN autotuning), then twice what the workers can hold ready
+    began = time.perf_counter()
+    x, y = next(feed)
+    first_batch_s = time.perf_counter() - began  # the workers' start, a stream's shards opened and its buffer filled
+    step(x, y)
+    for _ in range(taken - 1):  # warm-up (cuDNN autotuning), then twice what the workers can hold ready
         step(*next(feed))
     sync(device)
     cpu0 = cpu_times()
@@ -76,25 +75,64 @@ def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: to
 
     def timed_step() -> int:
         x, y = next(feed)
-        arrived.append((time.perf_counter() - start, (first + len(arrived)) % len(loader), len(x)))
+        # A stream's pass ends where its workers run out, which its declared pass only estimates.
+        place = passes.place if passes.stream else (first + len(arrived)) % per_epoch
+        arrived.append((time.perf_counter() - start, place, len(x)))
         step(x, y)
         return len(x)
 
     samples = 0
     while time.perf_counter() - start < seconds:
         samples += timed_step()
-    for _ in range(more_batches(time.perf_counter() - start, len(arrived), len(loader), longest)):
+    for _ in range(more_batches(time.perf_counter() - start, len(arrived), per_epoch, longest)):
         samples += timed_step()
     sync(device)
     wall = time.perf_counter() - start
     cpu1 = cpu_times()
     # CPU per sample over the timed part: the loop's process (its pinning thread included) and its workers.
     workers_ms = None if cpu0.children_s is None else (cpu1.children_s - cpu0.children_s) / samples * 1e3
-    epochs = len(arrived) / len(loader)
+    epochs = len(arrived) / per_epoch
     return {"samples_per_s": samples / wall, "seconds": wall, "samples": samples,
-            "epochs_worth": epochs if epochs == int(epochs) else None,
+            "epochs_worth": epochs if epochs == int(epochs) else None, "first_batch_s": first_batch_s,
             "main_cpu_ms": (cpu1.main_s - cpu0.main_s) / samples * 1e3, "workers_cpu_ms": workers_ms,
-            **epoch_parts(arrived, samples, wall, len(loader), capacity)}
+            **epoch_parts(arrived, samples, wall, per_epoch, capacity)}
+
+
+ENDLESS = 10**9  # the batches of a stream's pass where its workload declares none: no epoch's worth is ever reached
+
+
+def hand_loader(workload: Any, dataset: Any, config: Config, device: torch.device) -> tuple[DataLoader, Any, int]:
+    """The hand loop's DataLoader, what the device does to its images after (`finish`), and the batches of a pass.
+
+    A stream has no sampler to shuffle: its order is its own, and its pass is the workload's declared one
+    (DEFAULTS' `samples_per_epoch`, else its own `len()`), in batches."""
+    files, collate, finish = worker_data(dataset, config, device)
+    stream = isinstance(dataset, IterableDataset)
+    extra = {"persistent_workers": config.persistent_workers, "prefetch_factor": config.prefetch_factor or 2}
+    loader = DataLoader(files, batch_size=config.batch_size, shuffle=not stream, num_workers=config.num_workers,
+                        pin_memory=config.pin_memory, collate_fn=collate, **(extra if config.num_workers else {}))
+    if not stream:
+        return loader, finish, len(loader)
+    declared = getattr(workload, "defaults", {}).get("samples_per_epoch")
+    if not declared:
+        try:
+            declared = len(dataset)
+        except TypeError:
+            return loader, finish, ENDLESS
+    return loader, finish, max(1, -(-int(declared) // config.batch_size))
+
+
+class Passes:
+    """Epochs, each a fresh pass as a training run makes it; `place`: the last batch's place in its pass."""
+
+    def __init__(self, loader: DataLoader) -> None:
+        self.loader, self.place = loader, -1
+        self.stream = isinstance(loader.dataset, IterableDataset)
+
+    def __iter__(self) -> Iterator[Any]:
+        while True:
+            for self.place, batch in enumerate(self.loader):
+                yield batch
 
 
 def more_batches(elapsed: float, timed: int, per_epoch: int, longest: float) -> int:

@@ -53,13 +53,18 @@ def print_row(row: dict[str, Any], config: Config) -> None:
           f"{f'; its workers {ours_workers} ms' if ours_workers else ''}", flush=True)
     print(f"  {'':<46} backlog growth autotune's windows left out: "
           f"{', '.join(f'{u:.1%}' for u in row['autotune_uncredited'])} of their samples", flush=True)
+    if any(s is not None for s in row.get("autotune_first_batch_s", ())):  # a stream: its start, apart
+        print(f"  {'':<46} the first batch (a stream's shards opened, its buffer filled; not in the steady rate): "
+              f"autotune {_each_s(row['autotune_first_batch_s'])} s, by hand {_each_s(row['hand_first_batch_s'])} s",
+              flush=True)
 
 
 def print_hand_row(row: dict[str, Any]) -> None:
     """A `--hand-only` row: the hand loop alone."""
+    first = row.get("hand_first_batch_s") or []
     print(f"  {row['config']:<46} by hand {row['hand']:>8,.0f}/s over {row['hand_seconds']:.0f} s"
           f"{_span(row['hand_whole_epochs'])} (within epochs {rate(row['hand_steady'])}, an epoch boundary "
-          f"{_seconds(row['hand_boundary_s'])})", flush=True)
+          f"{_seconds(row['hand_boundary_s'])}, the first batch {_each_s(first)} s)", flush=True)
 
 
 def summary(rows: list[dict[str, Any]]) -> None:
@@ -83,6 +88,11 @@ def _span(whole_epochs: bool) -> str:
 def _cpu(values: list[float | None]) -> str:
     """Each round's CPU milliseconds a sample (`Measurement.main_cpu_ms` or `workers_cpu_ms`), "-" where unread."""
     return ", ".join("-" if value is None else f"{value:.2f}" for value in values)
+
+
+def _each_s(values: list[float | None]) -> str:
+    """Seconds, one per round or slice, "-" where unread."""
+    return ", ".join("-" if value is None else f"{value:.2f}" for value in values) or "-"
 
 
 def _seconds(value: float | None) -> str:

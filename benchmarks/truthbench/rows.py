@@ -83,6 +83,7 @@ def compared(name: str, config: Config, lr: float, workload_path: Path, args: ar
            "autotune_windows": [r.get("window_rates") for r in rounds], "autotune_unreliable": unreliable,
            "autotune_uncredited": uncredited, "autotune_main_cpu_ms": [r.get("main_cpu_ms") for r in rounds],
            "autotune_workers_cpu_ms": [r.get("workers_cpu_ms") for r in rounds],
+           "autotune_first_batch_s": [r.get("first_batch_s") for r in rounds],  # a stream's; None for a data set
            **hand_fields(hand), "ratio": ratio, "host_drift": hand["drift"]}
     print_row(row, config)
     return row

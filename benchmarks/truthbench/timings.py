@@ -73,7 +73,10 @@ def joined(slices: list[dict[str, Any]]) -> dict[str, Any]:
             "drift": max(rates) / min(rates) - 1 if len(rates) > 1 else None,
             "whole_epochs": all(h["epochs_worth"] is not None for h in slices),
             "workers_cpu_ms": [h["workers_cpu_ms"] for h in slices if h["workers_cpu_ms"] is not None],
-            "main_cpu_ms": [h["main_cpu_ms"] for h in slices]}
+            "main_cpu_ms": [h["main_cpu_ms"] for h in slices],
+            # Each slice's wait for its first batch (a stream's shards opened, its buffer filled): before its
+            # timed part, as a run pays it once; each new pass pays it again within, in its boundaries.
+            "first_batch_s": [h["first_batch_s"] for h in slices if h.get("first_batch_s") is not None]}
 
 
 def hand_fields(hand: dict[str, Any]) -> dict[str, Any]:
@@ -82,4 +85,4 @@ def hand_fields(hand: dict[str, Any]) -> dict[str, Any]:
             "hand_steady": hand["steady_samples_per_s"], "hand_boundaries": hand["boundaries"],
             "hand_boundary_s": hand["boundary_s"], "hand_timeline": hand["timeline"], "hand_slices": hand["slices"],
             "hand_whole_epochs": hand["whole_epochs"], "hand_workers_cpu_ms": hand["workers_cpu_ms"],
-            "hand_main_cpu_ms": hand["main_cpu_ms"]}
+            "hand_main_cpu_ms": hand["main_cpu_ms"], "hand_first_batch_s": hand["first_batch_s"]}

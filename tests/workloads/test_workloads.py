@@ -82,7 +82,8 @@ def test_cifar_device_augment_draws_from_the_same_crops_as_the_pil_transform() -
         (
             "nosuch",
             "unknown recipe 'nosuch': not ./recipes/nosuch.py, not a path, not a built-in. Known recipes: "
-            "cifar10_resnet18, imagenet_resnet50, mnist_cnn, text_transformer, tiny.",
+            "cifar10_resnet18, hf_stream_text, imagenet_resnet50, mnist_cnn, text_transformer, tiny, "
+            "webdataset_resnet50.",
         ),
         ("recipes/tiny.txt", "a recipe path must name a `.py` file, but got 'recipes/tiny.txt'."),
         ("missing/file.py", "recipe file 'missing/file.py' does not exist."),
