@@ -32,6 +32,7 @@ from autotune.knobs import (
     SpaceError,
     max_workers,
 )
+from autotune.streams import ranks
 from autotune.streams.facts import most_workers
 
 if TYPE_CHECKING:
@@ -164,6 +165,9 @@ def build_space(
     batch_size: int, machine: Machine, facts: DataFacts, fixes: dict[str, tuple[Any, ...]] | None = None
 ) -> Space:
     """The space for one workload on one machine, narrowed by the user's fixes."""
+    overlap = ranks.refusal(facts.shards, 0, facts.world_size) if facts.stream else None
+    if overlap is not None:  # no worker count fits: every config would read shards another rank reads
+        raise SpaceError(f"the search assumes WORLD_SIZE={facts.world_size} ranks (torchrun's): {overlap}.")
     domains: dict[str, tuple[Any, ...]] = {}
     excluded: dict[str, str] = {}
     scaled = (int(batch_size * 2.0**k) for k in BATCH_EXPONENTS)
@@ -232,7 +236,8 @@ def build_space(
     limits = dict(excluded)
     if facts.stream and most < max_workers(machine.cpu_share, facts.load_cpu_share):
         refused = "; ".join(f"num_workers={w}: {why}" for w, why in facts.stream_refused if w > most)
-        limits["num_workers"] = refused or f"the stream's {facts.shards} shard(s) bound its workers"
+        limits["num_workers"] = refused or (f"the stream's {facts.shards} shard(s) over {facts.world_size} rank(s) "
+                                            f"bound its workers: num_workers x world size <= shards")
     for knob, allowed in (fixes or {}).items():
         domains[knob] = _narrow(knob, domains[knob], allowed, limits)
     return Space(domains, excluded)

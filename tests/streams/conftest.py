@@ -1,0 +1,21 @@
+"""A project holding the stream workloads of tests/fixtures (tiny_stream, tiny_shards) beside tiny.py."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from _streams import FIXTURES
+
+STREAM_SWITCHES = ("TINY_STREAM", "TINY_STREAM_LEN", "TINY_SHARDS", "TINY_STREAM_UNDECLARED", "WORLD_SIZE", "RANK")
+
+
+@pytest.fixture
+def streams(project: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """`project` with recipes/tiny_stream.py and recipes/tiny_shards.py, no stream switch set, one process's world."""
+    for name in ("tiny_stream", "tiny_shards"):
+        shutil.copy(FIXTURES / f"{name}.py", project / "recipes" / f"{name}.py")
+    for switch in STREAM_SWITCHES:
+        monkeypatch.delenv(switch, raising=False)
+    return project
