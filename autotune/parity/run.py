@@ -23,6 +23,7 @@ from torch.utils.data import IterableDataset, RandomSampler, default_collate
 from autotune.batch import samples_in
 from autotune.config import Config
 from autotune.loop import Step
+from autotune.streams.keys import key_of
 
 ORDER_SEED = 0  # seeds the generator that orders the data of every parity run
 PROBE_SAMPLES = 4096  # the fixed samples both runs are evaluated on, before and after training
@@ -143,12 +144,24 @@ def probe(dataset: Any, collate_fn: Callable[[list[Any]], Any] | None = None, sa
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(ORDER_SEED)  # a random transform draws the same augmentation every time
         if isinstance(dataset, IterableDataset):  # a stream has no index: its first samples, read in one process
-            drawn = list(itertools.islice(iter(dataset), samples))
+            drawn = _first_pass(dataset, samples)
         else:
             n = min(samples, len(dataset))
             chosen = torch.randperm(len(dataset))[:n].tolist()
             drawn = [dataset[i] for i in chosen]
     return ProbeSet(drawn, collate_fn or default_collate)
+
+
+def _first_pass(stream: Any, samples: int) -> list[Any]:
+    """The distinct samples among the first `samples` of `stream`: an endless stream comes round to its first
+    samples again, and a probe set holding a sample twice could give it its own target when shuffled."""
+    drawn, seen = [], set()
+    for sample in itertools.islice(iter(stream), samples):
+        key = key_of(sample)
+        if key not in seen:
+            seen.add(key)
+            drawn.append(sample)
+    return drawn
 
 
 def probe_loss(step: Step, probe_set: ProbeSet, batch: int) -> float:
