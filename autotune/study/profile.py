@@ -54,10 +54,11 @@ def winner(setup: Setup, finalists: list[Config], results: Results) -> Config:
 
     best = min(measured, key=lambda c: run_s(setup, results, c), default=setup.baseline)
     if best != setup.baseline and run_s(setup, results, best) >= run_s(setup, results, setup.baseline):
+        run = (f"the declared run {run_s(setup, results, best):.1f} s against "
+               f"{run_s(setup, results, setup.baseline):.1f} s" if setup.facts.size else UNKNOWN_RUN)
         setup.echo(
             f"finalists: none beat the baseline when measured again ({rate(median(best))}/s against "
-            f"{rate(median(setup.baseline))}/s; the declared run {run_s(setup, results, best):.1f} s against "
-            f"{run_s(setup, results, setup.baseline):.1f} s); the profile keeps the workload's own settings"
+            f"{rate(median(setup.baseline))}/s; {run}); the profile keeps the workload's own settings"
         )
         best = setup.baseline
     steady = steady_choice(setup, best, results)
@@ -78,6 +79,8 @@ def steady_choice(setup: Setup, best: Config, results: Results) -> dict[str, Any
     The profile states it beside the winner: its rate, its declared run and the one-time costs that lost it.
     """
     measured = [c for c in results if results[c]]
+    if not setup.facts.size:  # a stream of unknown pass: its configs are ranked by steady samples/s already
+        return None
 
     def median(config: Config, key: str) -> float:
         return statistics.median(r.get(key) or 0.0 for r in results[config])
@@ -113,11 +116,15 @@ def write(setup: Setup, best: Config, results: Results, check: ParityCheck | Any
     tuned_file.write_profile(setup.ref.tuned_path, setup.ref.name, setup.machine.hardware, made)
     # A speed-up is a ratio of two measurements: the baseline's noise is the stated one's as much as the winner's.
     base_noise = f", the baseline's ±{made['baseline_spread']:.1%}" if best != setup.baseline else ""
+    first = f", first batch {made['first_batch_s']:.2f} s" if "first_batch_s" in made else ""
     setup.echo(
         f"wrote {setup.ref.tuned_path}: {best.describe()}: {rate(made['samples_per_s'])}/s, "
         f"{made['speedup']}x the baseline's {rate(made['baseline_samples_per_s'])}/s "
-        f"(noise ±{made['spread']:.1%}{base_noise}), search {made['search_s']:.0f} s"
+        f"(noise ±{made['spread']:.1%}{base_noise}{first}), search {made['search_s']:.0f} s"
     )
+    if not setup.facts.size:
+        setup.echo(f"stream: {UNKNOWN_RUN}; the winner was ranked by its steady samples/s. Declare "
+                   f"samples_per_epoch in DEFAULTS to rank configs by the whole declared run")
     noisiest = max(made["spread"], made["baseline_spread"])
     if noisiest > NOISY:
         whose = "the baseline's" if made["baseline_spread"] >= made["spread"] else "the winner's"
@@ -178,11 +185,9 @@ def profile(
         "spread": round(noise(best), 4),
         "baseline_spread": round(noise(setup.baseline), 4),
         "step_s": med(best, "step_s"),
-        "epoch_s": round(med(best, "epoch_s"), 4),
         "setup_s": round(med(best, "setup_s") + med(best, "materialize_s"), 3),
-        "run_s": round(run_s(setup, results, best), 2),
-        "baseline_run_s": round(run_s(setup, results, setup.baseline), 2),
-        "run_epochs": setup.workload.defaults["epochs"],  # the declared run that run_s times and that chose the winner
+        **declared_run(setup, best, results),
+        **first_batch(results[best]),
         **({"steady_choice": steady} if steady is not None else {}),  # what samples/s alone would have picked
         **tokens(results, best, setup.baseline),
         "search_s": round(setup.elapsed(), 1),
@@ -197,6 +202,29 @@ def profile(
         "versions": versions(),
         "parity": parity_record or {"checked": False},
     }
+
+
+UNKNOWN_RUN = "the declared run is unknown: the stream declares no pass (samples_per_epoch)"
+
+
+def declared_run(setup: Setup, best: Config, results: Results) -> dict[str, Any]:
+    """The profile's epoch and declared run (the winner's and the baseline's), and its epochs; none for a stream
+    whose pass is unknown, whose every epoch would be a made-up length (ranked by its steady rate instead)."""
+    if not setup.facts.size:
+        return {}
+    return {
+        "epoch_s": round(statistics.median(r["epoch_s"] for r in results[best]), 4),
+        "run_s": round(run_s(setup, results, best), 2),
+        "baseline_run_s": round(run_s(setup, results, setup.baseline), 2),
+        "run_epochs": setup.workload.defaults["epochs"],  # the declared run that run_s times and that chose the winner
+    }
+
+
+def first_batch(rounds: list[dict[str, Any]]) -> dict[str, float]:
+    """A stream's time to its first batch (shards opened, a shuffle buffer filled), the median over the rounds; it
+    is part of `setup_s`. None for a data set read by index."""
+    seconds = [r["first_batch_s"] for r in rounds if r.get("first_batch_s") is not None]
+    return {"first_batch_s": round(statistics.median(seconds), 3)} if seconds else {}
 
 
 def tokens(results: Results, best: Config, baseline: Config) -> dict[str, float]:

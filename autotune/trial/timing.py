@@ -203,7 +203,7 @@ def measure(
         slots = sum(w.slots for w in steady.windows)
         padding = max(0.0, 1 - taken / slots) if slots else None
     return Measurement(
-        samples_per_s=(feed.steps_per_epoch * loader.batch_size if feed.stream else _epoch_samples(loader)) / epoch_s,
+        samples_per_s=_pass_samples(feed) / epoch_s,
         steady_samples_per_s=pooled(steady.windows),
         spread=spread(rates),
         window_rates=tuple(rates),
@@ -226,6 +226,14 @@ def measure(
         time_limited=steady.time_limited,
         first_batch_s=feed.first_batch_s if feed.stream else None,
     )
+
+
+def _pass_samples(feed: Feed) -> int:
+    """The samples of one epoch: a stream's pass as it ended, else as declared in whole batches; else the data
+    set's."""
+    if not feed.stream:
+        return _epoch_samples(feed.loader)
+    return feed.pass_samples or feed.steps_per_epoch * (feed.loader.batch_size or 1)
 
 
 def _epoch_samples(loader: Any) -> int:
