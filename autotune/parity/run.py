@@ -135,7 +135,8 @@ class ProbeSet:
         return ProbeSet([(s[0], t) for s, t in zip(self.samples, targets)], self.collate)
 
 
-def probe(dataset: Any, collate_fn: Callable[[list[Any]], Any] | None = None, samples: int = PROBE_SAMPLES) -> ProbeSet:
+def probe(dataset: Any, collate_fn: Callable[[list[Any]], Any] | None = None, samples: int = PROBE_SAMPLES,
+          sample_key: Callable[[Any], Any] | None = None) -> ProbeSet:
     """`samples` of the data set drawn at random under a fixed seed, transformed under it: the same in every run.
 
     Drawn across the whole set, not its first samples: a class-sorted folder (ImageFolder) would give the
@@ -144,7 +145,7 @@ def probe(dataset: Any, collate_fn: Callable[[list[Any]], Any] | None = None, sa
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(ORDER_SEED)  # a random transform draws the same augmentation every time
         if isinstance(dataset, IterableDataset):  # a stream has no index: its first samples, read in one process
-            drawn = _first_pass(dataset, samples)
+            drawn = _first_pass(dataset, samples, sample_key)
         else:
             n = min(samples, len(dataset))
             chosen = torch.randperm(len(dataset))[:n].tolist()
@@ -152,12 +153,13 @@ def probe(dataset: Any, collate_fn: Callable[[list[Any]], Any] | None = None, sa
     return ProbeSet(drawn, collate_fn or default_collate)
 
 
-def _first_pass(stream: Any, samples: int) -> list[Any]:
-    """The distinct samples among the first `samples` of `stream`: an endless stream comes round to its first
-    samples again, and a probe set holding a sample twice could give it its own target when shuffled."""
+def _first_pass(stream: Any, samples: int, sample_key: Callable[[Any], Any] | None = None) -> list[Any]:
+    """The distinct samples among the first `samples` of `stream` (each known as ``autotune.streams.keys`` knows it):
+    an endless stream comes round to its first samples again, and a probe set holding a sample twice could give it
+    its own target when shuffled."""
     drawn, seen = [], set()
     for sample in itertools.islice(iter(stream), samples):
-        key = key_of(sample)
+        key = key_of(sample, sample_key)
         if key not in seen:
             seen.add(key)
             drawn.append(sample)

@@ -19,7 +19,7 @@ from torch.utils.data import default_collate
 from autotune import batch as batches
 from autotune.knobs import DataFacts
 from autotune.loop.buckets import pad_refusal
-from autotune.streams import sources
+from autotune.streams import passes, sources
 from autotune.workloads import Workload
 from autotune.workloads.locate import WorkloadError
 
@@ -115,8 +115,6 @@ def with_pass_check(dataset: Any, workload: Workload, facts: DataFacts, most: in
     or repeat the stream's samples over a pass (``autotune.streams.passes``), and what the check read. A whole pass
     shorter than the one declared is the pass: `size` becomes it. A stream that fails in one process is a
     WorkloadError."""
-    from autotune.streams import passes
-
     counts = [c for c in range(0, most_workers(facts, most) + 1) if fixed is None or c in fixed]
     try:
         verdicts, what = passes.check(dataset, counts, workload.sample_key, budget_s)
@@ -124,6 +122,8 @@ def with_pass_check(dataset: Any, workload: Workload, facts: DataFacts, most: in
         raise WorkloadError(f"workload {workload.path}: reading one pass of its stream in one process failed: "
                             f"{sources.failure(exc)}") from exc
     unjudged = len(counts) - len(verdicts)
+    if what == passes.UNKEYED:
+        return dataclasses.replace(facts, stream_checked=what)
     if unjudged:
         what += f"; {unjudged} larger count(s) left unchecked: the check's time ran out"
     refused = tuple((v.workers, v.reason) for v in verdicts if not v.passed)
@@ -158,7 +158,9 @@ def describe(facts: DataFacts, cores_most: int) -> list[str]:
         by_reason.setdefault(reason, []).append(workers)
     for reason, counts in by_reason.items():
         lines.append(f"num_workers {_spans(counts)} ruled out: {reason}")
-    if facts.stream_checked and not facts.stream_refused:
+    if facts.stream_checked == passes.UNKEYED:
+        lines.append(f"pass check: {facts.stream_checked}")
+    elif facts.stream_checked and not facts.stream_refused:
         lines.append(f"pass check ({facts.stream_checked}): every worker count keeps the stream's samples")
     elif facts.stream_checked:
         lines.append(f"pass check: {facts.stream_checked}")

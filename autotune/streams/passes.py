@@ -99,8 +99,15 @@ def check(dataset: Any, counts: list[int], sample_key: Callable[[Any], Any] | No
         except Exception as exc:  # it reads in one process (the reference above), not in these workers
             verdicts.append(PassVerdict(workers, False, f"{worker_failure(exc)}; {ONE_PROCESS_READS}", 0, what))
             continue
+        if whole and got and not any(key in expected for _, key in got):
+            return [v for v in verdicts if v.workers <= 1], UNKEYED  # no sample read alike twice: none can be judged
         verdicts.append(_judge(workers, got, expected if whole else None, what))
     return verdicts, what
+
+
+# What the check says of a stream none of whose samples read the same twice (content digests of random crops).
+UNKEYED = ("its samples differ each time they are read (random augmentation?), so none can be matched between two "
+           "passes and no worker count was checked; declare sample_key(sample) in the workload to check them")
 
 
 ONE_PROCESS_READS = "one process reads the same samples without error"  # said of a count whose workers raised

@@ -10,12 +10,13 @@ import collections
 from pathlib import Path
 
 import pytest
+import torch
 import webdataset as wds
 from _streams import FailsInWorker, Shards, fixture, write_parquet
 from datasets import load_dataset
 
 from autotune.streams import bounded, passes
-from autotune.streams.passes import DUPLICATED, ONE_PROCESS_READS, PassVerdict
+from autotune.streams.passes import DUPLICATED, ONE_PROCESS_READS, UNKEYED, PassVerdict
 
 IDLE = "worker(s) {} yielded nothing (fewer shards than workers, or a split that leaves them none)"
 
@@ -101,3 +102,20 @@ def test_each_sample_of_an_unsharded_stream_is_counted_once_per_worker() -> None
     got = passes.read(Shards(shards=2, per_shard=4, split="none"), 2)
     assert collections.Counter(worker for worker, _ in got) == {0: 8, 1: 8}
     assert set(collections.Counter(key for _, key in got).values()) == {2}
+
+
+class Augmented(Shards):
+    """A correctly sharded stream whose samples are randomly augmented: no two reads of a sample digest alike."""
+
+    def __iter__(self):
+        for x, i in super().__iter__():
+            yield x + torch.rand(4), i
+
+
+def test_randomly_augmented_samples_cannot_be_matched_by_content_and_a_sample_key_matches_them() -> None:
+    verdicts, what = passes.check(Augmented(shards=4, per_shard=8), [0, 2])
+    assert (what, [v.workers for v in verdicts]) == (UNKEYED, [0])
+    verdicts, what = passes.check(Augmented(shards=4, per_shard=8), [0, 2], sample_key=lambda sample: sample[1])
+    assert what == passes.WHOLE_PASS and [(v.workers, v.passed) for v in verdicts] == [(0, True), (2, True)]
+    verdicts, _ = passes.check(Augmented(shards=4, per_shard=8, split="none"), [2], sample_key=lambda s: s[1])
+    assert [(v.workers, v.reason) for v in verdicts] == [(2, DUPLICATED)]
