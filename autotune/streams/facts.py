@@ -163,7 +163,7 @@ def describe(facts: DataFacts, cores_most: int) -> list[str]:
     elif facts.stream_checked and not facts.stream_refused:
         lines.append(f"pass check ({facts.stream_checked}): every worker count keeps the stream's samples")
     elif facts.stream_checked:
-        lines.append(f"pass check: {facts.stream_checked}")
+        lines.append(f"pass check ({facts.stream_checked}): the other worker counts keep the stream's samples")
     return lines
 
 

@@ -7,6 +7,7 @@ pyarrow; both are read back through the real libraries.
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -72,3 +73,16 @@ class FailsInWorker(Shards):
             if info is not None and info.id == 1:
                 raise ValueError("worker 1 cannot open its shard")
             yield sample
+
+
+def autotune(project: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`python -m autotune ARGS` in `project`, as a user runs it, with `env` added (the stream switches)."""
+    from _procs import child_env
+
+    return subprocess.run([sys.executable, "-m", "autotune", *args], cwd=project, env=child_env(**env),
+                          capture_output=True, text=True, timeout=600)
+
+
+# A search as short as a search can be: two trials, one finalist, one round; windows of 50 ms.
+QUICK = ("--trials", "2", "--fix", "amp=off", "--finalists", "1", "--rounds", "1", "--no-parity-check")
+QUICK_ENV = {"AUTOTUNE_WINDOW_S": "0.05", "OMP_NUM_THREADS": "1"}

@@ -61,7 +61,8 @@ def test_worker_counts_the_pass_check_ruled_out_leave_the_domain_with_their_reas
     machine = dataclasses.replace(CPU, cpu_share=3)
     assert build_space(16, machine, facts).domains["num_workers"] == (0, 1)
     assert describe(facts, cores_most=3)[1:] == [f"num_workers 2, 3 ruled out: {duplicated}",
-                                                 "pass check: one whole pass"]
+                                                 "pass check (one whole pass): the other worker counts keep the "
+                                                 "stream's samples"]
     with pytest.raises(SpaceError, match=r"num_workers is narrowed here: num_workers=2: duplicated samples"):
         build_space(16, machine, facts, fixes={"num_workers": (2,)})
 
