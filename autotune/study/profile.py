@@ -21,7 +21,7 @@ from autotune.config import Config
 from autotune.parity.check import ParityCheck
 from autotune.study import answer
 from autotune.study.context import SearchError, Setup
-from autotune.study.ranking import Results, learning_rate, run_s
+from autotune.study.ranking import Results, learning_rate, run_s, stream_refusal
 from autotune.study.shared import tickets
 from autotune.text import rate
 from autotune.tuned import file as tuned_file
@@ -53,7 +53,10 @@ def winner(setup: Setup, finalists: list[Config], results: Results) -> Config:
         return statistics.median(r["samples_per_s"] for r in results[config])
 
     best = min(measured, key=lambda c: run_s(setup, results, c), default=setup.baseline)
-    if best != setup.baseline and run_s(setup, results, best) >= run_s(setup, results, setup.baseline):
+    repeats = stream_refusal(setup, setup.baseline)
+    if repeats is not None:  # the workload's own settings lose or repeat its stream's samples: they cannot win
+        said_repeats(setup, best, repeats)
+    elif best != setup.baseline and run_s(setup, results, best) >= run_s(setup, results, setup.baseline):
         run = (f"the declared run {run_s(setup, results, best):.1f} s against "
                f"{run_s(setup, results, setup.baseline):.1f} s" if setup.facts.size else UNKNOWN_RUN)
         setup.echo(
@@ -73,12 +76,24 @@ def winner(setup: Setup, finalists: list[Config], results: Results) -> Config:
     return best
 
 
+def said_repeats(setup: Setup, best: Config, reason: str) -> None:
+    """Say that the baseline cannot be the answer, its workers losing or repeating its stream's samples (`reason`),
+    and what is: the fastest config that keeps them, or, where none was measured, the baseline with a warning."""
+    own = f"the workload's own settings ({setup.baseline.describe()})"
+    if best != setup.baseline:
+        setup.echo(f"finalists: {own} cannot be the answer: {reason}; the answer is the fastest config that keeps "
+                   f"the stream's samples")
+    else:
+        setup.echo(f"warning: {own} are the answer, as no other config was measured, but {reason}: tuned_loader "
+                   f"with them reads the stream so too; fix the stream, then search again")
+
+
 def steady_choice(setup: Setup, best: Config, results: Results) -> dict[str, Any] | None:
     """What steady samples/s alone would have picked among the configs measured in the rounds, if not `best`.
 
     The profile states it beside the winner: its rate, its declared run and the one-time costs that lost it.
     """
-    measured = [c for c in results if results[c]]
+    measured = [c for c in results if results[c] and stream_refusal(setup, c) is None]  # a config that may win
     if not setup.facts.size:  # a stream of unknown pass: its configs are ranked by steady samples/s already
         return None
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from _streams import FIXTURES
 
-STREAM_SWITCHES = ("TINY_STREAM", "TINY_STREAM_LEN", "TINY_SHARDS", "TINY_STREAM_UNDECLARED", "WORLD_SIZE", "RANK")
+STREAM_SWITCHES = ("TINY_STREAM", "TINY_STREAM_LEN", "TINY_SHARDS", "TINY_STREAM_UNDECLARED", "TINY_STREAM_WORKERS",
+                   "WORLD_SIZE", "RANK")
 
 
 @pytest.fixture

@@ -90,7 +90,7 @@ def _rounds(rate: float, first_s: float) -> dict[str, Any]:
 
 
 def _setup(size: int, lines: list[str]) -> SimpleNamespace:
-    return SimpleNamespace(baseline=BASELINE, echo=lines.append, facts=SimpleNamespace(size=size),
+    return SimpleNamespace(baseline=BASELINE, echo=lines.append, facts=SimpleNamespace(size=size, stream_refused=()),
                            workload=SimpleNamespace(defaults={"epochs": 2}))
 
 
@@ -117,3 +117,20 @@ def test_a_streams_profile_keeps_its_first_batch_and_show_says_its_run_is_unknow
         "profiles.'cpu'.first_batch_s must be >= 0, but got -1.0"]
     table = render(data, Path("recipes/tiny_stream.tuned.toml")).splitlines()
     assert "declared run, s          unknown" in table and "first batch, s           0.3" in table
+
+
+def test_a_baseline_whose_workers_repeat_the_stream_is_never_the_answer() -> None:
+    duplicated = "duplicated samples: each worker yields the whole stream; shard by `get_worker_info()`"
+    own, one = Config(batch_size=16, num_workers=2, prefetch_factor=2), Config(batch_size=16, num_workers=1)
+    lines: list[str] = []
+    setup = SimpleNamespace(baseline=own, echo=lines.append, workload=SimpleNamespace(defaults={"epochs": 2}),
+                            facts=SimpleNamespace(size=512, stream_refused=((2, duplicated),)))
+    declared = {"epoch_s": 0.5, "setup_s": 0.1, "materialize_s": 0.0}
+    results = {own: [{**declared, "samples_per_s": 2000.0}],
+               one: [{**declared, "epoch_s": 1.0, "samples_per_s": 500.0}]}
+    assert profile.winner(setup, [one], results) == one  # slower, but it keeps the stream's samples
+    assert lines == [f"finalists: the workload's own settings ({own.describe()}) cannot be the answer: {duplicated}; "
+                     f"the answer is the fastest config that keeps the stream's samples"]
+    lines.clear()
+    assert profile.winner(setup, [], {own: results[own]}) == own
+    assert lines[0].startswith(f"warning: the workload's own settings ({own.describe()}) are the answer, as no other")

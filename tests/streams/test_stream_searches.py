@@ -89,13 +89,19 @@ def test_a_stream_that_raises_in_one_worker_rules_out_the_counts_that_start_it_a
     assert _profile(streams, "tiny_stream")["knobs"]["num_workers"] <= 1
 
 
+@pytest.mark.parametrize("own_workers", ["0", "2"])
 def test_an_unsharded_stream_is_named_and_its_answer_yields_each_sample_once_a_pass(
-    streams: Path, monkeypatch: pytest.MonkeyPatch
+    streams: Path, monkeypatch: pytest.MonkeyPatch, own_workers: str
 ) -> None:
-    run = autotune(streams, "search", "--recipe", "tiny_stream", *QUICK, **QUICK_ENV, TINY_STREAM="unsharded")
+    switches = {**QUICK_ENV, "TINY_STREAM": "unsharded", "TINY_STREAM_WORKERS": own_workers}
+    run = autotune(streams, "search", "--recipe", "tiny_stream", *QUICK, **switches)
     assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr
     ruled = [line for line in run.stdout.splitlines() if line.endswith(f" ruled out: {DUPLICATED}")]
     assert len(ruled) == 1 and re.fullmatch(r"  num_workers 2(, 3|\.\.\d+)? ruled out: .*", ruled[0]), ruled
+    if own_workers == "2":  # the workload's own loader repeats every sample: it cannot be the answer
+        assert (f"finalists: the workload's own settings (bs=16 workers=2 prefetch=2) cannot be the answer: "
+                f"{DUPLICATED}; the answer is the fastest config that keeps the stream's samples"
+                ) in run.stdout.splitlines()
     profile = _profile(streams, "tiny_stream")
     monkeypatch.setenv("TINY_STREAM", "unsharded")
     loader = tuned_loader(fixture("tiny_stream").build_dataset(streams / "data"), recipe="tiny_stream")
