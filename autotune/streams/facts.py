@@ -115,7 +115,8 @@ def with_pass_check(dataset: Any, workload: Workload, facts: DataFacts, most: in
     or repeat the stream's samples over a pass (``autotune.streams.passes``), and what the check read. A whole pass
     shorter than the one declared is the pass: `size` becomes it. A stream that fails in one process is a
     WorkloadError."""
-    counts = [c for c in range(0, most_workers(facts, most) + 1) if fixed is None or c in fixed]
+    # 0 always: the one-process read is the reference, and its length is the pass.
+    counts = [c for c in range(0, most_workers(facts, most) + 1) if c == 0 or fixed is None or c in fixed]
     try:
         verdicts, what = passes.check(dataset, counts, workload.sample_key, budget_s)
     except Exception as exc:
@@ -128,7 +129,7 @@ def with_pass_check(dataset: Any, workload: Workload, facts: DataFacts, most: in
         what += f"; {unjudged} larger count(s) left unchecked: the check's time ran out"
     refused = tuple((v.workers, v.reason) for v in verdicts if not v.passed)
     facts = dataclasses.replace(facts, stream_refused=refused, stream_checked=what)
-    read = verdicts[0].samples if verdicts and what == passes.WHOLE_PASS else 0
+    read = next((v.samples for v in verdicts if v.workers == 0), 0) if what == passes.WHOLE_PASS else 0
     if read and (not facts.size or read < facts.size):  # a trial times the pass the stream yields, as a run would
         facts = dataclasses.replace(facts, size=read)
     return facts

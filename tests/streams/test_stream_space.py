@@ -102,4 +102,7 @@ def test_the_pass_check_reads_the_counts_a_fix_allows_and_a_shorter_pass_becomes
     unsharded = Shards(shards=2, per_shard=64, split="none")
     assert with_pass_check(unsharded, workload, facts, most=8, fixed=(0, 1)).stream_refused == ()  # 2 not allowed
     assert [w for w, _ in with_pass_check(unsharded, workload, facts, most=8).stream_refused] == [2]
+    # Shard 2 of 4 goes to no worker; the pass is the one process's 256 samples, not the 192 two workers read.
+    lossy = with_pass_check(Shards(shards=4, per_shard=64, split="skips"), workload, facts, most=8, fixed=(2,))
+    assert (lossy.size, lossy.stream_refused) == (256, ((2, "64 of 256 sample(s) lost"),))
 
