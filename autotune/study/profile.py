@@ -237,7 +237,7 @@ def declared_run(setup: Setup, best: Config, results: Results) -> dict[str, Any]
 
 def first_batch(rounds: list[dict[str, Any]]) -> dict[str, float]:
     """A stream's time to its first batch (shards opened, a shuffle buffer filled), the median over the rounds; it
-    is part of `setup_s`. None for a data set read by index."""
+    is part of `setup_s`. Nothing for a data set read by index."""
     seconds = [r["first_batch_s"] for r in rounds if r.get("first_batch_s") is not None]
     return {"first_batch_s": round(statistics.median(seconds), 3)} if seconds else {}
 
