@@ -196,12 +196,7 @@ def measure(
     tail_step_s = statistics.median(w.seconds / w.steps for w in steady.tails) if steady.tails else step_s
     epoch_s = (feed.steps_per_epoch - tail) * step_s + tail * tail_step_s + epoch_overhead
     rates = [w.rate for w in steady.windows]
-    tokens_per_sample = padding = None
-    if tokens is not None:
-        taken = sum(w.tokens for w in steady.windows)
-        tokens_per_sample = taken / sum(w.samples for w in steady.windows)
-        slots = sum(w.slots for w in steady.windows)
-        padding = max(0.0, 1 - taken / slots) if slots else None
+    tokens_per_sample, padding = _tokens(steady.windows) if tokens is not None else (None, None)
     return Measurement(
         samples_per_s=_pass_samples(feed) / epoch_s,
         steady_samples_per_s=pooled(steady.windows),
@@ -226,6 +221,13 @@ def measure(
         time_limited=steady.time_limited,
         first_batch_s=feed.first_batch_s if feed.stream else None,
     )
+
+
+def _tokens(windows: list[Any]) -> tuple[float, float | None]:
+    """Real tokens per sample over the steady windows, and the share of their token positions that was padding."""
+    taken = sum(w.tokens for w in windows)
+    slots = sum(w.slots for w in windows)
+    return taken / sum(w.samples for w in windows), (max(0.0, 1 - taken / slots) if slots else None)
 
 
 def _pass_samples(feed: Feed) -> int:
