@@ -73,7 +73,8 @@ def test_a_stream_of_one_short_shard_is_timed_by_its_pass_and_refuses_a_second_w
     assert ("  num_workers: at most 1: the stream's 1 shard(s) over 1 rank(s), a worker beyond them reads "
             "nothing") in lines
     profile = _profile(streams, "tiny_stream")
-    assert profile["samples_per_s"] * profile["epoch_s"] == pytest.approx(64, rel=0.01)  # a pass of 64, not 512
+    # A pass of 64 samples, not 512: the epoch is 64 samples at the stated rate, as far as the file rounds them.
+    assert 64 / profile["samples_per_s"] == pytest.approx(profile["epoch_s"], abs=1.5e-4)
     assert profile["run_epochs"] == 2 and profile["first_batch_s"] >= 0
 
 
