@@ -92,6 +92,7 @@ class DataFacts:
     # Worker counts that lose or repeat the stream's samples over a pass (autotune.streams.passes), and why.
     stream_refused: tuple[tuple[int, str], ...] = ()
     stream_checked: str = ""  # what the pass check read ("its first 8 of 64 shards, ..."), "" before it ran
+    stream_declared: int = 0  # a stream's pass as its workload declares it (samples_per_epoch, else len()); 0: none
 
 
 def max_workers(cpu_share: int, load_cpu_share: float) -> int:

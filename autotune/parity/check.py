@@ -108,6 +108,8 @@ class ParityCheck:
     ) -> None:
         self.baseline, self.lr_of, self.make_run, self.echo = baseline, lr_of, make_run, echo
         self.same_math = same_math
+        # Loader knobs that change the order here (a stream's worker count): a config differing in them needs a run.
+        self.ordering = tuple(k for k in SAME_MATH_KNOBS if k not in same_math)
         self.inputs = DecodeInputs(baseline, check_inputs and (lambda c: self.budget.timed(lambda: check_inputs(c))),
                                    echo)
         self.amp = AmpNumerics(baseline, check_numerics and (lambda c: self.budget.timed(lambda: check_numerics(c))),
@@ -149,10 +151,10 @@ class ParityCheck:
         for config in ranked:
             if len(passed) == want:
                 break
-            key = numerics(config)
+            key = self.key(config)
             if config in self.verdicts:
                 verdict = self.verdicts[config]
-            elif key == numerics(self.baseline):
+            elif key == self.key(self.baseline):
                 verdict = self._same_as_baseline(config)
                 self.echo(f"  parity {verdict.summary()}  {config.describe()}")
             elif key in self._by_numerics:
@@ -190,6 +192,11 @@ class ParityCheck:
             if verdict.passed:
                 passed.append(config)
         return passed
+
+    def key(self, config: Config) -> tuple[Any, ...]:
+        """What makes `config` train otherwise than another: its numerics, and its order where a loader knob sets it;
+        configs of one key share a verdict."""
+        return numerics(config, self.ordering)
 
     def _unrun(self, config: Config) -> ParityVerdict:
         """`config`, whose batch is too large for a run to fit the check's share, unjudged: it cannot pass."""
@@ -306,6 +313,6 @@ class ParityCheck:
         """What the tuned file keeps: `config`'s verdict and what the whole check cost (``summary.record``). The
         baseline itself has a record too: an inconclusive check is worth stating whatever wins."""
         # A config with the baseline's numerics had no run: its verdict, made now, states what the check found since.
-        same = numerics(config) == numerics(self.baseline)
+        same = self.key(config) == self.key(self.baseline)
         verdict = self._same_as_baseline(config) if same else self.verdicts[config]
         return said.record(verdict, self.verdicts.values(), self.budget)

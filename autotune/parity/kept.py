@@ -22,7 +22,7 @@ from autotune.config import Config
 from autotune.parity.inputs import InputsVerdict
 from autotune.parity.numerics import NumericsVerdict
 from autotune.parity.run import ParityRun
-from autotune.parity.verdict import ParityVerdict, numerics
+from autotune.parity.verdict import ParityVerdict
 
 if TYPE_CHECKING:
     from autotune.parity.check import ParityCheck
@@ -81,7 +81,7 @@ def take_up(check: ParityCheck, kept: dict[str, Any]) -> bool:
     check.base.needed, check.base.failed = kept["baseline_needed"], kept["baseline_failed"]
     check.base.out_of_time = kept.get("baseline_out_of_time")  # absent from a state kept before it was
     check.verdicts = verdicts
-    check._by_numerics = {numerics(c): (c, v) for c, v in by_numerics}
+    check._by_numerics = {check.key(c): (c, v) for c, v in by_numerics}
     check.rejected.by_rate = batch_rejected
     check.inputs.verdict = inputs
     check.amp.verdicts = amp

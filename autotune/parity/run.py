@@ -23,6 +23,7 @@ from torch.utils.data import IterableDataset, RandomSampler, default_collate
 from autotune.batch import samples_in
 from autotune.config import Config
 from autotune.loop import Step
+from autotune.streams.keys import key_of
 from autotune.text import nonfinite
 
 ORDER_SEED = 0  # seeds the generator that orders the data of every parity run
@@ -145,7 +146,8 @@ class ProbeSet:
         return ProbeSet([(s[0], t) for s, t in zip(self.samples, targets)], self.collate)
 
 
-def probe(dataset: Any, collate_fn: Callable[[list[Any]], Any] | None = None, samples: int = PROBE_SAMPLES) -> ProbeSet:
+def probe(dataset: Any, collate_fn: Callable[[list[Any]], Any] | None = None, samples: int = PROBE_SAMPLES,
+          sample_key: Callable[[Any], Any] | None = None) -> ProbeSet:
     """`samples` of the data set drawn at random under a fixed seed, transformed under it: the same in every run.
 
     Drawn across the whole set, not its first samples: a class-sorted folder (ImageFolder) would give the
@@ -154,12 +156,25 @@ def probe(dataset: Any, collate_fn: Callable[[list[Any]], Any] | None = None, sa
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(ORDER_SEED)  # a random transform draws the same augmentation every time
         if isinstance(dataset, IterableDataset):  # a stream has no index: its first samples, read in one process
-            drawn = list(itertools.islice(iter(dataset), samples))
+            drawn = _first_pass(dataset, samples, sample_key)
         else:
             n = min(samples, len(dataset))
             chosen = torch.randperm(len(dataset))[:n].tolist()
             drawn = [dataset[i] for i in chosen]
     return ProbeSet(drawn, collate_fn or default_collate)
+
+
+def _first_pass(stream: Any, samples: int, sample_key: Callable[[Any], Any] | None = None) -> list[Any]:
+    """The distinct samples among the first `samples` of `stream` (each known as ``autotune.streams.keys`` knows it):
+    an endless stream comes round to its first samples again, and a probe set holding a sample twice could give it
+    its own target when shuffled."""
+    drawn, seen = [], set()
+    for sample in itertools.islice(iter(stream), samples):
+        key = key_of(sample, sample_key)
+        if key not in seen:
+            seen.add(key)
+            drawn.append(sample)
+    return drawn
 
 
 def probe_loss(step: Step, probe_set: ProbeSet, batch: int) -> float:

@@ -335,9 +335,10 @@ def conclusive(baseline: ParityRun, samples: int, window: int) -> bool:
     return progress(baseline, samples, window) >= MIN_PROGRESS
 
 
-def numerics(config: Config) -> tuple[Any, ...]:
-    # Loader knobs change speed, not the samples or their order: configs equal here train alike.
-    return tuple(v for k, v in config.as_dict().items() if k not in LOADER_KNOBS)
+def numerics(config: Config, ordering: tuple[str, ...] = ()) -> tuple[Any, ...]:
+    # Loader knobs change speed, not the samples or their order: configs equal here train alike. The loader knobs in
+    # `ordering` change the order (a stream's worker count, `same_math_knobs`): they count.
+    return tuple(v for k, v in config.as_dict().items() if k not in LOADER_KNOBS or k in ordering)
 
 
 def clearly_too_far(verdict: ParityVerdict) -> bool:

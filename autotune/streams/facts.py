@@ -19,7 +19,7 @@ from torch.utils.data import default_collate
 from autotune import batch as batches
 from autotune.knobs import DataFacts
 from autotune.loop.buckets import pad_refusal
-from autotune.streams import sources
+from autotune.streams import passes, sources
 from autotune.workloads import Workload
 from autotune.workloads.locate import WorkloadError
 
@@ -41,7 +41,11 @@ def read_stream_facts(dataset: Any, workload: Workload, world_size: int = 1) -> 
         raise WorkloadError(f"workload {workload.path}: build_sampler() orders samples by index, but build_dataset() "
                             f"returns a stream (an IterableDataset), which has none")
     collate = workload.collate_fn or default_collate
-    samples = list(itertools.islice(iter(dataset), PROBE_BATCHES * PROBE_SAMPLES))
+    try:
+        samples = list(itertools.islice(iter(dataset), PROBE_BATCHES * PROBE_SAMPLES))
+    except Exception as exc:
+        raise WorkloadError(f"workload {workload.path}: reading its stream's first samples failed: "
+                            f"{sources.failure(exc)}") from exc
     if not samples:
         raise WorkloadError(f"workload {workload.path}: build_dataset() returned a stream that yields no sample")
     k = min(PROBE_SAMPLES, len(samples))
@@ -52,9 +56,10 @@ def read_stream_facts(dataset: Any, workload: Workload, world_size: int = 1) -> 
                                 f"declare samples_in(batch) to count a batch's samples")
     first = probes[0]
     cpu_s, share = _sample_cost(dataset, collate)
-    declared = workload.defaults.get("samples_per_epoch")
+    declared = int(workload.defaults.get("samples_per_epoch") or sources.length(dataset) or 0)
     return DataFacts(
-        size=int(declared or sources.length(dataset) or 0),
+        size=declared,
+        stream_declared=declared,
         sample_bytes=max(1, sum(t.element_size() * t.numel() for t in batches.leaves(first)) // k),
         image_4d=any(t.dim() == 4 and t.is_floating_point() for t in batches.leaves(first)),
         static_shapes=batches.varying(probes) is None,
@@ -107,18 +112,29 @@ def most_workers(facts: DataFacts, most: int) -> int:
 
 
 def with_pass_check(dataset: Any, workload: Workload, facts: DataFacts, most: int,
-                    budget_s: float | None = None) -> DataFacts:
-    """`facts` with the worker counts (0 to the most worth trying) that lose or repeat the stream's samples over a
-    pass (``autotune.streams.passes``), and what the check read."""
-    from autotune.streams import passes
-
-    counts = list(range(0, most_workers(facts, most) + 1))
-    verdicts, what = passes.check(dataset, counts, workload.sample_key, budget_s)
+                    budget_s: float | None = None, fixed: tuple[int, ...] | None = None) -> DataFacts:
+    """`facts` with the worker counts (0 to the most worth trying, those in `fixed` where --fix names them) that lose
+    or repeat the stream's samples over a pass (``autotune.streams.passes``), and what the check read. A whole pass
+    shorter than the one declared is the pass: `size` becomes it. A stream that fails in one process is a
+    WorkloadError."""
+    # 0 always: the one-process read is the reference, and its length is the pass.
+    counts = [c for c in range(0, most_workers(facts, most) + 1) if c == 0 or fixed is None or c in fixed]
+    try:
+        verdicts, what = passes.check(dataset, counts, workload.sample_key, budget_s)
+    except Exception as exc:
+        raise WorkloadError(f"workload {workload.path}: reading one pass of its stream in one process failed: "
+                            f"{sources.failure(exc)}") from exc
     unjudged = len(counts) - len(verdicts)
+    if what == passes.UNKEYED:
+        return dataclasses.replace(facts, stream_checked=what)
     if unjudged:
         what += f"; {unjudged} larger count(s) left unchecked: the check's time ran out"
     refused = tuple((v.workers, v.reason) for v in verdicts if not v.passed)
-    return dataclasses.replace(facts, stream_refused=refused, stream_checked=what)
+    facts = dataclasses.replace(facts, stream_refused=refused, stream_checked=what)
+    read = next((v.samples for v in verdicts if v.workers == 0), 0) if what == passes.WHOLE_PASS else 0
+    if read and (not facts.size or read < facts.size):  # a trial times the pass the stream yields, as a run would
+        facts = dataclasses.replace(facts, size=read)
+    return facts
 
 
 def describe(facts: DataFacts, cores_most: int) -> list[str]:
@@ -127,6 +143,13 @@ def describe(facts: DataFacts, cores_most: int) -> list[str]:
     if not facts.stream:
         return []
     lines = [f"stream: {facts.stream}; its order is its own (autotune never shuffles it)"]
+    if facts.size and facts.stream_declared > facts.size:
+        lines.append(f"stream: one pass yields {facts.size:,} samples, fewer than the {facts.stream_declared:,} its "
+                     f"workload declares: each trial times the pass the stream yields; declare "
+                     f"samples_per_epoch={facts.size} to say so")
+    elif facts.size and not facts.stream_declared:
+        lines.append(f"stream: one pass, read whole by the pass check, yields {facts.size:,} samples: the declared "
+                     f"run's epoch; declare samples_per_epoch={facts.size} in DEFAULTS to say so")
     if not facts.size:
         lines.append("stream: its pass is unknown (no len(), no DEFAULTS['samples_per_epoch']): configs are ranked by "
                      "steady samples/s; declare samples_per_epoch in DEFAULTS to rank them by the whole declared run")
@@ -138,10 +161,12 @@ def describe(facts: DataFacts, cores_most: int) -> list[str]:
         by_reason.setdefault(reason, []).append(workers)
     for reason, counts in by_reason.items():
         lines.append(f"num_workers {_spans(counts)} ruled out: {reason}")
-    if facts.stream_checked and not facts.stream_refused:
+    if facts.stream_checked == passes.UNKEYED:
+        lines.append(f"pass check: {facts.stream_checked}")
+    elif facts.stream_checked and not facts.stream_refused:
         lines.append(f"pass check ({facts.stream_checked}): every worker count keeps the stream's samples")
     elif facts.stream_checked:
-        lines.append(f"pass check: {facts.stream_checked}")
+        lines.append(f"pass check ({facts.stream_checked}): the other worker counts keep the stream's samples")
     return lines
 
 

@@ -27,6 +27,7 @@ from autotune.streams.keys import key_of
 DUPLICATED = "duplicated samples: each worker yields the whole stream; shard by `get_worker_info()`"
 WHOLE_PASS_SAMPLES = 50_000  # a stream no part of which can be bounded is read whole when its pass is this short
 PREFIX_PER_WORKER = 64  # else each worker's first this many samples are compared
+WHOLE_PASS = "one whole pass"  # what the check read of a stream it could not bound but read to its end
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +65,7 @@ def _as_is(item: Any) -> Any:
 def read(dataset: Any, workers: int, limit: int | None = None,
          sample_key: Callable[[Any], Any] | None = None) -> list[tuple[int, str]]:
     """(worker, identity) of each sample `workers` workers yield, in the order the loop receives them."""
-    with warnings.catch_warnings():  # the DataLoader warns as it is made, and again as it starts its workers
+    with warnings.catch_warnings():  # DataLoader warns of more workers than cores when made and when iterated
         warnings.filterwarnings("ignore", message=".*worker processes in total.*")  # more workers than cores: asked
         loader = DataLoader(_Tagged(dataset, sample_key), batch_size=None, num_workers=workers, collate_fn=_as_is)
         return list(itertools.islice(loader, limit) if limit is not None else loader)
@@ -83,7 +84,7 @@ def check(dataset: Any, counts: list[int], sample_key: Callable[[Any], Any] | No
     source = bounded.dataset if bounded is not None else dataset
     reference = read(source, 0, None if bounded is not None else WHOLE_PASS_SAMPLES + 1, sample_key)
     whole = bounded is not None or len(reference) <= WHOLE_PASS_SAMPLES
-    what = bounded.what if bounded is not None else ("one whole pass" if whole else
+    what = bounded.what if bounded is not None else (WHOLE_PASS if whole else
                                                      f"each worker's first {PREFIX_PER_WORKER} samples")
     expected = collections.Counter(key for _, key in reference)
     verdicts = []
@@ -93,9 +94,33 @@ def check(dataset: Any, counts: list[int], sample_key: Callable[[Any], Any] | No
         if workers <= 1:
             verdicts.append(PassVerdict(workers, True, "", len(reference), what))
             continue
-        got = read(source, workers, None if whole else workers * PREFIX_PER_WORKER, sample_key)
+        try:
+            got = read(source, workers, None if whole else workers * PREFIX_PER_WORKER, sample_key)
+        except Exception as exc:  # it reads in one process (the reference above), not in these workers
+            verdicts.append(PassVerdict(workers, False, f"{worker_failure(exc)}; {ONE_PROCESS_READS}", 0, what))
+            continue
+        if whole and got and not any(key in expected for _, key in got):
+            return [v for v in verdicts if v.workers <= 1], UNKEYED  # no sample read alike twice: none can be judged
         verdicts.append(_judge(workers, got, expected if whole else None, what))
     return verdicts, what
+
+
+# What the check says of a stream none of whose samples read the same twice (content digests of random crops).
+UNKEYED = ("its samples differ each time they are read (random augmentation?), so none can be matched between two "
+           "passes and no worker count was checked; declare sample_key(sample) in the workload to check them")
+
+
+ONE_PROCESS_READS = "one process reads the same samples without error"  # said of a count whose workers raised
+
+
+def worker_failure(exc: BaseException) -> str:
+    """What a DataLoader worker raised, in one line: ``ValueError: ... in DataLoader worker process 1``, from the
+    exception the loader re-raises (its first line names the worker, the worker's traceback ends with the error)."""
+    head, _, trace = str(exc).partition("\nOriginal Traceback (most recent call last):\n")
+    lines = [line for line in trace.splitlines() if line.strip() and not line.startswith(" ")]
+    if not lines or not head.startswith("Caught "):
+        return f"{type(exc).__name__}: {(head.splitlines() or [''])[0]}"
+    return f"{lines[-1][:200]} in {head.removeprefix('Caught ').split(' in ', 1)[-1].rstrip('.')}"
 
 
 def _judge(workers: int, got: list[tuple[int, str]], expected: collections.Counter[str] | None,

@@ -24,16 +24,29 @@ def world_size() -> int:
     return int(raw) if raw.isdigit() and int(raw) > 0 else 1
 
 
+def rank_and_world(initialised: tuple[int, int]) -> tuple[int, int]:
+    """(rank, world size): torch.distributed's (`initialised`) where its group is larger than one, else torchrun's
+    RANK and WORLD_SIZE, as webdataset's node splitter reads them when no process group is initialised."""
+    if initialised[1] > 1:
+        return initialised
+    rank, world = os.environ.get("RANK", ""), os.environ.get("WORLD_SIZE", "")
+    if rank.isdigit() and world.isdigit() and int(rank) < int(world):
+        return int(rank), int(world)
+    return initialised
+
+
 def refusal(shards: int | None, workers: int, world: int) -> str | None:
     """Why `workers` DataLoader workers on each of `world` ranks cannot read a stream of `shards` shards; None when
     they can (or the stream does not say how many shards it has)."""
     readers = max(1, workers) * world
     if shards is None or readers <= shards:
         return None
+    fits = shards // world
+    instead = f"pass num_workers={fits}" if fits else f"run at most {shards} rank(s)"
     return (f"{max(1, workers)} reader(s) per rank (num_workers={workers}) x world size {world} = {readers} readers, "
             f"but the stream has {shards} shard(s): readers beyond the shards read nothing, or ranks read the same "
-            f"shards. The rule: num_workers x world size <= shards; pass num_workers={max(0, shards // world)} or "
-            f"write the data in more shards")
+            f"shards. The rule: num_workers x world size <= shards; {instead} or write the data in at least "
+            f"{readers} shards")
 
 
 def split_for_rank(dataset: Any, rank: int, world: int) -> Any:

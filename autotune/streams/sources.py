@@ -8,6 +8,7 @@ only.
 
 from __future__ import annotations
 
+import tarfile
 from typing import Any
 
 from torch.utils.data import IterableDataset
@@ -69,3 +70,20 @@ def describe(dataset: Any) -> str:
     if n:
         parts.append(f"{n:,} samples a pass")
     return ", ".join(parts)
+
+
+def shard_failure(exc: BaseException) -> str | None:
+    """What reading a shard raised, in one line, where webdataset appended the shard to the error's arguments
+    (``('empty header', <stream>, 'shard-0005.tar')``); a tar file that cannot be read is named as one. None for
+    any other error."""
+    args = exc.args
+    if not (len(args) > 1 and isinstance(args[0], str) and isinstance(args[-1], str) and args[-1]):
+        return None
+    damaged = " (a truncated or damaged tar file)" if isinstance(exc, tarfile.TarError) else ""
+    return f"{type(exc).__name__}: {args[0]}, in shard {args[-1]}{damaged}"
+
+
+def failure(exc: BaseException) -> str:
+    """What reading a stream raised, in one line: ``Type: message``, with the shard where webdataset names it."""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return shard_failure(exc) or (f"{type(exc).__name__}: {first}" if first else type(exc).__name__)

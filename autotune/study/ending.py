@@ -22,7 +22,7 @@ from autotune.study.ranking import Results
 ATTRIBUTE = "end:unwritten"  # the study's user attribute holding an end whose tuned file was not written
 KEPT_RESULT_KEYS = (
     "samples_per_s", "steady_samples_per_s", "spread", "step_s", "epoch_s", "setup_s", "materialize_s",
-    "tokens_per_sample", "padding", "time_limited", "reliable",
+    "tokens_per_sample", "padding", "time_limited", "reliable", "first_batch_s",
 )
 
 

@@ -21,7 +21,7 @@ from autotune.config import Config
 from autotune.parity.check import ParityCheck
 from autotune.study import answer
 from autotune.study.context import SearchError, Setup
-from autotune.study.ranking import Results, learning_rate, run_s
+from autotune.study.ranking import Results, learning_rate, run_s, stream_refusal
 from autotune.study.shared import sharing, tickets
 from autotune.text import rate
 from autotune.tuned import file as tuned_file
@@ -53,11 +53,15 @@ def winner(setup: Setup, finalists: list[Config], results: Results) -> Config:
         return statistics.median(r["samples_per_s"] for r in results[config])
 
     best = min(measured, key=lambda c: run_s(setup, results, c), default=setup.baseline)
-    if best != setup.baseline and run_s(setup, results, best) >= run_s(setup, results, setup.baseline):
+    repeats = stream_refusal(setup, setup.baseline)
+    if repeats is not None:  # the workload's own settings lose or repeat its stream's samples: they cannot win
+        said_repeats(setup, best, repeats)
+    elif best != setup.baseline and run_s(setup, results, best) >= run_s(setup, results, setup.baseline):
+        run = (f"the declared run {run_s(setup, results, best):.1f} s against "
+               f"{run_s(setup, results, setup.baseline):.1f} s" if setup.facts.size else UNKNOWN_RUN)
         setup.echo(
             f"finalists: none beat the baseline when measured again ({rate(median(best))}/s against "
-            f"{rate(median(setup.baseline))}/s; the declared run {run_s(setup, results, best):.1f} s against "
-            f"{run_s(setup, results, setup.baseline):.1f} s); the profile keeps the workload's own settings"
+            f"{rate(median(setup.baseline))}/s; {run}); the profile keeps the workload's own settings"
         )
         best = setup.baseline
     steady = steady_choice(setup, best, results)
@@ -72,12 +76,26 @@ def winner(setup: Setup, finalists: list[Config], results: Results) -> Config:
     return best
 
 
+def said_repeats(setup: Setup, best: Config, reason: str) -> None:
+    """Say that the baseline cannot be the answer, its workers losing or repeating its stream's samples (`reason`),
+    and what is: the fastest config that keeps them, or, where none was measured, the baseline with a warning."""
+    own = f"the workload's own settings ({setup.baseline.describe()})"
+    if best != setup.baseline:
+        setup.echo(f"finalists: {own} cannot be the answer: {reason}; the answer is the fastest config that keeps "
+                   f"the stream's samples")
+    else:
+        setup.echo(f"warning: {own} are the answer, as no other config was measured, but {reason}: tuned_loader "
+                   f"with them reads the stream so too; fix the stream, then search again")
+
+
 def steady_choice(setup: Setup, best: Config, results: Results) -> dict[str, Any] | None:
     """What steady samples/s alone would have picked among the configs measured in the rounds, if not `best`.
 
     The profile states it beside the winner: its rate, its declared run and the one-time costs that lost it.
     """
-    measured = [c for c in results if results[c]]
+    measured = [c for c in results if results[c] and stream_refusal(setup, c) is None]  # a config that may win
+    if not setup.facts.size:  # a stream of unknown pass: its configs are ranked by steady samples/s already
+        return None
 
     def median(config: Config, key: str) -> float:
         return statistics.median(r.get(key) or 0.0 for r in results[config])
@@ -113,11 +131,15 @@ def write(setup: Setup, best: Config, results: Results, check: ParityCheck | Any
     tuned_file.write_profile(setup.ref.tuned_path, setup.ref.name, setup.machine.hardware, made)
     # A speed-up is a ratio of two measurements: the baseline's noise is the stated one's as much as the winner's.
     base_noise = f", the baseline's ±{made['baseline_spread']:.1%}" if best != setup.baseline else ""
+    first = f", first batch {made['first_batch_s']:.2f} s" if "first_batch_s" in made else ""
     setup.echo(
         f"wrote {setup.ref.tuned_path}: {best.describe()}: {rate(made['samples_per_s'])}/s, "
         f"{made['speedup']}x the baseline's {rate(made['baseline_samples_per_s'])}/s "
-        f"(noise ±{made['spread']:.1%}{base_noise}), search {made['search_s']:.0f} s"
+        f"(noise ±{made['spread']:.1%}{base_noise}{first}), search {made['search_s']:.0f} s"
     )
+    if not setup.facts.size:
+        setup.echo(f"stream: {UNKNOWN_RUN}; the winner was ranked by its steady samples/s. Declare "
+                   f"samples_per_epoch in DEFAULTS to rank configs by the whole declared run")
     noisiest = max(made["spread"], made["baseline_spread"])
     if noisiest > NOISY:
         whose = "the baseline's" if made["baseline_spread"] >= made["spread"] else "the winner's"
@@ -178,11 +200,9 @@ def profile(
         "spread": round(noise(best), 4),
         "baseline_spread": round(noise(setup.baseline), 4),
         "step_s": med(best, "step_s"),
-        "epoch_s": round(med(best, "epoch_s"), 4),
         "setup_s": round(med(best, "setup_s") + med(best, "materialize_s"), 3),
-        "run_s": round(run_s(setup, results, best), 2),
-        "baseline_run_s": round(run_s(setup, results, setup.baseline), 2),
-        "run_epochs": setup.workload.defaults["epochs"],  # the declared run that run_s times and that chose the winner
+        **declared_run(setup, best, results),
+        **first_batch(results[best]),
         **({"steady_choice": steady} if steady is not None else {}),  # what samples/s alone would have picked
         **tokens(results, best, setup.baseline),
         "search_s": round(setup.elapsed(), 1),
@@ -198,6 +218,29 @@ def profile(
         "versions": versions(),
         "parity": parity_record or {"checked": False},
     }
+
+
+UNKNOWN_RUN = "the declared run is unknown: the stream declares no pass (samples_per_epoch)"
+
+
+def declared_run(setup: Setup, best: Config, results: Results) -> dict[str, Any]:
+    """The profile's epoch and declared run (the winner's and the baseline's), and its epochs; none for a stream
+    whose pass is unknown, whose every epoch would be a made-up length (ranked by its steady rate instead)."""
+    if not setup.facts.size:
+        return {}
+    return {
+        "epoch_s": round(statistics.median(r["epoch_s"] for r in results[best]), 4),
+        "run_s": round(run_s(setup, results, best), 2),
+        "baseline_run_s": round(run_s(setup, results, setup.baseline), 2),
+        "run_epochs": setup.workload.defaults["epochs"],  # the declared run that run_s times and that chose the winner
+    }
+
+
+def first_batch(rounds: list[dict[str, Any]]) -> dict[str, float]:
+    """A stream's time to its first batch (shards opened, a shuffle buffer filled), the median over the rounds; it
+    is part of `setup_s`. Nothing for a data set read by index."""
+    seconds = [r["first_batch_s"] for r in rounds if r.get("first_batch_s") is not None]
+    return {"first_batch_s": round(statistics.median(seconds), 3)} if seconds else {}
 
 
 def tokens(results: Results, best: Config, baseline: Config) -> dict[str, float]:

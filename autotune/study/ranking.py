@@ -63,11 +63,14 @@ def ranked(setup: Setup) -> dict[Config, int]:
 
 def contenders(setup: Setup) -> dict[Config, int]:
     """The ranked configs whose trial beat the baseline's declared run or its samples/s: a config slower on both is
-    never recommended; one faster only in samples/s is measured beside the winner, to state what it would cost."""
+    never recommended; one faster only in samples/s is measured beside the winner, to state what it would cost.
+    Every ranked config, where the baseline's workers repeat its stream's samples (it cannot be the answer)."""
     complete = setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     own = [t for t in complete if setup.config_of(t) == setup.baseline]
     floor_rate = max((t.value or 0.0 for t in own), default=0.0)
     floor_run_s = min((trial_run_s(setup, t) for t in own), default=math.inf)
+    if stream_refusal(setup, setup.baseline) is not None:  # its workers repeat its stream's samples: it cannot win
+        floor_rate, floor_run_s = 0.0, math.inf
     faster = {
         setup.config_of(t) for t in complete if (t.value or 0.0) > floor_rate or trial_run_s(setup, t) < floor_run_s
     }

@@ -81,7 +81,8 @@ def prepare(recipe: str, options: SearchOptions, echo: Callable[[str], None] = p
                                     device_normalize_refused=tail_refused)
         if facts.stream:  # which worker counts keep the stream's samples, before any trial (autotune.streams.passes)
             most = max_workers(machine.cpu_share, facts.load_cpu_share)
-            facts = with_pass_check(runner.dataset, workload, facts, most, pass_check_budget(options))
+            facts = with_pass_check(runner.dataset, workload, facts, most, pass_check_budget(options),
+                                    options.fixes.get("num_workers"))
     except WorkloadError:
         raise
     except Exception as exc:  # user code: say where it failed, in one line

@@ -35,6 +35,9 @@ class Feed:
         # A stream's pass is what its workload declares (`steps`); a pass that ends sooner is its real length.
         self.watch_backlog, self.steps_per_epoch = watch_backlog, len(loader) if steps is None else steps
         self.stream = steps is not None
+        # A stream's pass that ended before the declared one: the samples it held (its last batch may be partial).
+        self.pass_samples: int | None = None
+        self._pass_taken = 0
         self.first_batch_s: float | None = None  # the first iterator's start to its first batch: a stream's start
         self._started = clock()
         self.iterator: Iterator | None = iter(loader)
@@ -90,11 +93,13 @@ class Feed:
                 raise
             # The stream's pass ended before the pass its workload declares: this is its length, and a new pass
             # starts, as a training loop's next epoch would.
-            self.steps_per_epoch = self.position
+            self.steps_per_epoch, self.pass_samples = self.position, self._pass_taken
             self.restart()
             asked = self.clock()
             batch = next(self.iterator)
         self.last_wait = self.clock() - asked
+        if self.stream:
+            self._pass_taken += self.count(batch)
         if self.first_batch_s is None:
             self.first_batch_s = self.clock() - self._started
         # Where the backlog cannot be read (None), a batch that kept the loop waiting says it ran dry.
@@ -105,7 +110,7 @@ class Feed:
         # Drop the old iterator first, as an epoch's end does: its workers shut down now.
         self.iterator, self.held = None, None
         self.iterator = iter(self.loader)
-        self.position = 0
+        self.position, self._pass_taken = 0, 0
 
     def ready(self) -> int | None:  # batches the workers have ready (None: it cannot be told)
         return backlog.ready(self.iterator)

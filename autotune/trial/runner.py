@@ -19,7 +19,7 @@ from autotune.config import Config
 from autotune.knobs import DataFacts
 from autotune.loop import Step, build_loader, materialize
 from autotune.loop.compiled import CompileError
-from autotune.streams.sources import is_stream, length
+from autotune.streams.sources import is_stream, length, shard_failure
 from autotune.trial import capture, oom
 from autotune.trial.facts import read_facts
 from autotune.trial.failure_site import where, worker_raised
@@ -57,7 +57,8 @@ def classify_failure(exc: BaseException) -> str:
         return sync
     if "CUDA error" in text or "cuda runtime error" in text.lower():
         return f"cuda error: {first[:200]}"
-    return f"error: {type(exc).__name__}: {first[:200]}{where(exc.__traceback__)}"
+    named = shard_failure(exc)  # a stream's shard that cannot be read, named
+    return f"error: {named or f'{type(exc).__name__}: {first[:200]}'}{where(exc.__traceback__)}"
 
 
 class Runner:

@@ -124,7 +124,9 @@ class _Answer:
             return
         if request.get("cmd") == "parity":
             if self.probe_set is None:
-                self.probe_set = parity_run.probe(self.runner.dataset, self.runner.workload.collate_fn)
+                workload = self.runner.workload
+                self.probe_set = parity_run.probe(self.runner.dataset, workload.collate_fn,
+                                                  sample_key=workload.sample_key)
             run = parity_run.train(self.runner.build, config, request["lr"], request["samples"], self.probe_set,
                                    request["probe_batch"], count=self.runner.workload.count)
             self.send(event="parity_run", run=run.as_dict())

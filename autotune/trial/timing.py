@@ -196,9 +196,9 @@ def measure(
     tail_step_s = statistics.median(w.seconds / w.steps for w in steady.tails) if steady.tails else step_s
     epoch_s = (feed.steps_per_epoch - tail) * step_s + tail * tail_step_s + epoch_overhead
     rates = [w.rate for w in steady.windows]
-    tokens_per_sample, padding = _tokens(steady) if tokens is not None else (None, None)
+    tokens_per_sample, padding = _tokens(steady.windows) if tokens is not None else (None, None)
     return Measurement(
-        samples_per_s=(feed.steps_per_epoch * loader.batch_size if feed.stream else _epoch_samples(loader)) / epoch_s,
+        samples_per_s=_pass_samples(feed) / epoch_s,
         steady_samples_per_s=pooled(steady.windows),
         spread=spread(rates),
         window_rates=tuple(rates),
@@ -223,11 +223,19 @@ def measure(
     )
 
 
-def _tokens(steady: Steady) -> tuple[float, float | None]:
+def _tokens(windows: list[Any]) -> tuple[float, float | None]:
     """Real tokens per sample over the steady windows, and the share of their token positions that was padding."""
-    taken = sum(w.tokens for w in steady.windows)
-    slots = sum(w.slots for w in steady.windows)
-    return taken / sum(w.samples for w in steady.windows), max(0.0, 1 - taken / slots) if slots else None
+    taken = sum(w.tokens for w in windows)
+    slots = sum(w.slots for w in windows)
+    return taken / sum(w.samples for w in windows), (max(0.0, 1 - taken / slots) if slots else None)
+
+
+def _pass_samples(feed: Feed) -> int:
+    """The samples of one epoch: a stream's pass as it ended, else as declared in whole batches; else the data
+    set's."""
+    if not feed.stream:
+        return _epoch_samples(feed.loader)
+    return feed.pass_samples or feed.steps_per_epoch * (feed.loader.batch_size or 1)
 
 
 def _epoch_samples(loader: Any) -> int:

@@ -68,7 +68,7 @@ def for_rank(dataset: Any, asked: LoaderArguments, recipe: str) -> Any:
     if asked.shuffle_given and asked.shuffle:
         raise ValueError("tuned_loader: shuffle=True cannot apply to a stream (an IterableDataset): its order is its "
                          "own (its shard order, its shuffle buffer); pass shuffle=False or leave it out.")
-    rank, world = distributed.world()
+    rank, world = ranks.rank_and_world(distributed.world())
     why = ranks.refusal(sources.shards(dataset), asked.config.num_workers, world)
     if why is not None:
         raise ValueError(f"tuned_loader: {recipe}'s profile on this stream: {why}.")

@@ -29,6 +29,7 @@ PROFILE_KEYS: dict[str, tuple[type, ...]] = {
     "step_s": _NUMBER,
     "epoch_s": _NUMBER,
     "setup_s": _NUMBER,
+    "first_batch_s": _NUMBER,  # a stream's time to its first batch (shards opened, a shuffle buffer filled)
     "run_s": _NUMBER,
     "baseline_run_s": _NUMBER,
     "run_epochs": (int,),  # the declared run: run_s times these epochs, and the shortest run_s chose the winner
@@ -161,8 +162,8 @@ def validate_steady_choice(at: str, profile: dict[str, Any]) -> list[str]:
 # Numbers a run can produce: positive and finite; counts and times not negative.
 POSITIVE = ("samples_per_s", "steady_samples_per_s", "baseline_samples_per_s", "speedup", "lr", "step_s", "epoch_s",
             "run_s", "baseline_run_s", "tokens_per_s", "baseline_tokens_per_s", "run_epochs")
-NOT_NEGATIVE = ("spread", "baseline_spread", "padding", "setup_s", "search_s", "trials_complete", "trials_failed",
-                "trials_pruned", "trials_interrupted")
+NOT_NEGATIVE = ("spread", "baseline_spread", "padding", "setup_s", "first_batch_s", "search_s", "trials_complete",
+                "trials_failed", "trials_pruned", "trials_interrupted")
 MAX_WORKERS = 1024  # no host gives a DataLoader more workers than this; a larger number is a typo or worse
 MAX_BATCH = 2**24  # samples per step; a larger batch is no run's
 

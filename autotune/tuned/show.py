@@ -20,13 +20,14 @@ _ROWS: tuple[tuple[str, str], ...] = (
     ("run_s", "declared run, s"),
     ("baseline_run_s", "baseline run, s"),
     ("run_epochs", "declared run, epochs"),
+    ("first_batch_s", "first batch, s"),
     ("lr", "learning rate"),
     ("lr_rule", "lr rule"),
     ("cpu_share", "CPU cores"),
     ("search_s", "search, s"),
 )
 
-_ONLY_WHEN_PRESENT = ("tokens_per_s", "baseline_tokens_per_s", "padding")
+_ONLY_WHEN_PRESENT = ("tokens_per_s", "baseline_tokens_per_s", "padding", "first_batch_s")
 
 
 def _cell(key: str, value: Any) -> str:
@@ -48,6 +49,16 @@ def _cell(key: str, value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     return str(value)
+
+
+DECLARED_RUN = ("run_s", "baseline_run_s", "run_epochs")  # absent from a stream's profile whose pass is unknown
+
+
+def _run_cell(key: str, profile: dict[str, Any]) -> str:
+    """`key`'s cell; a stream's declared run (it has a first batch) without a declared pass is "unknown"."""
+    if key in DECLARED_RUN and key not in profile and "first_batch_s" in profile:
+        return "unknown"
+    return _cell(key, profile.get(key))
 
 
 def _steady_choice(choice: dict[str, Any] | None) -> str:
@@ -131,7 +142,7 @@ def render(data: dict[str, Any], path: Path) -> str:
     for key, label in _ROWS:
         if key in _ONLY_WHEN_PRESENT and not any(key in p for p in profiles.values()):
             continue  # a workload that counts no tokens gets no token rows
-        rows.append((label, [_cell(key, p.get(key)) for p in profiles.values()]))
+        rows.append((label, [_run_cell(key, p) for p in profiles.values()]))
     rows.append(("samples/s alone picks", [_steady_choice(p.get("steady_choice")) for p in profiles.values()]))
     rows += _parity_rows(list(profiles.values()))
     rows.append(

@@ -42,7 +42,7 @@ def _setup(trials: list[tuple[TrialState, float]], elapsed_s: float, budget_s: f
         space=SimpleNamespace(domains={"batch_size": [64, 8192]}, normalise=lambda config: config),
         config_of=lambda t: Config.from_dict(t.user_attrs["config"]),
         workload=SimpleNamespace(defaults={"epochs": 1}),
-        facts=SimpleNamespace(size=60_000),
+        facts=SimpleNamespace(stream_refused=(), size=60_000),
         started=time.monotonic() - elapsed_s,
         elapsed=lambda: elapsed_s,
     )
@@ -106,7 +106,7 @@ def test_a_trial_is_given_up_after_twice_the_best_declared_run_and_a_margin() ->
                         "result": {"samples_per_s": 1_000.0, "epoch_s": epoch_s, "setup_s": seconds}},
         ))
     setup.workload = SimpleNamespace(defaults={"epochs": 10})
-    setup.facts = SimpleNamespace(size=2_500)
+    setup.facts = SimpleNamespace(stream_refused=(), size=2_500)
     running = SimpleNamespace(user_attrs={"role": "search"})
     assert give_up_after(setup, running) == (
         2 * 26.0 + 30.0, "the best so far (trial 1) finishes the whole declared run (10 epoch(s)) in 26.0 s"
@@ -129,7 +129,8 @@ def test_the_rounds_after_the_first_keep_to_the_budget() -> None:
     finalist = Config(256, num_workers=16, pin_memory=True)
     setup = SimpleNamespace(options=SearchOptions(time_budget_s=480.0, rounds=3), elapsed=lambda: clock[0],
                             lr=lambda config: 0.1, windows=None, baseline=BASELINE, echo=lines.append,
-                            workload=SimpleNamespace(defaults={"epochs": 10}), facts=SimpleNamespace(size=51_200))
+                            workload=SimpleNamespace(defaults={"epochs": 10}),
+                            facts=SimpleNamespace(stream_refused=(), size=51_200))
     pools = SimpleNamespace(rounds=[Pool()], trials=SimpleNamespace(stop=lambda: None))
     results = measure_rounds(setup, pools, [finalist])  # type: ignore[arg-type]
     # Round 1 ends at 440 s, round 2 at 480 s: a third would end at 520 s.
@@ -169,7 +170,8 @@ def _rounds_of(seconds: dict[Config, float], rates: dict[Config, list[float | No
                                      user_attrs={"duration_s": took, "config": dataclasses.asdict(config)}))
     setup = SimpleNamespace(options=SearchOptions(time_budget_s=budget_s, rounds=2), elapsed=lambda: clock[0],
                             lr=lambda config: 0.1, windows=None, baseline=BASELINE, echo=lines.append,
-                            workload=SimpleNamespace(defaults={"epochs": 10}), facts=SimpleNamespace(size=51_200),
+                            workload=SimpleNamespace(defaults={"epochs": 10}),
+                            facts=SimpleNamespace(stream_refused=(), size=51_200),
                             study=study, config_of=lambda t: Config.from_dict(t.user_attrs["config"]))
     return setup, SimpleNamespace(rounds=[Pool()], trials=SimpleNamespace(stop=lambda: None)), lines, runs
 

@@ -32,6 +32,7 @@ from autotune.knobs import (
     SpaceError,
     max_workers,
 )
+from autotune.streams import ranks
 from autotune.streams.facts import most_workers
 
 if TYPE_CHECKING:
@@ -165,13 +166,14 @@ def build_space(
     batch_size: int, machine: Machine, facts: DataFacts, fixes: dict[str, tuple[Any, ...]] | None = None
 ) -> Space:
     """The space for one workload on one machine, narrowed by the user's fixes."""
+    cores_most = max_workers(machine.cpu_share, facts.load_cpu_share)
+    most, narrowed = _stream_workers(facts, cores_most)
     domains: dict[str, tuple[Any, ...]] = {}
     excluded: dict[str, str] = {}
     scaled = (int(batch_size * 2.0**k) for k in BATCH_EXPONENTS)
     unknown = facts.stream and not facts.size  # a stream of unknown length: any batch size may be drawn from it
     sizes = tuple(b for b in scaled if b >= 1 and (unknown or b * 4 <= facts.size))
     domains["batch_size"] = sizes or (batch_size,)
-    most = most_workers(facts, max_workers(machine.cpu_share, facts.load_cpu_share))  # a stream: within its shards
     domains["num_workers"] = tuple(range(0, most + 1))
     domains["prefetch_factor"] = tuple(range(PREFETCH_RANGE[0], PREFETCH_RANGE[1] + 1))
     domains["persistent_workers"] = (False, True)
@@ -230,16 +232,28 @@ def build_space(
         excluded["pad_multiple"] = facts.pad_refused
     for knob in excluded:
         domains[knob] = (domains[knob][0],)
-    limits = dict(excluded)
-    if facts.stream and most < max_workers(machine.cpu_share, facts.load_cpu_share):
-        refused = "; ".join(f"num_workers={w}: {why}" for w, why in facts.stream_refused if w > most)
-        limits["num_workers"] = refused or f"the stream's {facts.shards} shard(s) bound its workers"
+    limits = {**excluded, **({"num_workers": narrowed} if narrowed else {})}
     for knob, allowed in (fixes or {}).items():
         domains[knob] = _narrow(knob, domains[knob], allowed, limits)
     return Space(domains, excluded)
 
 
 STREAM_PLACEMENT = "a stream (IterableDataset) is read as it comes, not kept on the device"
+
+
+def _stream_workers(facts: DataFacts, cores_most: int) -> tuple[int, str]:
+    """The most workers worth trying, of the `cores_most` the cores allow: a stream's within its shards over the
+    ranks, less the counts its pass check ruled out; and why, where that is fewer ("": as many). No count at all,
+    where the ranks outnumber the shards, is a SpaceError."""
+    overlap = ranks.refusal(facts.shards, 0, facts.world_size) if facts.stream else None
+    if overlap is not None:  # every config would read shards another rank reads
+        raise SpaceError(f"the search assumes WORLD_SIZE={facts.world_size} ranks (torchrun's): {overlap}.")
+    most = most_workers(facts, cores_most)
+    if most >= cores_most:
+        return most, ""
+    refused = "; ".join(f"num_workers={w}: {why}" for w, why in facts.stream_refused if w > most)
+    return most, refused or (f"the stream's {facts.shards} shard(s) over {facts.world_size} rank(s) bound its "
+                             f"workers: num_workers x world size <= shards")
 
 
 def _narrow(knob: str, domain: tuple[Any, ...], allowed: tuple[Any, ...], excluded: dict[str, str]) -> tuple[Any, ...]:

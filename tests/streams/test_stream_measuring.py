@@ -1,0 +1,136 @@
+"""Measuring a stream: its pass as declared, or as it ends when it ends sooner (a partial last batch counted as what
+it holds); its time to the first batch apart; a pass nobody declared ranked by its steady rate, and the profile
+stating that its declared run is unknown, never a made-up number of seconds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import IterableDataset
+
+from autotune.config import Config
+from autotune.study import profile
+from autotune.trial.timing import UNBOUNDED_PASS, Windows, measure, stream_steps
+from autotune.tuned import file as tuned_file
+from autotune.tuned.schema import validate
+from autotune.tuned.show import render
+
+WINDOWS = Windows(warmup_steps=2, window_s=0.05, min_windows=3, max_windows=10, rel_tol=0.0)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _Samples(IterableDataset):
+    def __iter__(self):
+        return iter(())
+
+
+class StreamLoader:
+    """A loader over a stream: `samples` a pass in batches of `batch` (the last one partial), or endless; opening the
+    stream costs `first_s` of fake time before its first batch. No len(): a stream has none."""
+
+    def __init__(self, clock: Clock, samples: int | None, batch: int, first_s: float) -> None:
+        self.clock, self.samples, self.batch_size, self.first_s = clock, samples, batch, first_s
+        self.dataset, self.drop_last, self.num_workers = _Samples(), False, 0
+
+    def __iter__(self):
+        self.clock.now += self.first_s
+        left = self.samples
+        while left is None or left > 0:
+            n = self.batch_size if left is None else min(self.batch_size, left)
+            left = None if left is None else left - n
+            yield torch.zeros(n, 1), torch.zeros(n)
+
+
+def _step(clock: Clock, seconds: float):
+    def step(batch: Any) -> None:
+        clock.now += seconds
+
+    return step
+
+
+def test_a_stream_that_ends_before_its_declared_pass_is_timed_by_the_pass_it_yields() -> None:
+    clock = Clock()
+    loader = StreamLoader(clock, samples=100, batch=16, first_s=0.5)  # 6 batches of 16, then one of 4
+    m = measure(_step(clock, 0.01), loader, WINDOWS, clock=clock, pass_samples=512)
+    assert m.steps_per_epoch == 7
+    assert m.samples_per_s * m.epoch_s == pytest.approx(100)  # not 7 x 16 = 112
+    assert m.first_batch_s == pytest.approx(0.5)
+    assert m.setup_s == pytest.approx(0.5 + 2 * 0.01)  # the first batch is a one-time cost of the run
+
+
+def test_a_declared_pass_is_timed_as_declared_and_a_pass_nobody_declared_by_its_steady_rate() -> None:
+    clock = Clock()
+    m = measure(_step(clock, 0.01), StreamLoader(clock, None, 16, 0.5), WINDOWS, clock=clock, pass_samples=320)
+    assert (m.steps_per_epoch, m.first_batch_s) == (20, pytest.approx(0.5))
+    assert m.samples_per_s == pytest.approx(320 / (20 * 0.01 + 0.5))  # every pass opens the stream again
+    clock = Clock()
+    m = measure(_step(clock, 0.01), StreamLoader(clock, None, 16, 0.5), WINDOWS, clock=clock)
+    assert m.steps_per_epoch == stream_steps(StreamLoader(clock, None, 16, 0.5), None) == UNBOUNDED_PASS // 16
+    assert m.samples_per_s == pytest.approx(m.steady_samples_per_s, rel=1e-6)
+
+
+BASELINE, FASTER = Config(batch_size=16), Config(batch_size=16, num_workers=2, prefetch_factor=2)
+
+
+def _rounds(rate: float, first_s: float) -> dict[str, Any]:
+    """One round's measurement of a stream nobody declared a pass of: an epoch of UNBOUNDED_PASS samples."""
+    return {"samples_per_s": rate, "steady_samples_per_s": rate, "epoch_s": UNBOUNDED_PASS / rate, "setup_s": 0.2,
+            "materialize_s": 0.0, "first_batch_s": first_s, "spread": 0.01, "step_s": 16 / rate}
+
+
+def _setup(size: int, lines: list[str]) -> SimpleNamespace:
+    return SimpleNamespace(baseline=BASELINE, echo=lines.append, facts=SimpleNamespace(size=size, stream_refused=()),
+                           workload=SimpleNamespace(defaults={"epochs": 2}))
+
+
+def test_a_pass_nobody_declared_states_no_declared_run_in_the_profile_or_its_lines() -> None:
+    lines: list[str] = []
+    setup = _setup(0, lines)
+    results = {BASELINE: [_rounds(1000.0, 0.3)], FASTER: [_rounds(900.0, 0.5)]}
+    assert profile.winner(setup, [FASTER], results) == BASELINE
+    assert lines == [f"finalists: none beat the baseline when measured again (900/s against 1,000/s; "
+                     f"{profile.UNKNOWN_RUN}); the profile keeps the workload's own settings"]
+    assert profile.declared_run(setup, BASELINE, results) == {}
+    assert profile.steady_choice(setup, BASELINE, results) is None
+    assert profile.first_batch(results[FASTER]) == {"first_batch_s": 0.5}
+    declared = _setup(512, [])
+    assert profile.declared_run(declared, BASELINE, results)["run_epochs"] == 2
+
+
+def test_a_streams_profile_keeps_its_first_batch_and_show_says_its_run_is_unknown() -> None:
+    made = {"samples_per_s": 1000.0, "baseline_samples_per_s": 1000.0, "speedup": 1.0, "first_batch_s": 0.3,
+            "knobs": tuned_file.config_to_knobs(BASELINE), "versions": {"torch": torch.__version__}}
+    data = {"schema": 1, "recipe": "tiny_stream", "profiles": {"cpu": made}}
+    assert validate(data) == []
+    assert validate({**data, "profiles": {"cpu": {**made, "first_batch_s": -1.0}}}) == [
+        "profiles.'cpu'.first_batch_s must be >= 0, but got -1.0"]
+    table = render(data, Path("recipes/tiny_stream.tuned.toml")).splitlines()
+    assert "declared run, s          unknown" in table and "first batch, s           0.3" in table
+
+
+def test_a_baseline_whose_workers_repeat_the_stream_is_never_the_answer() -> None:
+    duplicated = "duplicated samples: each worker yields the whole stream; shard by `get_worker_info()`"
+    own, one = Config(batch_size=16, num_workers=2, prefetch_factor=2), Config(batch_size=16, num_workers=1)
+    lines: list[str] = []
+    setup = SimpleNamespace(baseline=own, echo=lines.append, workload=SimpleNamespace(defaults={"epochs": 2}),
+                            facts=SimpleNamespace(size=512, stream_refused=((2, duplicated),)))
+    declared = {"epoch_s": 0.5, "setup_s": 0.1, "materialize_s": 0.0}
+    results = {own: [{**declared, "samples_per_s": 2000.0}],
+               one: [{**declared, "epoch_s": 1.0, "samples_per_s": 500.0}]}
+    assert profile.winner(setup, [one], results) == one  # slower, but it keeps the stream's samples
+    assert lines == [f"finalists: the workload's own settings ({own.describe()}) cannot be the answer: {duplicated}; "
+                     f"the answer is the fastest config that keeps the stream's samples"]
+    lines.clear()
+    assert profile.winner(setup, [], {own: results[own]}) == own
+    assert lines[0].startswith(f"warning: the workload's own settings ({own.describe()}) are the answer, as no other")
