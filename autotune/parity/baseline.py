@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from autotune.config import Config
+from autotune.parity import signal
 from autotune.parity.budget import ParityBudget
 from autotune.parity.reasons import inconclusive_reason
 from autotune.parity.run import ParityRun
@@ -67,9 +68,10 @@ class BaselineRun:
         if self.conclusive is not None:
             return samples
         self.conclusive = conclusive(self.run, samples, window)
-        if self.conclusive:
-            return samples
         learned = progress(self.run, samples, window)
+        if self.conclusive:
+            self._say_clearly(learned, samples, window)
+            return samples
         longer = self.budget.extension(samples)
         if longer is not None:
             self.echo(
@@ -85,7 +87,8 @@ class BaselineRun:
             self.conclusive = conclusive(self.run, samples, window)
             learned = progress(self.run, samples, window)
         if self.conclusive:
-            self.echo(f"parity: the baseline learned {learned:.1%} of its initial loss in {samples:,} samples")
+            self.echo(f"parity: the baseline learned {learned:.1%} of its initial loss in {samples:,} samples"
+                      + self._clearly(learned, samples, window))
             return samples
         self.echo(
             f"parity: inconclusive: {self.reason(samples, window)}. Only configs that leave the math unchanged "
@@ -93,6 +96,17 @@ class BaselineRun:
             f"to match; amp once its gradients are shown within the batch's own noise) may win"
         )
         return samples
+
+    def _clearly(self, learned: float, samples: int, window: int) -> str:
+        """What made a run that learned under MIN_PROGRESS conclusive: how far above its noise it stood."""
+        z = signal.clear(self.run, samples, window) if self.run is not None and learned < MIN_PROGRESS else None
+        return "" if z is None else f", {z:.1f} times its noise: enough to judge by"
+
+    def _say_clearly(self, learned: float, samples: int, window: int) -> None:
+        """Say so where a slow learner's first run is conclusive by its noise (docs/parity.md, "A slow learner")."""
+        said = self._clearly(learned, samples, window)
+        if said:
+            self.echo(f"parity: the baseline learned {learned:.1%} of its initial loss in {samples:,} samples{said}")
 
     def _make(self, samples: int) -> ParityRun | None:
         """A run of `samples`; None when the check's share ran out before it ended (the check is then inconclusive)."""

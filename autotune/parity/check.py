@@ -55,6 +55,7 @@ from autotune.parity.run import ParityRun
 from autotune.parity.verdict import (
     CANDIDATE_STEPS,
     INITIAL_RTOL,
+    LARGEST_RUNS,
     TOLERANCES,
     WINDOW_PARTS,
     ParityRunFailed,
@@ -103,6 +104,7 @@ class ParityCheck:
         lr_at: Callable[[Config, str], float] | None = None,
         check_inputs: Callable[[Config], InputsVerdict] | None = None,
         check_numerics: Callable[[Config], NumericsVerdict] | None = None,
+        spare_s: Callable[[], float] | None = None,  # seconds the search can give beyond `budget_s` now
     ) -> None:
         self.baseline, self.lr_of, self.make_run, self.echo = baseline, lr_of, make_run, echo
         self.inputs = DecodeInputs(baseline, check_inputs and (lambda c: self.budget.timed(lambda: check_inputs(c))),
@@ -110,14 +112,16 @@ class ParityCheck:
         self.amp = AmpNumerics(baseline, check_numerics and (lambda c: self.budget.timed(lambda: check_numerics(c))),
                                echo)
         self.lr_rule, self.lr_at = lr_rule, lr_at
-        self.budget = ParityBudget(budget_s, echo)  # every run's time, the baseline's included: the check's cost
+        # Every run's time, the baseline's included: the check's cost.
+        self.budget = ParityBudget(budget_s, echo, spare_s)
         # `max_batch`: the largest batch any candidate may have, when the runs begin before all are known.
         largest = max_batch if max_batch is not None else max([c.batch_size for c in candidates], default=1)
-        # A batch whose shortest run outlasts the check's share is not run at all (``_unrun``): sized for it, every
-        # run, the baseline's first, would be.
+        # A batch whose shortest run outlasts half the check's share (the baseline's run as long, and its own) is not
+        # run at all (``_unrun``): sized for it, every run, the baseline's first, would be (docs/parity.md, "Within a
+        # time bound").
         run_s = run_seconds(budget_s)
         self.batch_limit = math.inf if budget_s is None or baseline_rate is None else largest_batch(
-            baseline.batch_size, baseline_rate, run_s)
+            baseline.batch_size, baseline_rate, LARGEST_RUNS * run_s)
         self.samples, self.window = run_length(baseline.batch_size, int(min(largest, self.batch_limit)),
                                                baseline_rate, run_s)
         self.rate = baseline_rate

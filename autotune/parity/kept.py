@@ -76,6 +76,7 @@ def take_up(check: ParityCheck, kept: dict[str, Any]) -> bool:
     check.samples, check.window = kept["samples"], kept["window"]
     check.base.conclusive, check.base.extended, check.runs = kept["conclusive"], kept["extended"], kept["runs"]
     check.budget.seconds, check.budget.baseline_seconds = budget["seconds"], budget["baseline_seconds"]
+    check.budget.carried_s = budget["seconds"]  # an earlier run's: not this run's cost (its budget line)
     check.budget.last_base_s = budget["last_base_s"]
     check.base.run, check.base.where = base, kept["baseline_from"]
     check.base.needed, check.base.failed = kept["baseline_needed"], kept["baseline_failed"]

@@ -44,6 +44,11 @@ class ParityRun:
     # The trained model on the probe set with its targets shuffled across samples ((input, target) samples only):
     # above `final_loss` by what the model learned from its inputs, not from the targets' overall spread.
     shuffled_loss: float | None = None
+    # The same three losses batch by batch over the probe set (the batches in the same order each time): the noise
+    # each is judged against (``autotune.parity.signal``). None: made without them.
+    initial_parts: tuple[float, ...] | None = None
+    final_parts: tuple[float, ...] | None = None
+    shuffled_parts: tuple[float, ...] | None = None
 
     @property
     def samples(self) -> int:
@@ -76,6 +81,9 @@ class ParityRun:
     def from_dict(cls, values: dict[str, Any]) -> "ParityRun":
         values = dict(values)
         values["ends"], values["losses"] = tuple(values["ends"]), tuple(values["losses"])
+        for key in ("initial_parts", "final_parts", "shuffled_parts"):
+            if values.get(key) is not None:
+                values[key] = tuple(values[key])
         return cls(**values)
 
 
@@ -153,15 +161,22 @@ def probe_loss(step: Step, probe_set: ProbeSet, batch: int) -> float:
     Evaluated in batches of the baseline's size in every run: it fits wherever the
     baseline trains, and batch-norm statistics see the same batches in both runs.
     """
+    return probe_losses(step, probe_set, batch)[0]
+
+
+def probe_losses(step: Step, probe_set: ProbeSet, batch: int) -> tuple[float, tuple[float, ...]]:
+    """The probe set's mean loss (``probe_loss``) and its loss batch by batch, the batches in their fixed order."""
     model = step.model
     saved = [b.detach().clone() for b in model.buffers()]  # batch-norm statistics move even under no_grad
-    total = 0.0
+    total, parts = 0.0, []
     with torch.no_grad():
         for host, samples in probe_set.batches(batch):
-            total += float(step.loss(step.to_device(host))) * samples
+            loss = float(step.loss(step.to_device(host)))
+            total += loss * samples
+            parts.append(loss)
     for buffer, value in zip(model.buffers(), saved):
         buffer.copy_(value)
-    return total / len(probe_set)
+    return total / len(probe_set), tuple(parts)
 
 
 def train(
@@ -181,7 +196,7 @@ def train(
     """
     loader, step, _ = build(config, lr)
     start = time.perf_counter()
-    initial = probe_loss(step, probe_set, probe_batch)
+    initial, initial_parts = probe_losses(step, probe_set, probe_batch)
     ends: list[int] = []
     losses: list[Any] = []
     seen = epoch = 0
@@ -201,8 +216,10 @@ def train(
             raise ValueError(f"the loader of {config.describe()} yielded no batch")
     values = torch.stack(losses).cpu().tolist()
     finite = all(bool(torch.isfinite(p).all()) for p in step.model.parameters())
-    final = probe_loss(step, probe_set, probe_batch) if finite else math.nan
+    final, final_parts = probe_losses(step, probe_set, probe_batch) if finite else (math.nan, None)
     shuffled_set = probe_set.shuffled() if finite else None
-    shuffled = probe_loss(step, shuffled_set, probe_batch) if shuffled_set is not None else None
+    shuffled, shuffled_parts = (probe_losses(step, shuffled_set, probe_batch) if shuffled_set is not None
+                                else (None, None))
     seconds = time.perf_counter() - start
-    return ParityRun(config.batch_size, lr, initial, final, tuple(ends), tuple(values), finite, seconds, shuffled)
+    return ParityRun(config.batch_size, lr, initial, final, tuple(ends), tuple(values), finite, seconds, shuffled,
+                     initial_parts, final_parts, shuffled_parts)

@@ -22,7 +22,7 @@ from autotune.parity.run import ParityRun
 from autotune.parity.verdict import CHECK_SHARE, ParityError, ParityRunFailed, ParityRunOutOfTime
 from autotune.procs.pool import TrialPool
 from autotune.study.checks import baseline_run, kept_check
-from autotune.study.clock.deadline import check_budget
+from autotune.study.clock.deadline import check_budget, spare_s
 from autotune.study.context import Setup
 from autotune.study.pools import SearchPools, Team
 from autotune.study.ranking import baseline_rate, contenders
@@ -46,12 +46,14 @@ class _InTrialProcesses:
     def timeout(self) -> tuple[float, bool]:
         """What the next training run may take, and whether the check's share, not the trial's limit, set it.
 
-        Every run is held to what is left of the share (never under MIN_CHECK_RUN_S), the baseline's first. The images
+        Every run is held to what is left of the share (never under MIN_CHECK_RUN_S), and of what the search can
+        spare beyond it, but the baseline's first: sized for a quarter of the share, a first run that the whole share
+        cannot hold is on a host too busy for a check, and the spare time would go to it for nothing. The images
         and the gradients take a few batches: they keep the trial's limit, since one stopped would stand as a failure
         for every config it judges, and neither starts once the share is spent.
         """
         assert self.check is not None
-        left = self.check.budget.left_s()
+        left = self.check.budget.left_s(spare=self.check.base.run is not None)
         if left is None or left >= self.trial_limit:
             return self.trial_limit, False
         return max(left, MIN_CHECK_RUN_S), True
@@ -113,6 +115,8 @@ def new_parity_check(
         lr_at=setup.lr,
         check_inputs=measures.inputs,
         check_numerics=measures.numerics,
+        # What the search can spare beyond the share: the check concludes in time it would leave unused.
+        spare_s=lambda: spare_s(setup, max(0.0, (check.budget.budget_s or 0.0) - check.budget.seconds)),
     )
     measures.check = check
     if not kept_check.take_up(setup, check):
