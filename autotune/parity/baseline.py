@@ -41,6 +41,7 @@ class BaselineRun:
         self.needed = False  # a config needed it (one judged by gradients alone needs none)
         self.failed = False  # its last run failed (self.conclusive is False for that alone)
         self.out_of_time: str | None = None  # why its run was stopped at the check's share
+        self.stopped_short = False  # its run stopped in time short of the length asked: every run is as long
 
     def adopt(self, baseline: Config, run: ParityRun, where: str, samples: int) -> None:
         """Use a run made elsewhere (`where` says by whom), of `samples`, instead of making one."""
@@ -65,6 +66,7 @@ class BaselineRun:
                 return samples
             if self.failed:  # an earlier try failed and made the check inconclusive; this one ran: judge it
                 self.conclusive, self.failed = None, False
+            samples, window = self._reached(samples, window)
         if self.conclusive is not None:
             return samples
         self.conclusive = conclusive(self.run, samples, window)
@@ -80,10 +82,10 @@ class BaselineRun:
                 f"{longer:,}"
             )
             made = self._make(longer)  # failed or stopped: the short run stands, at its own length
-            if made is None:
+            if made is None or made.samples <= samples:  # stopped in time short of the first: that one stands
                 return samples
             self.run, self.extended = made, True
-            samples, window = longer, longer // WINDOW_PARTS
+            samples, window = self._reached(longer, longer // WINDOW_PARTS)
             self.conclusive = conclusive(self.run, samples, window)
             learned = progress(self.run, samples, window)
         if self.conclusive:
@@ -96,6 +98,18 @@ class BaselineRun:
             f"to match; amp once its gradients are shown within the batch's own noise) may win"
         )
         return samples
+
+    def _reached(self, samples: int, window: int) -> tuple[int, int]:
+        """The length every run trains: `samples`, or fewer where the run stopped in time short of them (its trial
+        process stops training to answer within its limit, ``autotune.parity.run.train``): judged over what it
+        reached, a run on a busy host still concludes where its share would have stopped it with nothing."""
+        assert self.run is not None
+        if self.run.samples >= samples:
+            return samples, window
+        self.stopped_short = True
+        self.echo(f"parity: the baseline's run stopped in time at {self.run.samples:,} of its {samples:,} samples; "
+                  f"every run is compared over those")
+        return self.run.samples, self.run.samples // WINDOW_PARTS
 
     def _clearly(self, learned: float, samples: int, window: int) -> str:
         """What made a run that learned under MIN_PROGRESS conclusive: how far above its noise it stood."""

@@ -196,8 +196,12 @@ class ParityCheck:
         """`config`, whose batch is too large for a run to fit the check's share, unjudged: it cannot pass."""
         shortest = CANDIDATE_STEPS * config.batch_size
         took = f", {shortest / self.rate:.1f} s at the baseline's {self.rate:,.0f} samples/s" if self.rate else ""
-        why = (f"its shortest run ({CANDIDATE_STEPS} steps: {shortest:,} samples{took}) does not fit the check's "
-               f"share of the time budget ({self.budget.budget_s:.0f} s)")
+        if self.base.stopped_short and shortest > self.samples:
+            why = (f"its shortest run ({CANDIDATE_STEPS} steps: {shortest:,} samples) is longer than the baseline's, "
+                   f"which stopped in time at {self.samples:,}")
+        else:
+            why = (f"its shortest run ({CANDIDATE_STEPS} steps: {shortest:,} samples{took}) does not fit the check's "
+                   f"share of the time budget ({self.budget.budget_s:.0f} s)")
         return cannot_judge(self.baseline, config, changes_math(self.baseline, config), self.lr_of(config),
                             self.lr_of(self.baseline), self.samples, self.window, why)
 
@@ -228,6 +232,10 @@ class ParityCheck:
         """Run `config` at its rule's rate, then at the gentler ones while a batch size fails and a rate may help."""
         self._ensure_baseline()
         assert self.conclusive is not None
+        if config.batch_size > self.batch_limit:  # the baseline's run stopped in time short of its shortest run
+            unrun = self._unrun(config)
+            self.echo(f"  parity {unrun.summary()}  {config.describe()}")
+            return unrun
         inputs = self.inputs.of(config)  # decode = gpu: its images must match the host pipeline's, or nothing does
         if not self.conclusive or (inputs is not None and not inputs.passed):
             unjudged = None if self.conclusive else self._inconclusive_reason()
@@ -286,6 +294,8 @@ class ParityCheck:
         samples = self.base.ensure(self.samples, self.window)
         if samples != self.samples:
             self.samples, self.window = samples, samples // WINDOW_PARTS
+            # A baseline run that stopped in time short of its length: a batch whose shortest run is longer is unrun.
+            self.batch_limit = min(self.batch_limit, max(self.baseline.batch_size, samples // CANDIDATE_STEPS))
 
     def why_inconclusive(self) -> str:
         """Why the check is inconclusive, in a few words: the baseline learned too little, or its run was stopped."""

@@ -22,7 +22,7 @@ from autotune.config import Config
 from autotune.parity.inputs import InputsVerdict
 from autotune.parity.numerics import NumericsVerdict
 from autotune.parity.run import ParityRun
-from autotune.parity.verdict import ParityVerdict, numerics
+from autotune.parity.verdict import CANDIDATE_STEPS, ParityVerdict, numerics
 
 if TYPE_CHECKING:
     from autotune.parity.check import ParityCheck
@@ -47,6 +47,7 @@ def state(check: ParityCheck) -> dict[str, Any]:
         "baseline_needed": check.base.needed,
         "baseline_failed": check.base.failed,
         "baseline_out_of_time": check.base.out_of_time,
+        "baseline_stopped_short": check.base.stopped_short,
         "verdicts": [[c.as_dict(), dataclasses.asdict(v)] for c, v in check.verdicts.items()],
         # The verdicts that stand for every config with their numerics, and the (batch, rate) pairs a run rejected by a
         # margin, each with the run's verdict at that rate (a config tried at several has one verdict in `verdicts`).
@@ -81,6 +82,9 @@ def take_up(check: ParityCheck, kept: dict[str, Any]) -> bool:
     check.base.run, check.base.where = base, kept["baseline_from"]
     check.base.needed, check.base.failed = kept["baseline_needed"], kept["baseline_failed"]
     check.base.out_of_time = kept.get("baseline_out_of_time")  # absent from a state kept before it was
+    check.base.stopped_short = bool(kept.get("baseline_stopped_short"))  # likewise
+    if check.base.stopped_short:  # every run is as long as the baseline's short one: no batch whose 8 steps are longer
+        check.batch_limit = min(check.batch_limit, max(check.baseline.batch_size, check.samples // CANDIDATE_STEPS))
     check.verdicts = verdicts
     check._by_numerics = {numerics(c): (c, v) for c, v in by_numerics}
     check.rejected.by_rate = batch_rejected

@@ -25,6 +25,7 @@ from autotune.loop import Step
 
 ORDER_SEED = 0  # seeds the generator that orders the data of every parity run
 PROBE_SAMPLES = 4096  # the fixed samples both runs are evaluated on, before and after training
+AFTER_PROBES = 2.5  # a run that stops in time leaves this many of its first probe evaluation's time for the last ones
 
 Builder = Callable[[Config, float], tuple[Any, Step, float]]
 
@@ -187,16 +188,22 @@ def train(
     probe_set: ProbeSet,
     probe_batch: int,
     count: Callable[[Any], int] = samples_in,
+    stop_after_s: float | None = None,
 ) -> ParityRun:
     """Build `config` from the seed and train it for `samples`, recording every step's loss.
 
     `build` is ``Runner.build``: it seeds, then builds the loader and step. The
     probe set is evaluated, in batches of `probe_batch`, before and after the run.
-    `count(batch)` is the workload's count of a batch's samples.
+    `count(batch)` is the workload's count of a batch's samples. With `stop_after_s`
+    (seconds from the build's start), training stops early where going on would leave
+    no time for the probe's evaluations after it: the run holds the samples it reached.
     """
+    began = time.perf_counter()
     loader, step, _ = build(config, lr)
     start = time.perf_counter()
     initial, initial_parts = probe_losses(step, probe_set, probe_batch)
+    # After training the probe is evaluated twice (plain and with its targets shuffled), each as long as this one.
+    stop_at = None if stop_after_s is None else began + stop_after_s - AFTER_PROBES * (time.perf_counter() - start)
     ends: list[int] = []
     losses: list[Any] = []
     seen = epoch = 0
@@ -210,8 +217,10 @@ def train(
             ends.append(seen)
             # A graph step returns the same tensor every replay: keep a copy, and sync only once, at the end.
             losses.append(loss.detach().float().clone())
-            if seen >= samples:
+            if seen >= samples or (stop_at is not None and time.perf_counter() >= stop_at):
                 break
+        if stop_at is not None and time.perf_counter() >= stop_at:
+            break
         if seen == before:
             raise ValueError(f"the loader of {config.describe()} yielded no batch")
     values = torch.stack(losses).cpu().tolist()

@@ -1,11 +1,10 @@
 """What a parity run learned, measured three ways, each with its noise: whether a slow learner learned clearly enough.
 
-A baseline on a plateau learns a small share of its initial loss in a run the search can pay for (mnist_cnn on a
-CPU: 0.4% in 26,624 samples), under the share that always suffices (``autotune.parity.verdict.MIN_PROGRESS``). What
-it learned may still stand far above the noise of its measures, and then deviations from it mean something: a
-candidate that learns too little stays far off in units of what the baseline learned (docs/parity.md, "A slow
-learner"). Each of the three measures ``autotune.parity.verdict.progress`` takes the least of is judged against its
-own noise:
+A baseline on a plateau learns a small share of its initial loss in a run the search can pay for, under the share
+that always suffices (``autotune.parity.verdict.MIN_PROGRESS``). What it learned may still stand far above the noise
+of its measures, and then deviations from it mean something: a candidate that learns too little stays far off in
+units of what the baseline learned (docs/parity.md, "A slow learner", has the measurements). Each of the three
+measures ``autotune.parity.verdict.progress`` takes the least of is judged against its own noise:
 
 - the training loss over the compared window, below the untrained probe loss: noise from the loss's variation from
   batch to batch (successive steps' differences, so a falling loss does not count as noise) over the window's steps,

@@ -126,7 +126,8 @@ class _Answer:
             if self.probe_set is None:
                 self.probe_set = parity_run.probe(self.runner.dataset, self.runner.workload.collate_fn)
             run = parity_run.train(self.runner.build, config, request["lr"], request["samples"], self.probe_set,
-                                   request["probe_batch"], count=self.runner.workload.count)
+                                   request["probe_batch"], count=self.runner.workload.count,
+                                   stop_after_s=request.get("stop_after_s"))
             self.send(event="parity_run", run=run.as_dict())
             return
 

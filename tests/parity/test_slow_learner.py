@@ -9,6 +9,7 @@ by batch; the check, its signal and its budget are the real ones.
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
@@ -139,3 +140,48 @@ def test_an_inconclusive_baseline_is_run_longer_in_the_time_the_search_can_spare
     else:
         assert lines[0].startswith("parity: the baseline learned ")
         assert lines[0].endswith("under the 1.5% a verdict needs; running it again for 16,384")
+
+
+@pytest.mark.steady  # a tiny model in this process, on one thread
+def test_a_run_with_no_time_left_stops_after_a_step_and_keeps_what_it_learned(tmp_path: Path) -> None:
+    from parity.test_run import WORKLOADS, runner_for
+
+    from autotune.parity import run as parity_run
+
+    runner = runner_for(WORKLOADS / "tiny.py", "cpu", tmp_path)
+    probe_set = parity_run.probe(runner.dataset, samples=256)
+    run = parity_run.train(runner.build, Config(batch_size=16), 0.05, 8192, probe_set, 16, stop_after_s=0.0)
+    assert (run.samples, len(run.losses)) == (16, 1)
+    assert run.initial_parts is not None and run.final_parts is not None and len(run.final_parts) == 16
+    whole = parity_run.train(runner.build, Config(batch_size=16), 0.05, 512, probe_set, 16)
+    assert whole.samples == 512
+
+
+def test_a_baseline_run_stopped_in_time_sets_every_run_s_length_and_larger_batches_go_unrun() -> None:
+    # A busy host: the baseline's run, asked for 26,325 samples, reached 13,056 when its trial process stopped it to
+    # answer within its limit. Every run is then that long; batch 2048's 8 steps (16,384 samples) are longer.
+    asked: list[tuple[int, int]] = []
+
+    def make_run(config: Config, lr: float, samples: int) -> ParityRun:
+        asked.append((config.batch_size, samples))
+        reached = min(samples, 13_056) if config == BASE else samples
+        return run_of(config.batch_size, 0.008 * reached / 26_325, samples=reached, seed=config.batch_size)
+
+    lines: list[str] = []
+    check = ParityCheck(BASE, lambda c: 0.01 * c.batch_size / 128, make_run, [], lines.append, max_batch=2048,
+                        baseline_rate=7_800.0, budget_s=13.5)
+    assert check.samples == 26_325
+    good, large = Config(batch_size=1024), Config(batch_size=2048)
+    assert check.select([large, good], want=1, max_runs=4) == [good]
+    assert asked == [(128, 26_325), (1024, 13_056)]
+    z = signal.clear(run_of(128, 0.008 * 13_056 / 26_325, samples=13_056, seed=128), 13_056, 3_264)
+    assert lines[:3] == [
+        "parity: the baseline's run stopped in time at 13,056 of its 26,325 samples; every run is compared over those",
+        f"parity: the baseline learned 0.4% of its initial loss in 13,056 samples, {z:.1f} times its noise: enough to "
+        f"judge by",
+        "  parity inconclusive  it changes batch_size, and its shortest run (8 steps: 16,384 samples) is longer than "
+        "the baseline's, which stopped in time at 13,056: cannot be judged  bs=2048 workers=0"]
+    assert (check.samples, check.window, check.conclusive) == (13_056, 3_264, True)
+    assert check.verdicts[large].reason == (
+        "it changes batch_size, and its shortest run (8 steps: 16,384 samples) is longer than the baseline's, which "
+        "stopped in time at 13,056: cannot be judged")

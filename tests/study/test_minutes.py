@@ -214,3 +214,25 @@ def test_the_budget_line_says_where_each_second_went() -> None:
     ]
     over = Spent(budget_s=60.0, total_s=63.0, trials_s=50.0, rounds_s=13.0)
     assert over.line() == "budget: 60 s: trials 50 s, final rounds 13 s, 3 s past it"
+
+
+def test_a_candidate_s_run_that_stopped_in_time_short_of_the_baseline_s_is_unjudged() -> None:
+    from autotune.parity.budget import ParityBudget
+    from autotune.parity.run import ParityRun
+    from autotune.parity.verdict import ParityRunOutOfTime
+    from autotune.study.checks.parity import _InTrialProcesses
+
+    class Short:
+        """Every parity run stops in time at 4,096 samples, as a trial process on a busy host stops one."""
+
+        def parity_run(self, config: Config, lr: float, samples: int, probe_batch: int, timeout_s: float) -> Outcome:
+            run = ParityRun(config.batch_size, lr, 2.0, 1.9, (4096,), (1.9,), True, timeout_s)
+            return Outcome("complete", result=run.as_dict())
+
+    setup = SimpleNamespace(baseline=BASELINE, options=SearchOptions(time_budget_s=90.0))
+    measures = _InTrialProcesses(setup, Short())  # type: ignore[arg-type]
+    measures.check = SimpleNamespace(budget=ParityBudget(13.5), base=SimpleNamespace(run=None))  # type: ignore[assignment]
+    assert measures.run(BASELINE, 0.1, 8192).samples == 4096, "the baseline's short run sets every run's length"
+    with pytest.raises(ParityRunOutOfTime, match=r"^timeout: it reached 4,096 of its 8,192 samples within 14 s, what "
+                                                 r"was left of the check's time$"):
+        measures.run(Config(512, num_workers=4), 0.2, 8192)

@@ -70,7 +70,15 @@ class _InTrialProcesses:
                                          f"({self.check.budget.budget_s:.0f} s, {CHECK_SHARE:.0%} of the search's "
                                          f"budget)")
             raise ParityRunFailed(reason)
-        return ParityRun.from_dict(outcome.result)
+        run = ParityRun.from_dict(outcome.result)
+        if run.samples < samples and config != self.setup.baseline:
+            # It stopped training in time to answer (autotune.procs.trial_process), short of the baseline's length:
+            # judged by nothing, as a run stopped at its limit (the baseline's own short run sets every run's length).
+            reason = f"timeout: it reached {run.samples:,} of its {samples:,} samples within {limit:.0f} s"
+            if by_share:
+                raise ParityRunOutOfTime(f"{reason}, what was left of the check's time")
+            raise ParityRunFailed(reason)
+        return run
 
     def inputs(self, config: Config) -> InputsVerdict:
         """The device path's images against the host pipeline's."""
