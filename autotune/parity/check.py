@@ -55,7 +55,6 @@ from autotune.parity.run import ParityRun
 from autotune.parity.verdict import (
     CANDIDATE_STEPS,
     INITIAL_RTOL,
-    LARGEST_RUNS,
     TOLERANCES,
     WINDOW_PARTS,
     ParityRunFailed,
@@ -116,12 +115,11 @@ class ParityCheck:
         self.budget = ParityBudget(budget_s, echo, spare_s)
         # `max_batch`: the largest batch any candidate may have, when the runs begin before all are known.
         largest = max_batch if max_batch is not None else max([c.batch_size for c in candidates], default=1)
-        # A batch whose shortest run outlasts half the check's share (the baseline's run as long, and its own) is not
-        # run at all (``_unrun``): sized for it, every run, the baseline's first, would be (docs/parity.md, "Within a
-        # time bound").
+        # A batch whose shortest run outlasts the check's share is not run at all (``_unrun``): sized for it, every
+        # run, the baseline's first, would be.
         run_s = run_seconds(budget_s)
         self.batch_limit = math.inf if budget_s is None or baseline_rate is None else largest_batch(
-            baseline.batch_size, baseline_rate, LARGEST_RUNS * run_s)
+            baseline.batch_size, baseline_rate, run_s)
         self.samples, self.window = run_length(baseline.batch_size, int(min(largest, self.batch_limit)),
                                                baseline_rate, run_s)
         self.rate = baseline_rate

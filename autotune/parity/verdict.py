@@ -61,7 +61,6 @@ CANDIDATE_STEPS = 8  # and a candidate at least this many, however large its bat
 PARITY_BASELINE_S = 45.0  # the baseline's run is cut to what it trains in this long (its trial's rate)
 CHECK_SHARE = 0.15  # the whole check aims to take at most this share of the search's time budget
 RUNS_IN_SHARE = 4  # the baseline's run is cut to a quarter of the check's share: it and three candidates fit
-LARGEST_RUNS = 2  # but a batch is judged while its shortest run fits twice that: half the share, the baseline's as long
 MIN_PROGRESS = 0.015  # the baseline must learn this share of its initial loss in the run, else it is inconclusive
 EXTEND_FACTOR = 2  # an inconclusive check's runs are made this much longer, once, if its time allows
 MIN_BASELINE_STEPS = 64  # but never below this many of its steps

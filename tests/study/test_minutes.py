@@ -236,3 +236,19 @@ def test_a_candidate_s_run_that_stopped_in_time_short_of_the_baseline_s_is_unjud
     with pytest.raises(ParityRunOutOfTime, match=r"^timeout: it reached 4,096 of its 8,192 samples within 14 s, what "
                                                  r"was left of the check's time$"):
         measures.run(Config(512, num_workers=4), 0.2, 8192)
+
+
+def test_a_later_run_takes_spare_time_only_up_to_three_baseline_runs() -> None:
+    # The 2-core host: the baseline's run took 7.3 s of a 14 s share, and the search could spare 40 s more. A streaming
+    # candidate's run, given all of it, reached 31,744 of its 56,832 samples in 42 s: the trials' time for nothing.
+    from autotune.parity.budget import ParityBudget
+    from autotune.study.checks.parity import _InTrialProcesses
+
+    budget = ParityBudget(13.5, spare_s=lambda: 40.0)
+    budget.seconds = budget.last_base_s = 7.3
+    setup = SimpleNamespace(baseline=BASELINE, options=SearchOptions(time_budget_s=90.0))
+    measures = _InTrialProcesses(setup, None)  # type: ignore[arg-type]
+    measures.check = SimpleNamespace(budget=budget, base=SimpleNamespace(run=object()))  # type: ignore[assignment]
+    assert measures.timeout() == (pytest.approx(21.9), True)
+    measures.check.base.run = None  # the baseline's first run: the share alone
+    assert measures.timeout() == (pytest.approx(6.2), True)

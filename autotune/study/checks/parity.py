@@ -29,6 +29,7 @@ from autotune.study.ranking import baseline_rate, contenders
 
 PARITY_EXTRA_RUNS = 6  # parity runs beyond one per finalist, for the rejected configs among the fastest
 MIN_CHECK_RUN_S = 1.0  # a run given less than this by the check's share could only be stopped
+CHECK_RUN_FACTOR = 3.0  # a run may take the search's spare time up to this many times the baseline's last run
 
 
 @dataclasses.dataclass
@@ -47,13 +48,20 @@ class _InTrialProcesses:
         """What the next training run may take, and whether the check's share, not the trial's limit, set it.
 
         Every run is held to what is left of the share (never under MIN_CHECK_RUN_S), and of what the search can
-        spare beyond it, but the baseline's first: sized for a quarter of the share, a first run that the whole share
-        cannot hold is on a host too busy for a check, and the spare time would go to it for nothing. The images
+        spare beyond it up to CHECK_RUN_FACTOR baseline runs, but the baseline's first: sized for a quarter of the
+        share, a first run that the whole share cannot hold is on a host too busy for a check, and the spare time
+        would go to it for nothing. The images
         and the gradients take a few batches: they keep the trial's limit, since one stopped would stand as a failure
         for every config it judges, and neither starts once the share is spent.
         """
         assert self.check is not None
-        left = self.check.budget.left_s(spare=self.check.base.run is not None)
+        budget = self.check.budget
+        left = budget.left_s(spare=self.check.base.run is not None)
+        own = budget.left_s(spare=False)
+        if left is not None and own is not None and budget.last_base_s > 0:
+            # Spare time only up to a few baseline runs' worth: a far slower run is a slow loader's, and the spare time
+            # is the trials' (docs/parity.md, "Within a time bound").
+            left = min(left, max(own, CHECK_RUN_FACTOR * budget.last_base_s))
         if left is None or left >= self.trial_limit:
             return self.trial_limit, False
         return max(left, MIN_CHECK_RUN_S), True
