@@ -51,7 +51,7 @@ from autotune.parity.reasons import (
     with_checks,
     without_run,
 )
-from autotune.parity.run import ParityRun
+from autotune.parity.run import ParityRun, probe_size
 from autotune.parity.verdict import (
     CANDIDATE_STEPS,
     INITIAL_RTOL,
@@ -126,6 +126,7 @@ class ParityCheck:
         self.samples, self.window = run_length(baseline.batch_size, int(min(largest, self.batch_limit)),
                                                baseline_rate, run_s)
         self.rate = baseline_rate
+        self.probe_samples = probe_size(self.samples)  # every run's probe: an extension keeps the first run's
         self.verdicts: dict[Config, ParityVerdict] = {}
         self.runs = 0  # candidates' runs; a config with the numerics (or hopeless batch) of a run reuses its verdict
         self.base = BaselineRun(lambda samples: make_run(baseline, lr_of(baseline), samples), self.budget, echo)

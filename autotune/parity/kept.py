@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from autotune.config import Config
 from autotune.parity.inputs import InputsVerdict
 from autotune.parity.numerics import NumericsVerdict
-from autotune.parity.run import ParityRun
+from autotune.parity.run import PROBE_SAMPLES, ParityRun
 from autotune.parity.verdict import CANDIDATE_STEPS, ParityVerdict, numerics
 
 if TYPE_CHECKING:
@@ -37,6 +37,7 @@ def state(check: ParityCheck) -> dict[str, Any]:
         "version": VERSION,
         "samples": check.samples,
         "window": check.window,
+        "probe_samples": check.probe_samples,
         "conclusive": check.base.conclusive,
         "extended": check.base.extended,
         "runs": check.runs,
@@ -75,6 +76,7 @@ def take_up(check: ParityCheck, kept: dict[str, Any]) -> bool:
     budget = kept["budget"]
 
     check.samples, check.window = kept["samples"], kept["window"]
+    check.probe_samples = int(kept.get("probe_samples", PROBE_SAMPLES))  # absent from a state kept before it was
     check.base.conclusive, check.base.extended, check.runs = kept["conclusive"], kept["extended"], kept["runs"]
     check.budget.seconds, check.budget.baseline_seconds = budget["seconds"], budget["baseline_seconds"]
     check.budget.carried_s = budget["seconds"]  # an earlier run's: not this run's cost (its budget line)

@@ -159,13 +159,16 @@ class TrialProcess:
         except (BrokenPipeError, ConnectionResetError, EOFError):
             return Outcome("failed", reason=self._death_reason(), windows=tuple(rates))
 
-    def parity_run(self, config: Config, lr: float, samples: int, probe_batch: int, timeout_s: float) -> Outcome:
+    def parity_run(self, config: Config, lr: float, samples: int, probe_batch: int, timeout_s: float,
+                   probe_samples: int | None = None) -> Outcome:
         """One parity run (autotune.parity.run.train) in this process; the run is the outcome's result. It stops
         training in time to answer within `timeout_s`, with the samples it reached: a run stopped so still says what
-        it learned, where one killed at its limit says nothing."""
+        it learned, where one killed at its limit says nothing. `probe_samples`: the probe set's size (None: the
+        default, ``autotune.parity.run.PROBE_SAMPLES``)."""
         limit = timeout_s + COMPILE_ALLOWANCE_S[config.compile]
         request = {"cmd": "parity", "config": config.as_dict(), "lr": lr, "samples": samples,
-                   "probe_batch": probe_batch, "stop_after_s": PARITY_STOP_SHARE * limit}
+                   "probe_batch": probe_batch, "stop_after_s": PARITY_STOP_SHARE * limit,
+                   "probe_samples": probe_samples}
         return self._ask(request, "parity_run", "run", "parity run", limit)
 
     def parts(self, config: Config, lr: float, which: list[str], timeout_s: float) -> Outcome:

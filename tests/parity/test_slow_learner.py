@@ -185,3 +185,13 @@ def test_a_baseline_run_stopped_in_time_sets_every_run_s_length_and_larger_batch
     assert check.verdicts[large].reason == (
         "it changes batch_size, and its shortest run (8 steps: 16,384 samples) is longer than the baseline's, which "
         "stopped in time at 13,056: cannot be judged")
+
+
+def test_the_probe_is_no_larger_than_the_runs_it_judges() -> None:
+    # text_transformer on the 2-core CPU: its baseline's 64 batches of 32 are a 2,048-sample run at 89 samples/s, and
+    # a 4,096-sample probe, evaluated before and after every run, took the check's whole 16 s share on its own.
+    check = ParityCheck(Config(batch_size=32), lambda c: 5e-4, lambda c, lr, s: run_of(32, 0.01, samples=s), [],
+                        lambda line: None, max_batch=32, baseline_rate=89.0, budget_s=16.5)
+    assert (check.samples, check.probe_samples) == (2048, 2048)
+    assert ParityCheck(BASE, lambda c: 0.01, lambda c, lr, s: run_of(128, 0.01, samples=s), [], lambda line: None,
+                       max_batch=2048, baseline_rate=7_800.0, budget_s=13.5).probe_samples == 4096

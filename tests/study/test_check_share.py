@@ -92,7 +92,7 @@ def busy(project: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, floa
     asked: list[tuple[int, float]] = []
 
     def parity_run(self: FakePool, config: Config, lr: float, samples: int, probe_batch: int,
-                   timeout_s: float) -> Outcome:
+                   timeout_s: float, probe_samples: int | None = None) -> Outcome:
         asked.append((config.batch_size, timeout_s))
         if timeout_s < 116.8:
             return Outcome("failed", reason=f"timeout: no result within {timeout_s:.0f} s")

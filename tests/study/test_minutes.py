@@ -231,7 +231,8 @@ def test_a_candidate_s_run_that_stopped_in_time_short_of_the_baseline_s_is_unjud
 
     setup = SimpleNamespace(baseline=BASELINE, options=SearchOptions(time_budget_s=90.0))
     measures = _InTrialProcesses(setup, Short())  # type: ignore[arg-type]
-    measures.check = SimpleNamespace(budget=ParityBudget(13.5), base=SimpleNamespace(run=None))  # type: ignore[assignment]
+    measures.check = SimpleNamespace(budget=ParityBudget(13.5), base=SimpleNamespace(run=None),  # type: ignore[assignment]
+                                     probe_samples=4096)
     assert measures.run(BASELINE, 0.1, 8192).samples == 4096, "the baseline's short run sets every run's length"
     with pytest.raises(ParityRunOutOfTime, match=r"^timeout: it reached 4,096 of its 8,192 samples within 14 s, what "
                                                  r"was left of the check's time$"):

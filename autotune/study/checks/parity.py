@@ -18,7 +18,7 @@ from autotune.parity import numerics as parity_numerics
 from autotune.parity.check import ParityCheck
 from autotune.parity.inputs import InputsVerdict
 from autotune.parity.numerics import NumericsVerdict
-from autotune.parity.run import ParityRun
+from autotune.parity.run import PROBE_SAMPLES, ParityRun
 from autotune.parity.verdict import CHECK_SHARE, ParityError, ParityRunFailed, ParityRunOutOfTime
 from autotune.procs.pool import TrialPool
 from autotune.study.checks import baseline_run, kept_check
@@ -69,7 +69,11 @@ class _InTrialProcesses:
     def run(self, config: Config, lr: float, samples: int) -> ParityRun:
         """One training run of `samples` samples from the baseline's weights and data order."""
         limit, by_share = self.timeout()
-        outcome = self.pool.parity_run(config, lr, samples, self.setup.baseline.batch_size, limit)
+        assert self.check is not None
+        size = self.check.probe_samples  # one probe for every run of the check, smaller than the default where its
+        # runs are (a fake pool of a test takes the default's signature)
+        extra = {} if size == PROBE_SAMPLES else {"probe_samples": size}
+        outcome = self.pool.parity_run(config, lr, samples, self.setup.baseline.batch_size, limit, **extra)
         if outcome.state != "complete" or outcome.result is None:
             reason = outcome.reason or "no result"
             if by_share and reason.startswith("timeout"):
