@@ -25,6 +25,7 @@ from autotune.loop import Step
 
 ORDER_SEED = 0  # seeds the generator that orders the data of every parity run
 PROBE_SAMPLES = 4096  # the fixed samples both runs are evaluated on, before and after training
+PROBE_PARTS = 3  # a probe set is no larger than this part of the check's runs
 AFTER_PROBES = 2.5  # a run that stops in time leaves this many of its first probe evaluation's time for the last ones
 
 Builder = Callable[[Config, float], tuple[Any, Step, float]]
@@ -143,14 +144,14 @@ class ProbeSet:
 
 
 def probe_size(samples: int) -> int:
-    """The probe set's size for a check whose runs train `samples`: PROBE_SAMPLES, or the run's own length where that
-    is shorter. Evaluated twice or three times per run, a larger probe than the run costs a slow model more than its
-    training (a text transformer on a CPU: a 4,096-sample probe against 2,048 samples trained; docs/parity.md).
+    """The probe set's size for a check whose runs train `samples`: PROBE_SAMPLES, or a third of the run where that is
+    fewer. Evaluated up to three times a run, forward only, a probe that size costs about a third of the run; a larger
+    one costs a slow model more than its training (docs/parity.md, "The run").
 
     >>> probe_size(65536), probe_size(2048)
-    (4096, 2048)
+    (4096, 682)
     """
-    return min(PROBE_SAMPLES, samples)
+    return min(PROBE_SAMPLES, samples // PROBE_PARTS)
 
 
 def probe(dataset: Any, collate_fn: Callable[[list[Any]], Any] | None = None, samples: int = PROBE_SAMPLES) -> ProbeSet:

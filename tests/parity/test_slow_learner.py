@@ -192,6 +192,6 @@ def test_the_probe_is_no_larger_than_the_runs_it_judges() -> None:
     # a 4,096-sample probe, evaluated before and after every run, took the check's whole 16 s share on its own.
     check = ParityCheck(Config(batch_size=32), lambda c: 5e-4, lambda c, lr, s: run_of(32, 0.01, samples=s), [],
                         lambda line: None, max_batch=32, baseline_rate=89.0, budget_s=16.5)
-    assert (check.samples, check.probe_samples) == (2048, 2048)
+    assert (check.samples, check.probe_samples) == (2048, 682)
     assert ParityCheck(BASE, lambda c: 0.01, lambda c, lr, s: run_of(128, 0.01, samples=s), [], lambda line: None,
                        max_batch=2048, baseline_rate=7_800.0, budget_s=13.5).probe_samples == 4096
