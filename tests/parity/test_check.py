@@ -246,7 +246,8 @@ class FakePool:
         )
         return Outcome("complete", result=result, windows=(rate,))
 
-    def parity_run(self, config: Any, lr: float, samples: int, probe_batch: int, timeout_s: float) -> Any:
+    def parity_run(self, config: Any, lr: float, samples: int, probe_batch: int, timeout_s: float,
+                   probe_samples: int | None = None) -> Any:
         from autotune.parity.run import ParityRun
         from autotune.procs.trial_process import Outcome
 
@@ -332,8 +333,8 @@ def test_under_gpus_the_writer_checks_while_another_searcher_ends_its_last_trial
     checked = threading.Event()
     parity_run = FakePool.parity_run
 
-    def run_and_say(self: FakePool, *args: Any) -> Any:
-        outcome = parity_run(self, *args)
+    def run_and_say(self: FakePool, *args: Any, **kwargs: Any) -> Any:
+        outcome = parity_run(self, *args, **kwargs)
         if len(FakePool.runs) == 8:  # the baseline's, two contenders' at three rates each, a third's (a fourth
             # has its numerics)
             checked.set()

@@ -225,7 +225,8 @@ def test_a_candidate_s_run_that_stopped_in_time_short_of_the_baseline_s_is_unjud
     class Short:
         """Every parity run stops in time at 4,096 samples, as a trial process on a busy host stops one."""
 
-        def parity_run(self, config: Config, lr: float, samples: int, probe_batch: int, timeout_s: float) -> Outcome:
+        def parity_run(self, config: Config, lr: float, samples: int, probe_batch: int, timeout_s: float,
+                       probe_samples: int | None = None) -> Outcome:
             run = ParityRun(config.batch_size, lr, 2.0, 1.9, (4096,), (1.9,), True, timeout_s)
             return Outcome("complete", result=run.as_dict())
 
