@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable
 
 from autotune.config import Config
+from autotune.parity import signal
 from autotune.parity.budget import ParityBudget
 from autotune.parity.reasons import inconclusive_reason
 from autotune.parity.run import ParityRun
@@ -44,6 +45,7 @@ class BaselineRun:
         self.failed = False  # its last run failed (self.conclusive is False for that alone)
         self.out_of_time: str | None = None  # why its run was stopped at the check's share
         self.diverged: str | None = None  # why its training diverged, which ends the check (``_refuse_diverged``)
+        self.stopped_short = False  # its run stopped in time short of the length asked: every run is as long
 
     def adopt(self, baseline: Config, run: ParityRun, where: str, samples: int) -> None:
         """Use a run made elsewhere (`where` says by whom), of `samples`, instead of making one."""
@@ -70,13 +72,15 @@ class BaselineRun:
                 return samples
             if self.failed:  # an earlier try failed and made the check inconclusive; this one ran: judge it
                 self.conclusive, self.failed = None, False
+            samples, window = self._reached(samples, window)
         self._refuse_diverged(self.run)
         if self.conclusive is not None:
             return samples
         self.conclusive = conclusive(self.run, samples, window)
-        if self.conclusive:
-            return samples
         learned = progress(self.run, samples, window)
+        if self.conclusive:
+            self._say_clearly(learned, samples, window)
+            return samples
         longer = self.budget.extension(samples)
         if longer is not None:
             self.echo(
@@ -85,15 +89,16 @@ class BaselineRun:
                 f"{longer:,}"
             )
             made = self._make(longer)  # failed or stopped: the short run stands, at its own length
-            if made is None:
+            if made is None or made.samples <= samples:  # stopped in time short of the first: that one stands
                 return samples
             self._refuse_diverged(made)
             self.run, self.extended = made, True
-            samples, window = longer, longer // WINDOW_PARTS
+            samples, window = self._reached(longer, longer // WINDOW_PARTS)
             self.conclusive = conclusive(self.run, samples, window)
             learned = progress(self.run, samples, window)
         if self.conclusive:
-            self.echo(f"parity: the baseline learned {learned:.1%} of its initial loss in {samples:,} samples")
+            self.echo(f"parity: the baseline learned {learned:.1%} of its initial loss in {samples:,} samples"
+                      + self._clearly(learned, samples, window))
             return samples
         self.echo(
             f"parity: inconclusive: {self.reason(samples, window)}. Only configs that leave the math unchanged "
@@ -111,6 +116,29 @@ class BaselineRun:
         self.conclusive, self.failed = False, True
         self.diverged = baseline_diverged(run)
         raise ParityError(self.diverged)
+
+    def _reached(self, samples: int, window: int) -> tuple[int, int]:
+        """The length every run trains: `samples`, or fewer where the run stopped in time short of them (its trial
+        process stops training to answer within its limit, ``autotune.parity.run.train``): judged over what it
+        reached, a run on a busy host still concludes where its share would have stopped it with nothing."""
+        assert self.run is not None
+        if self.run.samples >= samples:
+            return samples, window
+        self.stopped_short = True
+        self.echo(f"parity: the baseline's run stopped in time at {self.run.samples:,} of its {samples:,} samples; "
+                  f"every run is compared over those")
+        return self.run.samples, self.run.samples // WINDOW_PARTS
+
+    def _clearly(self, learned: float, samples: int, window: int) -> str:
+        """What made a run that learned under MIN_PROGRESS conclusive: how far above its noise it stood."""
+        z = signal.clear(self.run, samples, window) if self.run is not None and learned < MIN_PROGRESS else None
+        return "" if z is None else f", {z:.1f} times its noise: enough to judge by"
+
+    def _say_clearly(self, learned: float, samples: int, window: int) -> None:
+        """Say so where a slow learner's first run is conclusive by its noise (docs/parity.md, "A slow learner")."""
+        said = self._clearly(learned, samples, window)
+        if said:
+            self.echo(f"parity: the baseline learned {learned:.1%} of its initial loss in {samples:,} samples{said}")
 
     def _make(self, samples: int) -> ParityRun | None:
         """A run of `samples`; None when the check's share ran out before it ended (the check is then inconclusive)."""

@@ -7,9 +7,12 @@ check that needs no training run (the inputs check, the gradients), so
 long as the latest baseline run: none starts once the budget cannot pay for
 that, and an inconclusive baseline is run once longer only if the budget pays
 for it and a candidate's run after it; a check that needs no run starts while
-any of the budget is left (``exhausted``). ``ParityCheck`` (``autotune.parity.check``)
-decides what to run; this only keeps the time.
-"""
+any of the budget is left (``exhausted``). The budget is the check's share of
+the search's, and what the search can spare beyond it when the check asks (the
+trials' leftover time): a check that cannot conclude in its share concludes in
+time the search would otherwise leave unused (docs/parity.md, "Within a time
+bound"). ``ParityCheck`` (``autotune.parity.check``) decides what to run; this
+only keeps the time."""
 
 from __future__ import annotations
 
@@ -28,14 +31,18 @@ T = TypeVar("T")
 class ParityBudget:
     """The time a parity check's runs took, the baseline's apart, and whether `budget_s` pays for one more.
 
-    `budget_s` None: no bound but the runs' length.
+    `budget_s` None: no bound but the runs' length. `spare_s()`: seconds the search can give the check beyond
+    `budget_s` now (what its budget holds past the final rounds' reserve, the trials' leftover time included);
+    None: nothing beyond it.
     """
 
-    def __init__(self, budget_s: float | None, echo: Callable[[str], None] = print) -> None:
-        self.budget_s, self.echo = budget_s, echo
+    def __init__(self, budget_s: float | None, echo: Callable[[str], None] = print,
+                 spare_s: Callable[[], float] | None = None) -> None:
+        self.budget_s, self.echo, self.spare_s = budget_s, echo, spare_s
         self.seconds = 0.0  # wall time of every parity run, the baseline's included: the check's cost
         self.baseline_seconds = 0.0
         self.last_base_s = 0.0  # the latest baseline run's time: what a candidate's run is expected to take
+        self.carried_s = 0.0  # of `seconds`, what an earlier run of the same search spent (a check taken up)
         self._told_spent = False
 
     def timed(self, run: Callable[[], T]) -> T:
@@ -62,35 +69,48 @@ class ParityBudget:
         self.baseline_seconds = self.last_base_s = seconds
         self.seconds += seconds
 
-    def left_s(self) -> float | None:
-        """Seconds of the budget not yet spent (never below 0); None: no bound."""
-        return None if self.budget_s is None else max(0.0, self.budget_s - self.seconds)
+    def total_s(self) -> float | None:
+        """What the check may take in all now: its share, and what the search can spare beyond it; None: no bound."""
+        if self.budget_s is None:
+            return None
+        return self.budget_s + (max(0.0, self.spare_s()) if self.spare_s is not None else 0.0)
+
+    def left_s(self, spare: bool = True) -> float | None:
+        """Seconds of the budget not yet spent (never below 0), what the search can spare included unless `spare` is
+        False; None: no bound."""
+        total = self.total_s() if spare else self.budget_s
+        return None if total is None else max(0.0, total - self.seconds)
 
     def spent(self, runs: int) -> bool:
         """The budget cannot pay for one more run (expected to take as long as the baseline's); says so once.
 
         `runs`: the candidates' runs so far; before the first, the budget is never spent.
         """
-        if self.budget_s is None or runs == 0 or self.seconds + self.last_base_s <= self.budget_s:
+        total = self.total_s()
+        if total is None or runs == 0 or self.seconds + self.last_base_s <= total:
             return False
-        self._tell_spent(self.budget_s)
+        self._tell_spent(total)
         return True
 
     def exhausted(self) -> bool:
         """Nothing of the budget is left, not even for a check that needs no training run (a config's gradients, a
         few batches in a trial process); says so once."""
-        if self.budget_s is None or self.seconds < self.budget_s:
+        total = self.total_s()
+        if total is None or self.seconds < total:
             return False
-        self._tell_spent(self.budget_s)
+        self._tell_spent(total)
         return True
 
-    def _tell_spent(self, budget_s: float) -> None:
+    def _tell_spent(self, total_s: float) -> None:
         if not self._told_spent:
             self._told_spent = True
+            assert self.budget_s is not None
+            more = total_s - self.budget_s
+            beyond = f" and {more:.0f} s the search could spare" if more >= 0.5 else ""
             self.echo(
-                f"parity: the check's time is spent ({self.seconds:.1f} s of its {budget_s:.0f} s, "
-                f"{CHECK_SHARE:.0%} of the search's budget); of the configs not yet checked, only those that keep "
-                f"the baseline's math can be finalists"
+                f"parity: the check's time is spent ({self.seconds:.1f} s of its {total_s:.0f} s, "
+                f"{CHECK_SHARE:.0%} of the search's budget{beyond}); of the configs not yet checked, only those "
+                f"that keep the baseline's math can be finalists"
             )
 
     def extension(self, samples: int) -> int | None:
@@ -98,11 +118,12 @@ class ParityBudget:
         times, or what the budget pays for while leaving as much for a candidate's run; None when that is not worth
         a run."""
         factor = float(EXTEND_FACTOR)
-        if self.budget_s is not None and self.last_base_s > 0:
-            factor = min(factor, (self.budget_s - self.seconds) / (2 * self.last_base_s))
+        total = self.total_s()
+        if total is not None and self.last_base_s > 0:
+            factor = min(factor, (total - self.seconds) / (2 * self.last_base_s))
         if factor < MIN_EXTENSION:
             self.echo(
-                f"parity: the check's budget ({self.budget_s:.0f} s, {self.seconds:.1f} s spent) leaves no time to "
+                f"parity: the check's budget ({total:.0f} s, {self.seconds:.1f} s spent) leaves no time to "
                 f"run the baseline longer"
             )
             return None

@@ -51,10 +51,11 @@ from autotune.parity.reasons import (
     with_checks,
     without_run,
 )
-from autotune.parity.run import ParityRun
+from autotune.parity.run import ParityRun, probe_size
 from autotune.parity.verdict import (
     CANDIDATE_STEPS,
     INITIAL_RTOL,
+    MIN_BASELINE_STEPS,
     SAME_MATH_KNOBS,
     TOLERANCES,
     WINDOW_PARTS,
@@ -105,6 +106,7 @@ class ParityCheck:
         check_inputs: Callable[[Config], InputsVerdict] | None = None,
         check_numerics: Callable[[Config], NumericsVerdict] | None = None,
         same_math: tuple[str, ...] = SAME_MATH_KNOBS,  # the knobs that keep the baseline's math (a stream: fewer)
+        spare_s: Callable[[], float] | None = None,  # seconds the search can give beyond `budget_s` now
     ) -> None:
         self.baseline, self.lr_of, self.make_run, self.echo = baseline, lr_of, make_run, echo
         self.same_math = same_math
@@ -115,17 +117,13 @@ class ParityCheck:
         self.amp = AmpNumerics(baseline, check_numerics and (lambda c: self.budget.timed(lambda: check_numerics(c))),
                                echo, same_math)
         self.lr_rule, self.lr_at = lr_rule, lr_at
-        self.budget = ParityBudget(budget_s, echo)  # every run's time, the baseline's included: the check's cost
+        # Every run's time, the baseline's included: the check's cost.
+        self.budget = ParityBudget(budget_s, echo, spare_s)
         # `max_batch`: the largest batch any candidate may have, when the runs begin before all are known.
         largest = max_batch if max_batch is not None else max([c.batch_size for c in candidates], default=1)
-        # A batch whose shortest run outlasts the check's share is not run at all (``_unrun``): sized for it, every
-        # run, the baseline's first, would be.
-        run_s = run_seconds(budget_s)
-        self.batch_limit = math.inf if budget_s is None or baseline_rate is None else largest_batch(
-            baseline.batch_size, baseline_rate, run_s)
-        self.samples, self.window = run_length(baseline.batch_size, int(min(largest, self.batch_limit)),
-                                               baseline_rate, run_s)
+        self.batch_limit, self.samples, self.window = sized(baseline, largest, budget_s, baseline_rate)
         self.rate = baseline_rate
+        self.probe_samples = probe_size(self.samples)  # every run's probe: an extension keeps the first run's
         self.verdicts: dict[Config, ParityVerdict] = {}
         self.runs = 0  # candidates' runs; a config with the numerics (or hopeless batch) of a run reuses its verdict
         self.base = BaselineRun(lambda samples: make_run(baseline, lr_of(baseline), samples), self.budget, echo)
@@ -200,10 +198,7 @@ class ParityCheck:
 
     def _unrun(self, config: Config) -> ParityVerdict:
         """`config`, whose batch is too large for a run to fit the check's share, unjudged: it cannot pass."""
-        shortest = CANDIDATE_STEPS * config.batch_size
-        took = f", {shortest / self.rate:.1f} s at the baseline's {self.rate:,.0f} samples/s" if self.rate else ""
-        why = (f"its shortest run ({CANDIDATE_STEPS} steps: {shortest:,} samples{took}) does not fit the check's "
-               f"share of the time budget ({self.budget.budget_s:.0f} s)")
+        why = unrun_why(config, self.rate, self.samples, self.base.stopped_short, self.budget.budget_s)
         changed = changes_math(self.baseline, config, self.same_math)
         return cannot_judge(self.baseline, config, changed, self.lr_of(config), self.lr_of(self.baseline),
                             self.samples, self.window, why)
@@ -235,6 +230,10 @@ class ParityCheck:
         """Run `config` at its rule's rate, then at the gentler ones while a batch size fails and a rate may help."""
         self._ensure_baseline()
         assert self.conclusive is not None
+        if config.batch_size > self.batch_limit:  # the baseline's run stopped in time short of its shortest run
+            unrun = self._unrun(config)
+            self.echo(f"  parity {unrun.summary()}  {config.describe()}")
+            return unrun
         inputs = self.inputs.of(config)  # decode = gpu: its images must match the host pipeline's, or nothing does
         if not self.conclusive or (inputs is not None and not inputs.passed):
             unjudged = None if self.conclusive else self._inconclusive_reason()
@@ -293,6 +292,8 @@ class ParityCheck:
         samples = self.base.ensure(self.samples, self.window)
         if samples != self.samples:
             self.samples, self.window = samples, samples // WINDOW_PARTS
+            # A baseline run that stopped in time short of its length: a batch whose shortest run is longer is unrun.
+            self.batch_limit = min(self.batch_limit, max(self.baseline.batch_size, samples // CANDIDATE_STEPS))
 
     def why_inconclusive(self) -> str:
         """Why the check is inconclusive, in a few words: the baseline learned too little, or its run was stopped."""
@@ -316,3 +317,30 @@ class ParityCheck:
         same = self.key(config) == self.key(self.baseline)
         verdict = self._same_as_baseline(config) if same else self.verdicts[config]
         return said.record(verdict, self.verdicts.values(), self.budget)
+
+
+def sized(baseline: Config, largest: int, budget_s: float | None,
+          baseline_rate: float | None) -> tuple[float, int, int]:
+    """The largest batch a run of the check judges, and every run's samples and window.
+
+    A batch whose shortest run outlasts the check's share is not run at all (``ParityCheck._unrun``): sized for it,
+    every run, the baseline's first, would be. One whose 8 steps are no longer than the baseline's own shortest run
+    is judged: that run is made anyway (docs/parity.md, "Within a time bound").
+    """
+    run_s = run_seconds(budget_s)
+    limit = math.inf if budget_s is None or baseline_rate is None else max(
+        largest_batch(baseline.batch_size, baseline_rate, run_s),
+        MIN_BASELINE_STEPS * baseline.batch_size // CANDIDATE_STEPS)
+    samples, window = run_length(baseline.batch_size, int(min(largest, limit)), baseline_rate, run_s)
+    return limit, samples, window
+
+
+def unrun_why(config: Config, rate: float | None, samples: int, stopped_short: bool, budget_s: float | None) -> str:
+    """Why `config`'s shortest run is not made: longer than a baseline run that stopped in time, or than the share."""
+    shortest = CANDIDATE_STEPS * config.batch_size
+    took = f", {shortest / rate:.1f} s at the baseline's {rate:,.0f} samples/s" if rate else ""
+    if stopped_short and shortest > samples:
+        return (f"its shortest run ({CANDIDATE_STEPS} steps: {shortest:,} samples) is longer than the baseline's, "
+                f"which stopped in time at {samples:,}")
+    return (f"its shortest run ({CANDIDATE_STEPS} steps: {shortest:,} samples{took}) does not fit the check's "
+            f"share of the time budget ({budget_s or 0:.0f} s)")

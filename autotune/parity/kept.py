@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 from autotune.config import Config
 from autotune.parity.inputs import InputsVerdict
 from autotune.parity.numerics import NumericsVerdict
-from autotune.parity.run import ParityRun
-from autotune.parity.verdict import ParityVerdict
+from autotune.parity.run import PROBE_SAMPLES, ParityRun
+from autotune.parity.verdict import CANDIDATE_STEPS, ParityVerdict
 
 if TYPE_CHECKING:
     from autotune.parity.check import ParityCheck
@@ -37,6 +37,7 @@ def state(check: ParityCheck) -> dict[str, Any]:
         "version": VERSION,
         "samples": check.samples,
         "window": check.window,
+        "probe_samples": check.probe_samples,
         "conclusive": check.base.conclusive,
         "extended": check.base.extended,
         "runs": check.runs,
@@ -47,6 +48,7 @@ def state(check: ParityCheck) -> dict[str, Any]:
         "baseline_needed": check.base.needed,
         "baseline_failed": check.base.failed,
         "baseline_out_of_time": check.base.out_of_time,
+        "baseline_stopped_short": check.base.stopped_short,
         "verdicts": [[c.as_dict(), dataclasses.asdict(v)] for c, v in check.verdicts.items()],
         # The verdicts that stand for every config with their numerics, and the (batch, rate) pairs a run rejected by a
         # margin, each with the run's verdict at that rate (a config tried at several has one verdict in `verdicts`).
@@ -74,12 +76,17 @@ def take_up(check: ParityCheck, kept: dict[str, Any]) -> bool:
     budget = kept["budget"]
 
     check.samples, check.window = kept["samples"], kept["window"]
+    check.probe_samples = int(kept.get("probe_samples", PROBE_SAMPLES))  # absent from a state kept before it was
     check.base.conclusive, check.base.extended, check.runs = kept["conclusive"], kept["extended"], kept["runs"]
     check.budget.seconds, check.budget.baseline_seconds = budget["seconds"], budget["baseline_seconds"]
+    check.budget.carried_s = budget["seconds"]  # an earlier run's: not this run's cost (its budget line)
     check.budget.last_base_s = budget["last_base_s"]
     check.base.run, check.base.where = base, kept["baseline_from"]
     check.base.needed, check.base.failed = kept["baseline_needed"], kept["baseline_failed"]
     check.base.out_of_time = kept.get("baseline_out_of_time")  # absent from a state kept before it was
+    check.base.stopped_short = bool(kept.get("baseline_stopped_short"))  # likewise
+    if check.base.stopped_short:  # every run is as long as the baseline's short one: no batch whose 8 steps are longer
+        check.batch_limit = min(check.batch_limit, max(check.baseline.batch_size, check.samples // CANDIDATE_STEPS))
     check.verdicts = verdicts
     check._by_numerics = {check.key(c): (c, v) for c, v in by_numerics}
     check.rejected.by_rate = batch_rejected

@@ -15,6 +15,7 @@ import dataclasses
 from typing import Any
 
 from autotune.config import Config, LrRule
+from autotune.parity import signal
 from autotune.parity.inputs import InputsVerdict
 from autotune.parity.numerics import NumericsVerdict
 from autotune.parity.run import ParityRun
@@ -169,9 +170,13 @@ def inconclusive_reason(base: ParityRun, samples: int, window: int, extended: bo
             f" from its inputs (probe loss {base.final_loss:.4g}, and {base.shuffled_loss:.4g} with the targets "
             f"shuffled)"
         )
+    needs = f"a verdict needs {MIN_PROGRESS:.1%}"
+    z = signal.clear(base, samples, window)
+    if z is not None:  # its noise is known: the other way to conclude
+        needs += f", or {signal.MIN_SIGNAL:.2%} at {signal.SIGNAL_Z:g} times its noise (it stood {z:.1f} times)"
     return (
         f"the baseline learned {learned:.1%} of its initial loss {base.initial_loss:.4g}{inputs} in "
-        f"{samples:,} samples{longer}; a verdict needs {MIN_PROGRESS:.1%}"
+        f"{samples:,} samples{longer}; {needs}"
     )
 
 

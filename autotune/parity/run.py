@@ -28,6 +28,8 @@ from autotune.text import nonfinite
 
 ORDER_SEED = 0  # seeds the generator that orders the data of every parity run
 PROBE_SAMPLES = 4096  # the fixed samples both runs are evaluated on, before and after training
+PROBE_PARTS = 3  # a probe set is no larger than this part of the check's runs
+AFTER_PROBES = 2.5  # a run that stops in time leaves this many of its first probe evaluation's time for the last ones
 
 Builder = Callable[[Config, float], tuple[Any, Step, float]]
 
@@ -47,6 +49,11 @@ class ParityRun:
     # The trained model on the probe set with its targets shuffled across samples ((input, target) samples only):
     # above `final_loss` by what the model learned from its inputs, not from the targets' overall spread.
     shuffled_loss: float | None = None
+    # The same three losses batch by batch over the probe set (the batches in the same order each time): the noise
+    # each is judged against (``autotune.parity.signal``). None: made without them.
+    initial_parts: tuple[float, ...] | None = None
+    final_parts: tuple[float, ...] | None = None
+    shuffled_parts: tuple[float, ...] | None = None
 
     @property
     def samples(self) -> int:
@@ -89,6 +96,9 @@ class ParityRun:
     def from_dict(cls, values: dict[str, Any]) -> "ParityRun":
         values = dict(values)
         values["ends"], values["losses"] = tuple(values["ends"]), tuple(values["losses"])
+        for key in ("initial_parts", "final_parts", "shuffled_parts"):
+            if values.get(key) is not None:
+                values[key] = tuple(values[key])
         return cls(**values)
 
 
@@ -146,6 +156,17 @@ class ProbeSet:
         return ProbeSet([(s[0], t) for s, t in zip(self.samples, targets)], self.collate)
 
 
+def probe_size(samples: int) -> int:
+    """The probe set's size for a check whose runs train `samples`: PROBE_SAMPLES, or a third of the run where that is
+    fewer. Evaluated up to three times a run, forward only, a probe that size costs about a third of the run; a larger
+    one costs a slow model more than its training (docs/parity.md, "The run").
+
+    >>> probe_size(65536), probe_size(2048)
+    (4096, 682)
+    """
+    return min(PROBE_SAMPLES, samples // PROBE_PARTS)
+
+
 def probe(dataset: Any, collate_fn: Callable[[list[Any]], Any] | None = None, samples: int = PROBE_SAMPLES,
           sample_key: Callable[[Any], Any] | None = None) -> ProbeSet:
     """`samples` of the data set drawn at random under a fixed seed, transformed under it: the same in every run.
@@ -183,15 +204,22 @@ def probe_loss(step: Step, probe_set: ProbeSet, batch: int) -> float:
     Evaluated in batches of the baseline's size in every run: it fits wherever the
     baseline trains, and batch-norm statistics see the same batches in both runs.
     """
+    return probe_losses(step, probe_set, batch)[0]
+
+
+def probe_losses(step: Step, probe_set: ProbeSet, batch: int) -> tuple[float, tuple[float, ...]]:
+    """The probe set's mean loss (``probe_loss``) and its loss batch by batch, the batches in their fixed order."""
     model = step.model
     saved = [b.detach().clone() for b in model.buffers()]  # batch-norm statistics move even under no_grad
-    total = 0.0
+    total, parts = 0.0, []
     with torch.no_grad():
         for host, samples in probe_set.batches(batch):
-            total += float(step.loss(step.to_device(host))) * samples
+            loss = float(step.loss(step.to_device(host)))
+            total += loss * samples
+            parts.append(loss)
     for buffer, value in zip(model.buffers(), saved):
         buffer.copy_(value)
-    return total / len(probe_set)
+    return total / len(probe_set), tuple(parts)
 
 
 def train(
@@ -202,16 +230,22 @@ def train(
     probe_set: ProbeSet,
     probe_batch: int,
     count: Callable[[Any], int] = samples_in,
+    stop_after_s: float | None = None,
 ) -> ParityRun:
     """Build `config` from the seed and train it for `samples`, recording every step's loss.
 
     `build` is ``Runner.build``: it seeds, then builds the loader and step. The
     probe set is evaluated, in batches of `probe_batch`, before and after the run.
-    `count(batch)` is the workload's count of a batch's samples.
+    `count(batch)` is the workload's count of a batch's samples. With `stop_after_s`
+    (seconds from the build's start), training stops early where going on would leave
+    no time for the probe's evaluations after it: the run holds the samples it reached.
     """
+    began = time.perf_counter()
     loader, step, _ = build(config, lr)
     start = time.perf_counter()
-    initial = probe_loss(step, probe_set, probe_batch)
+    initial, initial_parts = probe_losses(step, probe_set, probe_batch)
+    # After training the probe is evaluated twice (plain and with its targets shuffled), each as long as this one.
+    stop_at = None if stop_after_s is None else began + stop_after_s - AFTER_PROBES * (time.perf_counter() - start)
     ends: list[int] = []
     losses: list[Any] = []
     seen = epoch = 0
@@ -225,14 +259,18 @@ def train(
             ends.append(seen)
             # A graph step returns the same tensor every replay: keep a copy, and sync only once, at the end.
             losses.append(loss.detach().float().clone())
-            if seen >= samples:
+            if seen >= samples or (stop_at is not None and time.perf_counter() >= stop_at):
                 break
+        if stop_at is not None and time.perf_counter() >= stop_at:
+            break
         if seen == before:
             raise ValueError(f"the loader of {config.describe()} yielded no batch")
     values = torch.stack(losses).cpu().tolist()
     finite = all(bool(torch.isfinite(p).all()) for p in step.model.parameters())
-    final = probe_loss(step, probe_set, probe_batch) if finite else math.nan
+    final, final_parts = probe_losses(step, probe_set, probe_batch) if finite else (math.nan, None)
     shuffled_set = probe_set.shuffled() if finite else None
-    shuffled = probe_loss(step, shuffled_set, probe_batch) if shuffled_set is not None else None
+    shuffled, shuffled_parts = (probe_losses(step, shuffled_set, probe_batch) if shuffled_set is not None
+                                else (None, None))
     seconds = time.perf_counter() - start
-    return ParityRun(config.batch_size, lr, initial, final, tuple(ends), tuple(values), finite, seconds, shuffled)
+    return ParityRun(config.batch_size, lr, initial, final, tuple(ends), tuple(values), finite, seconds, shuffled,
+                     initial_parts, final_parts, shuffled_parts)

@@ -39,6 +39,7 @@ from typing import Any
 
 from autotune.config import LOADER_KNOBS, Config
 from autotune.errors import AutotuneError
+from autotune.parity import signal
 from autotune.parity.run import ParityRun
 from autotune.text import nonfinite
 
@@ -208,7 +209,7 @@ def baseline_diverged(run: ParityRun) -> str:
             f"data)")
 
 
-def deviation(initial: float, baseline: float, candidate: float) -> float:
+def deviation(initial: float, baseline: float, candidate: float, floor: float = PROGRESS_FLOOR) -> float:
     """How far `candidate`'s loss is from `baseline`'s, in units of what the baseline learned or has left.
 
     A candidate above the baseline (it learned less) is measured against the
@@ -218,14 +219,25 @@ def deviation(initial: float, baseline: float, candidate: float) -> float:
     share of what is left. A candidate below the baseline (it learned more) is
     measured against the progress alone: learning much faster than the baseline
     is a different run (a memorised batch), converging a little further is not.
-    The unit is at least 1% of ``initial``.
+    The unit is at least `floor` of ``initial`` (``unit_floor``).
 
     >>> round(deviation(2.30, 2.26, 2.30), 2)  # no progress where the baseline made 0.04
     1.0
     """
     progress = initial - baseline
     unit = min(progress, baseline) if candidate > baseline else progress
-    return (candidate - baseline) / max(unit, PROGRESS_FLOOR * abs(initial))
+    return (candidate - baseline) / max(unit, floor * abs(initial))
+
+
+def unit_floor(baseline: ParityRun, samples: int, window: int) -> float:
+    """The least unit deviations from `baseline` are measured in, as a share of its initial loss: PROGRESS_FLOOR, or
+    less where it learned less than that but clearly above its noise (``autotune.parity.signal``). Held at the 1%
+    floor, a candidate that learned half what such a baseline learned would pass (docs/parity.md, "A slow learner").
+    """
+    learned = progress(baseline, samples, window)
+    if learned < PROGRESS_FLOOR and signal.learned_clearly(baseline, samples, window):
+        return learned
+    return PROGRESS_FLOOR
 
 
 def compare(baseline: ParityRun, candidate: ParityRun, family_name: str, samples: int, window: int) -> ParityVerdict:
@@ -270,8 +282,9 @@ def compare(baseline: ParityRun, candidate: ParityRun, family_name: str, samples
         probe_loss=candidate.final_loss,
         baseline_probe_loss=baseline.final_loss,
     )
-    numbers["deviation"] = deviation(l0, numbers["baseline_loss"], numbers["loss"])
-    numbers["probe_deviation"] = deviation(l0, baseline.final_loss, candidate.final_loss)
+    floor = unit_floor(baseline, samples, window)
+    numbers["deviation"] = deviation(l0, numbers["baseline_loss"], numbers["loss"], floor)
+    numbers["probe_deviation"] = deviation(l0, baseline.final_loss, candidate.final_loss, floor)
     passed = abs(numbers["deviation"]) <= tolerance and abs(numbers["probe_deviation"]) <= tolerance
     return ParityVerdict(passed, **numbers)
 
@@ -319,20 +332,18 @@ def progress(run: ParityRun, samples: int, window: int) -> float:
     in 18,000 ImageNet samples, which is ln 1000 = 6.91: guessing evenly) before it
     learns anything from its inputs; only the third measure tells the two apart.
     """
-    learned = run.initial_loss - max(run.window_loss(samples - window, samples), run.final_loss)
-    if run.shuffled_loss is not None and math.isfinite(run.shuffled_loss):
-        learned = min(learned, run.shuffled_loss - run.final_loss)
+    learned = min(m.drop for m in signal.measures(run, samples, window))
     return learned / abs(run.initial_loss) if run.initial_loss else 0.0
 
 
 def conclusive(baseline: ParityRun, samples: int, window: int) -> bool:
-    """The baseline learned enough in the run (MIN_PROGRESS of its initial loss) for deviations from it to mean
-    anything.
+    """The baseline learned enough in the run for deviations from it to mean anything: MIN_PROGRESS of its initial
+    loss, or less that its measures show clearly above their noise (``autotune.parity.signal``).
 
     >>> conclusive(ParityRun(16, 0.05, 1.391, 1.386, (8192,), (1.387,), True, 0.7), 8192, 2048)  # random labels
     False
     """
-    return progress(baseline, samples, window) >= MIN_PROGRESS
+    return progress(baseline, samples, window) >= MIN_PROGRESS or signal.learned_clearly(baseline, samples, window)
 
 
 def numerics(config: Config, ordering: tuple[str, ...] = ()) -> tuple[Any, ...]:

@@ -155,12 +155,13 @@ class TrialPool:
         return self._alone_after_oom(lambda: self._child(fresh, config).run(config, lr, windows, self.timeout_s,
                                                                             on_window, give_up_s))
 
-    def parity_run(self, config: Config, lr: float, samples: int, probe_batch: int, timeout_s: float) -> Outcome:
+    def parity_run(self, config: Config, lr: float, samples: int, probe_batch: int, timeout_s: float,
+                   probe_samples: int | None = None) -> Outcome:
         """A parity run in a trial process: a crash, an OOM or a hang fails it, as it fails a trial."""
         if self.killed:
             return Outcome("failed", reason=INTERRUPTED)
         return self._alone_after_oom(lambda: self._child(False, config).parity_run(config, lr, samples, probe_batch,
-                                                                                   timeout_s))
+                                                                                   timeout_s, probe_samples))
 
     def parts(self, config: Config, lr: float, which: list[str], timeout_s: float) -> Outcome:
         """`config`'s step and loader rates apart, in a trial process (autotune.trial.parts)."""

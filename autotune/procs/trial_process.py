@@ -37,6 +37,9 @@ INTERRUPTED = "stopped: the search was interrupted"
 # room for an epoch boundary it still owes and its result's way back. A trial killed at its timeout tells the
 # search nothing, and loaders of long epochs were killed so (docs/measuring.md, "How it measures").
 MEASURE_SHARE = 0.8
+# A parity run stops training at this share of its limit (its build included, the probe's last evaluations after it):
+# the check then judges what it reached (docs/parity.md, "Within a time bound").
+PARITY_STOP_SHARE = 0.85
 GAVE_UP = "given up"  # how the reason of a trial killed at its give-up time begins (it is pruned, not failed)
 _FORK_CONTEXT = multiprocessing.get_context("forkserver")  # its Pipe ends can be handed to a forked process
 
@@ -156,11 +159,17 @@ class TrialProcess:
         except (BrokenPipeError, ConnectionResetError, EOFError):
             return Outcome("failed", reason=self._death_reason(), windows=tuple(rates))
 
-    def parity_run(self, config: Config, lr: float, samples: int, probe_batch: int, timeout_s: float) -> Outcome:
-        """One parity run (autotune.parity.run.train) in this process; the run is the outcome's result."""
+    def parity_run(self, config: Config, lr: float, samples: int, probe_batch: int, timeout_s: float,
+                   probe_samples: int | None = None) -> Outcome:
+        """One parity run (autotune.parity.run.train) in this process; the run is the outcome's result. It stops
+        training in time to answer within `timeout_s`, with the samples it reached: a run stopped so still says what
+        it learned, where one killed at its limit says nothing. `probe_samples`: the probe set's size (None: the
+        default, ``autotune.parity.run.PROBE_SAMPLES``)."""
+        limit = timeout_s + COMPILE_ALLOWANCE_S[config.compile]
         request = {"cmd": "parity", "config": config.as_dict(), "lr": lr, "samples": samples,
-                   "probe_batch": probe_batch}
-        return self._ask(request, "parity_run", "run", "parity run", timeout_s + COMPILE_ALLOWANCE_S[config.compile])
+                   "probe_batch": probe_batch, "stop_after_s": PARITY_STOP_SHARE * limit,
+                   "probe_samples": probe_samples}
+        return self._ask(request, "parity_run", "run", "parity run", limit)
 
     def parts(self, config: Config, lr: float, which: list[str], timeout_s: float) -> Outcome:
         """`config`'s step and loader rates apart (autotune.trial.parts) in this process; the rates are the result."""

@@ -20,6 +20,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.config import Config
 from autotune.parity.check import ParityCheck
 from autotune.study import answer
+from autotune.study.clock.spent import Spent
 from autotune.study.context import SearchError, Setup
 from autotune.study.ranking import Results, learning_rate, run_s, stream_refusal
 from autotune.study.shared import sharing, tickets
@@ -88,6 +89,18 @@ def said_repeats(setup: Setup, best: Config, reason: str) -> None:
                    f"with them reads the stream so too; fix the stream, then search again")
 
 
+def rests_on_one(setup: Setup, best: Config, results: Results) -> str | None:
+    """Why the winner's rate rests on a single round where more were asked; None where it rests on two or more, is
+    the baseline, or `--rounds 1` asked for one. One process is one draw of a host whose rates move between
+    processes (docs/search.md#the-finalists-rounds)."""
+    if best == setup.baseline or len(results[best]) >= 2 or setup.options.rounds < 2:
+        return None
+    failed = getattr(results, "failed", {}).get(best, 0)
+    if failed or setup.options.time_budget_s is None:  # without a budget every round runs: one failed
+        return "its other round failed (see above)"
+    return f"the time budget ({setup.options.time_budget_s:.0f} s) left no time for a second"
+
+
 def steady_choice(setup: Setup, best: Config, results: Results) -> dict[str, Any] | None:
     """What steady samples/s alone would have picked among the configs measured in the rounds, if not `best`.
 
@@ -111,10 +124,12 @@ def steady_choice(setup: Setup, best: Config, results: Results) -> dict[str, Any
     }
 
 
-def write(setup: Setup, best: Config, results: Results, check: ParityCheck | Any | None) -> SearchResult:
+def write(setup: Setup, best: Config, results: Results, check: ParityCheck | Any | None,
+          spent: Spent | None = None) -> SearchResult:
     """Write the winner's profile into the tuned file, and say what it states.
 
     `check`: the parity check, or the one a run that could not write kept (``autotune.study.ending.StoredCheck``).
+    `spent`: where the search's time went; the profile keeps it and the last line says it.
     """
     # The baseline needs no check, but a check that could not judge is stated whatever wins, and so is why the
     # workload's own settings are the answer when faster configs ran but none may win.
@@ -125,6 +140,8 @@ def write(setup: Setup, best: Config, results: Results, check: ParityCheck | Any
         if kept is not None:
             record = answer.parity_record(record, kept, conclusive=check.conclusive)
     made = profile(setup, best, results, record)
+    if spent is not None:
+        made["budget"] = spent.record()
     # The profile this one replaces, kept whole first: a narrower or noisier search must not lose a better answer.
     old = replaced.keep(setup.ref.tuned_path, setup.ref.name, setup.machine.hardware,
                         setup.options.state_dir / "replaced")
@@ -132,10 +149,12 @@ def write(setup: Setup, best: Config, results: Results, check: ParityCheck | Any
     # A speed-up is a ratio of two measurements: the baseline's noise is the stated one's as much as the winner's.
     base_noise = f", the baseline's ±{made['baseline_spread']:.1%}" if best != setup.baseline else ""
     first = f", first batch {made['first_batch_s']:.2f} s" if "first_batch_s" in made else ""
+    alone = rests_on_one(setup, best, results)
     setup.echo(
         f"wrote {setup.ref.tuned_path}: {best.describe()}: {rate(made['samples_per_s'])}/s, "
         f"{made['speedup']}x the baseline's {rate(made['baseline_samples_per_s'])}/s "
         f"(noise ±{made['spread']:.1%}{base_noise}{first}), search {made['search_s']:.0f} s"
+        + (f"; it rests on one round: {alone}" if alone else "")
     )
     if not setup.facts.size:
         setup.echo(f"stream: {UNKNOWN_RUN}; the winner was ranked by its steady samples/s. Declare "
@@ -173,6 +192,8 @@ def write(setup: Setup, best: Config, results: Results, check: ParityCheck | Any
         setup.echo("parity: the winner is the workload's own settings; there is nothing to check")
     else:
         setup.echo("parity: not checked (--no-parity-check): the winner may train differently from the baseline")
+    if spent is not None:
+        setup.echo(spent.line())
     return SearchResult(setup.ref.tuned_path, setup.machine.hardware, made)
 
 

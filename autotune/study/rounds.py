@@ -22,6 +22,13 @@ from autotune.study.ranking import Results, counted_once, run_s
 from autotune.text import rate
 
 
+class Measured(dict):  # type: ignore[type-arg]
+    """The rounds' results (``Results``), and how many of each config's measurements failed: a winner resting on
+    fewer rounds than asked says why (``autotune.study.profile.write``)."""
+
+    failed: dict[Config, int]
+
+
 def measure_rounds(setup: Setup, pools: SearchPools, finalists: list[Config]) -> Results:
     """Each finalist and the baseline, interleaved, in a fresh process per round.
 
@@ -29,7 +36,8 @@ def measure_rounds(setup: Setup, pools: SearchPools, finalists: list[Config]) ->
     study's one GPU model, and any difference between them shows in the noise.
     """
     order = [setup.baseline, *finalists]
-    results: Results = {c: [] for c in order}
+    results = Measured({c: [] for c in order})
+    results.failed = {}
     rounds = pools.rounds or pools.prestart_rounds()
     pools.trials.stop()  # the trial processes are done: none tears down while a round measures
 
@@ -131,6 +139,8 @@ def _measure(setup: Setup, pool: TrialPool, r: int, config: Config, results: Res
     outcome = pool.run(config, setup.lr(config), setup.windows, fresh=fresh)
     if outcome.state != "complete" or outcome.result is None:
         setup.echo(f"  round {r + 1}: {config.describe()} failed: {outcome.reason}")
+        if isinstance(results, Measured):
+            results.failed[config] = results.failed.get(config, 0) + 1
     else:
         results[config].append(counted_once(setup, config, outcome.result))
         cut = " (time-limited)" if outcome.result.get("time_limited") else ""

@@ -29,6 +29,7 @@ from autotune.procs.pool import TrialPool
 from autotune.study import answer, ending, finalists, profile, rounds
 from autotune.study.checks import kept_check
 from autotune.study.checks.parity import check_early
+from autotune.study.clock import spent
 from autotune.study.context import Setup
 from autotune.study.ending import StoredCheck
 from autotune.study.planning import memory
@@ -66,9 +67,11 @@ def search(
 
 def run_steps(setup: Setup, pools: SearchPools, team: Team = SOLO) -> SearchResult | None:
     """The trials, then, for the one searcher that writes, the finalists and the tuned file; stops `pools`."""
+    marks: dict[str, float] = {"trials_from": setup.elapsed()}  # where the budget went (autotune.study.clock.spent)
     try:
         stored = _stored_end(setup, team)
-        check, budget_ended = _trials(setup, pools, team) if stored is None else (None, False)
+        check, budget_ended = _trials(setup, pools, team, marks) if stored is None else (None, False)
+        marks["trials_to"] = setup.elapsed()
         if not setup.options.write_tuned_file:
             return None
         with _writer_claim(setup) as claimed:
@@ -80,9 +83,9 @@ def run_steps(setup: Setup, pools: SearchPools, team: Team = SOLO) -> SearchResu
                 chosen, results, check = ended
                 setup.echo(REUSED)
             else:
-                chosen, results, check = _finalists(setup, pools, team, check, budget_ended)
+                chosen, results, check = _finalists(setup, pools, team, check, budget_ended, marks)
                 ending.save(setup, chosen, results, check)  # a failed write loses none of it
-            written = _write(setup, chosen, results, check)
+            written = _write(setup, chosen, results, check, marks)
             ending.clear(setup)
             kept_check.clear(setup)
             return written
@@ -129,16 +132,21 @@ def _setup(recipe: str, options: SearchOptions, echo: Callable[[str], None]) -> 
     return setup
 
 
-def _trials(setup: Setup, pools: SearchPools, team: Team) -> tuple[ParityCheck | None, bool]:
+def _trials(setup: Setup, pools: SearchPools, team: Team, marks: dict[str, float] | None = None
+            ) -> tuple[ParityCheck | None, bool]:
     """Take tickets until none is left; the writer then waits for the other searchers' last trials.
 
     Returns the parity check the writer began while it waited (under --gpus), if any, and whether the time budget
-    ended the trials.
+    ended the trials. `marks`: where the plan's and the check's seconds are kept, for the budget's line.
     """
     writes = setup.options.write_tuned_file
     if team.round_devices and writes:
         pools.prestart_rounds()  # under --gpus, the other devices' round processes start beside the first trials
     learned = run_trials(setup, pools.trials, team=team if writes else SOLO)
+    if marks is not None:
+        marks["plan"] = learned.plan_s
+        check = learned.families.check
+        marks["parity_in_trials"] = check.budget.seconds - check.budget.carried_s if check is not None else 0.0
     # How much was searched: configs valued from their parts, measured end to end, families judged.
     setup.echo(learned.valuation.summary())
     earlier = sum(t.user_attrs.get("role") == tickets.VALUED_ROLE for t in setup.study.get_trials(deepcopy=False))
@@ -195,7 +203,8 @@ def _writer_claim(setup: Setup) -> Iterator[bool]:
 
 
 def _finalists(
-    setup: Setup, pools: SearchPools, team: Team, check: ParityCheck | None, budget_ended: bool = False
+    setup: Setup, pools: SearchPools, team: Team, check: ParityCheck | None, budget_ended: bool = False,
+    marks: dict[str, float] | None = None,
 ) -> tuple[list[Config], Results, ParityCheck | None]:
     chosen, check = finalists.choose(setup, pools, team, check)
     count = setup.options.rounds
@@ -211,14 +220,22 @@ def _finalists(
         within = f" in the {taken(setup)} trial(s) the time budget left room for" if budget_ended else ""
         setup.echo(f"no config ran faster than the baseline{within}; measuring it, {count} round(s), fresh processes")
     team.before_rounds()
-    return chosen, rounds.measure_rounds(setup, pools, chosen), check
+    marks = marks if marks is not None else {}
+    marks["rounds_from"] = setup.elapsed()
+    measured = rounds.measure_rounds(setup, pools, chosen)
+    marks["rounds_to"] = setup.elapsed()
+    return chosen, measured, check
 
 
 def _write(
-    setup: Setup, chosen: list[Config], results: Results, check: ParityCheck | StoredCheck | None
+    setup: Setup, chosen: list[Config], results: Results, check: ParityCheck | StoredCheck | None,
+    marks: dict[str, float] | None = None,
 ) -> SearchResult:
     best = profile.winner(setup, chosen, results)
-    written = profile.write(setup, best, results, check)
+    marks = dict(marks or {})
+    if isinstance(check, ParityCheck):  # a stored end's check cost this run nothing
+        marks["parity"] = check.budget.seconds - check.budget.carried_s
+    written = profile.write(setup, best, results, check, spent.of(setup.options.time_budget_s, setup.elapsed(), marks))
     keep_rounds(setup, best, chosen, results, written)
     return written
 

@@ -30,7 +30,7 @@ from autotune.study.clock.deadline import give_up_after, out_of_time
 from autotune.study.context import SearchError, Setup
 from autotune.study.failed import seed_retry
 from autotune.study.failed.hopeless import Finished, Hopeless, blocks, hopeless_values
-from autotune.study.planning import balance, compile_cost, plan, skip
+from autotune.study.planning import balance, compile_cost, plan, remembered, skip
 from autotune.study.planning.compile_cost import CANNOT_PAY
 from autotune.study.planning.predict import PREDICTED, LoaderModel
 from autotune.study.planning.valuation import VALUATION_ATTRIBUTE, VALUED, Valuation
@@ -77,6 +77,8 @@ class Learned:
     valuation: Valuation = dataclasses.field(default_factory=Valuation)  # the loop valued from its parts
     stopped: str | None = None  # why the trials ended early (autotune.study.clock.patience, or the budget), once said
     budget_ended: bool = False  # the time budget, not the tickets or patience, ended them
+    plan_s: float = 0.0  # seconds this process's plan spent on its parts (the search's budget line)
+    kept: tuple[int, int, int] | None = None  # what of the valuation the state folder holds (planning.remembered)
 
 
 def loader_model(setup: Setup) -> LoaderModel:
@@ -95,13 +97,18 @@ def run_trials(setup: Setup, pool: TrialPool, learned: Learned | None = None, te
     if learned.loader is None:
         learned.loader = loader_model(setup)
     learned.families.take_up(setup, pool)  # a rerun's first trial is skipped as the stopped run would have
+    learned.kept = remembered.sync(setup, learned.valuation, learned.kept)
     while not out_of_time(setup, learned.families.spent_s()):
         check_baseline(setup)
         learn_failures(setup, learned)
         seed_retry.queue_retries(setup.study, setup.storage, learned.hopeless, setup.baseline)
         if learned.valuation is not None and setup.options.write_tuned_file and baseline_done(setup):
-            plan.make(setup, pool, learned.valuation)  # once: the grid valued, its fastest queued next
+            made = plan.make(setup, pool, learned.valuation)  # once: the grid valued, its fastest queued next
+            learned.plan_s += made.parts_s if made is not None else 0.0
+            learned.kept = remembered.sync(setup, learned.valuation, learned.kept)
         stop = patience.why_stop(setup.study.get_trials(deepcopy=False), plan.PLAN_ATTRIBUTE in setup.study.user_attrs)
+        if stop is not None and plan.measure_predicted_faster(setup):
+            stop = None  # the plan's guess faster than the best is measured first
         if stop is not None:
             if learned.stopped is None:  # said once: the wait for other searchers' trials asks again
                 setup.echo(stop)
@@ -112,6 +119,7 @@ def run_trials(setup: Setup, pool: TrialPool, learned: Learned | None = None, te
         if ticket is None:
             break
         _run_trial(setup, ticket, pool, learned)
+        learned.kept = remembered.sync(setup, learned.valuation, learned.kept)
         learned.families.judge(setup, pool)  # a new contender's family is judged now, while it can steer the search
     else:
         # The loop's condition ended it: the clock, with tickets left. A later call (the writer's, waiting for another

@@ -13,16 +13,26 @@ them into a predicted rate per config.
 from __future__ import annotations
 
 import dataclasses
+import time
+from collections.abc import Callable
 from typing import Any
+
+import torch
 
 from autotune.batch import to_device
 from autotune.config import Config
+from autotune.loop.graph import GRAPH_WARMUP_STEPS
 from autotune.trial.probe import Repeat, probe, synthetic
 from autotune.trial.timing import Windows
 
-# Short windows, as a diagnosis's: a part is a guide to which configs to measure, and the interference factor
-# learned from the end-to-end trials absorbs what is systematic in its error.
-PART_WINDOWS = Windows(warmup_steps=5, window_s=0.2, min_windows=4, max_windows=8, rel_tol=0.05, boundaries=1)
+# Short windows, as a diagnosis's, and never measured longer: a part is a guide to which configs to measure, and the
+# interference factor learned from the end-to-end trials absorbs what is systematic in its error. A heavy model's
+# step takes longer than a window, so each window is a step: a part is then a few of its steps, seconds
+# (docs/search.md#the-plan-and-valuation).
+PART_WINDOWS = Windows(warmup_steps=5, window_s=0.1, min_windows=3, max_windows=6, rel_tol=0.05, boundaries=1,
+                       extra_windows=0)
+STEADY = 0.25  # a warm-up step within this share of the one before it: the step is warm, its windows may begin
+WARM_AT_LEAST = 2  # steps: the first compiles, autotunes, allocates; the second shows whether that is done
 
 
 def step_rate(runner: Any, config: Config, lr: float, windows: Windows = PART_WINDOWS) -> dict[str, float]:
@@ -35,11 +45,32 @@ def step_rate(runner: Any, config: Config, lr: float, windows: Windows = PART_WI
     on_device = to_device(first, runner.device)
     del loader
     fed = Repeat(synthetic(on_device), count=runner.workload.count)
-    p = probe("step", step, fed, runner.device, windows, runner.workload.count)
+    # A graph captures after its eager warm-up steps, then replays: its windows begin once it replays.
+    least = WARM_AT_LEAST + (GRAPH_WARMUP_STEPS + 1 if config.cuda_graph else 0)
+    warm_up(step, fed, runner.device, least, max(least, windows.warmup_steps))
+    p = probe("step", step, fed, runner.device, dataclasses.replace(windows, warmup_steps=0), runner.workload.count)
     # What its compile cost, where it compiles: the search weighs it against the best declared run
     # (autotune.study.planning.compile_cost).
     return {"samples_per_s": p.samples_per_s, "spread": p.spread, "seconds": round(p.seconds, 3),
             "compile_s": round(step.compile_s, 3)}
+
+
+def warm_up(step: Callable[[Any], Any], fed: Repeat, device: torch.device, least: int, most: int,
+            clock: Callable[[], float] = time.perf_counter) -> int:
+    """Run `step` on `fed`'s batches until it is warm: at least `least` steps, then until one takes within STEADY of
+    the one before it, at most `most`; the steps it took. Five fixed warm-up steps of a heavy model cost seconds a
+    part, most of them after its rate is steady."""
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    batches = iter(fed)
+    took: list[float] = []
+    while len(took) < most:
+        start = clock()
+        step(next(batches))
+        sync()
+        took.append(clock() - start)
+        if len(took) >= least and abs(took[-1] - took[-2]) <= STEADY * took[-2]:
+            break
+    return len(took)
 
 
 def loader_rate(runner: Any, config: Config, lr: float, windows: Windows = PART_WINDOWS) -> dict[str, float]:

@@ -91,7 +91,7 @@ class _Answer:
 
     def __init__(self, runner: Any, send: Callable[..., None], receive: Callable[[], dict[str, Any] | None]) -> None:
         self.runner, self.send, self.receive = runner, send, receive
-        self.probe_set: Any = None  # the parity check's fixed samples, made once
+        self.probe_sets: dict[int, Any] = {}  # the parity check's fixed samples, made once per size
 
     def __call__(self, request: dict[str, Any]) -> None:
         from autotune.config import Config
@@ -123,12 +123,14 @@ class _Answer:
             self.send(event="parts", found=parts.measure(self.runner, config, request["lr"], request["which"]))
             return
         if request.get("cmd") == "parity":
-            if self.probe_set is None:
+            size = int(request.get("probe_samples") or parity_run.PROBE_SAMPLES)
+            if size not in self.probe_sets:
                 workload = self.runner.workload
-                self.probe_set = parity_run.probe(self.runner.dataset, workload.collate_fn,
-                                                  sample_key=workload.sample_key)
-            run = parity_run.train(self.runner.build, config, request["lr"], request["samples"], self.probe_set,
-                                   request["probe_batch"], count=self.runner.workload.count)
+                self.probe_sets[size] = parity_run.probe(self.runner.dataset, workload.collate_fn, size,
+                                                         sample_key=workload.sample_key)
+            run = parity_run.train(self.runner.build, config, request["lr"], request["samples"], self.probe_sets[size],
+                                   request["probe_batch"], count=self.runner.workload.count,
+                                   stop_after_s=request.get("stop_after_s"))
             self.send(event="parity_run", run=run.as_dict())
             return
 

@@ -51,6 +51,7 @@ PROFILE_KEYS: dict[str, tuple[type, ...]] = {
     "excluded": (dict,),
     "versions": (dict,),
     "parity": (dict,),
+    "budget": (dict,),  # where the search's time went, in seconds (autotune.study.clock.spent); absent before it was
 }
 REQUIRED_PROFILE_KEYS = ("samples_per_s", "baseline_samples_per_s", "speedup", "knobs", "versions")
 KNOB_TYPES: dict[str, tuple[type, ...]] = {
@@ -126,6 +127,23 @@ def validate(data: dict[str, Any], source: str = "recipe") -> list[str]:
             problems += _inconclusive_math(at, profile)
         if isinstance(profile.get("steady_choice"), dict):
             problems += validate_steady_choice(f"{at}.steady_choice", profile)
+        if isinstance(profile.get("budget"), dict):
+            problems += validate_budget(f"{at}.budget", profile["budget"])
+    return problems
+
+
+# The `budget` table: seconds the search spent by part, its whole wall time, and its --time-budget with what was left.
+BUDGET_KEYS = ("budget_s", "setup_s", "plan_s", "trials_s", "parity_s", "rounds_s", "other_s", "total_s", "unused_s")
+
+
+def validate_budget(at: str, record: dict[str, Any]) -> list[str]:
+    """Every problem in a profile's `budget` table: known keys, each a number of seconds, none negative."""
+    problems: list[str] = []
+    for key, value in record.items():
+        if key not in BUDGET_KEYS:
+            problems.append(f"{at} has unknown key {key!r}; known: {', '.join(BUDGET_KEYS)}")
+        elif _check_type(f"{at}.{key}", value, _NUMBER, problems):
+            problems += _check_range(f"{at}.{key}", "setup_s", value)
     return problems
 
 

@@ -65,7 +65,9 @@ def test_a_rejected_config_cannot_win_and_without_the_check_it_does(project: Pat
     lines, profile = run("none", check=False)
     assert profile["knobs"]["batch_size"] == 128 and profile["lr"] == 0.05
     assert profile["parity"] == {"checked": False}
-    assert lines[-1] == "parity: not checked (--no-parity-check): the winner may train differently from the baseline"
+    # The line before the last, which says where the search's time went (autotune.study.clock.spent).
+    assert lines[-2] == "parity: not checked (--no-parity-check): the winner may train differently from the baseline"
+    assert lines[-1].startswith("budget: 480 s: ")
 
     # Scaled linearly (8x the rate), batch 128 trains like the baseline and wins, with the numbers recorded.
     lines, profile = run("linear")
@@ -76,7 +78,7 @@ def test_a_rejected_config_cannot_win_and_without_the_check_it_does(project: Pat
     assert abs(check["deviation"]) <= 0.25 and abs(check["probe_deviation"]) <= 0.25
     assert (check["configs_checked"], check["configs_rejected"]) == (1, 0) and check["check_s"] > 0
     assert any(line.startswith("  parity pass    deviation ") and line.endswith("bs=128 workers=0") for line in lines)
-    assert lines[-1].startswith("parity: the winner trains like the baseline (deviation ")
+    assert lines[-2].startswith("parity: the winner trains like the baseline (deviation ")
 
     written = tuned_file.read(project / "recipes" / "tiny.tuned.toml")
     assert written["profiles"]["cpu"]["parity"] == check
@@ -244,7 +246,8 @@ class FakePool:
         )
         return Outcome("complete", result=result, windows=(rate,))
 
-    def parity_run(self, config: Any, lr: float, samples: int, probe_batch: int, timeout_s: float) -> Any:
+    def parity_run(self, config: Any, lr: float, samples: int, probe_batch: int, timeout_s: float,
+                   probe_samples: int | None = None) -> Any:
         from autotune.parity.run import ParityRun
         from autotune.procs.trial_process import Outcome
 
@@ -330,8 +333,8 @@ def test_under_gpus_the_writer_checks_while_another_searcher_ends_its_last_trial
     checked = threading.Event()
     parity_run = FakePool.parity_run
 
-    def run_and_say(self: FakePool, *args: Any) -> Any:
-        outcome = parity_run(self, *args)
+    def run_and_say(self: FakePool, *args: Any, **kwargs: Any) -> Any:
+        outcome = parity_run(self, *args, **kwargs)
         if len(FakePool.runs) == 8:  # the baseline's, two contenders' at three rates each, a third's (a fourth
             # has its numerics)
             checked.set()

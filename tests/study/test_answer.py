@@ -31,7 +31,7 @@ def _parity(losses: dict[bool, float], initial: float = 2.0) -> object:
     """A parity run whose loss is `losses[same batch as the baseline's]`."""
 
     def parity_run(self: FakePool, config: Config, lr: float, samples: int, probe_batch: int,
-                   timeout_s: float) -> Outcome:
+                   timeout_s: float, probe_samples: int | None = None) -> Outcome:
         loss = losses[config.batch_size == 16]
         return Outcome("complete", result=ParityRun(config.batch_size, lr, initial, loss, (samples,), (loss,), True,
                                                     0.1).as_dict())
@@ -111,9 +111,9 @@ def test_a_rerun_after_a_failed_write_reuses_the_verdicts_and_rounds(
     parity_runs: list[Config] = []
     passing = _parity({True: 1.0, False: 1.0})
 
-    def parity_run(self: FakePool, config: Config, *args: object) -> Outcome:
+    def parity_run(self: FakePool, config: Config, *args: object, **kwargs: object) -> Outcome:
         parity_runs.append(config)
-        return passing(self, config, *args)  # type: ignore[operator]
+        return passing(self, config, *args, **kwargs)  # type: ignore[operator]
 
     monkeypatch.setattr(FakePool, "parity_run", parity_run)
     write_profile = tuned_file.write_profile

@@ -34,7 +34,8 @@ class ContentPool:
                       epoch_s=512 / rate, setup_s=0.5, materialize_s=0.0, stopped_early=False)
         return Outcome("complete", result=result, windows=(rate,))
 
-    def parity_run(self, config: Config, lr: float, samples: int, probe_batch: int, timeout_s: float) -> Outcome:
+    def parity_run(self, config: Config, lr: float, samples: int, probe_batch: int, timeout_s: float,
+                   probe_samples: int | None = None) -> Outcome:
         return Outcome("complete", result=ParityRun(config.batch_size, lr, 2.0, 1.0, (samples,), (1.0,), True,
                                                     0.1).as_dict())
 

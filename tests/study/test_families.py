@@ -41,7 +41,7 @@ def events(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Config]]:
         return measure(self, config, *args, **kwargs)
 
     def parity_run(self: FakePool, config: Config, lr: float, samples: int, probe_batch: int,
-                   timeout_s: float) -> Outcome:
+                   timeout_s: float, probe_samples: int | None = None) -> Outcome:
         seen.append(("parity", config))
         loss = 1.6 if config.batch_size > TOO_LARGE else 1.0
         return Outcome("complete", result=ParityRun(config.batch_size, lr, 2.0, loss, (samples,), (loss,), True,
@@ -82,7 +82,8 @@ def test_a_rejected_family_is_never_checked_or_measured_again_and_the_batches_be
 def test_an_inconclusive_check_sends_the_search_to_same_math_twins_of_the_skipped_seeds(
     project: Path, events: list[tuple[str, Config]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def flat(self: FakePool, config: Config, lr: float, samples: int, probe_batch: int, timeout_s: float) -> Outcome:
+    def flat(self: FakePool, config: Config, lr: float, samples: int, probe_batch: int, timeout_s: float,
+             probe_samples: int | None = None) -> Outcome:
         # Random labels: nothing is learned, so the check can judge no other math.
         return Outcome("complete", result=ParityRun(config.batch_size, lr, 1.386, 1.386, (samples,), (1.386,), True,
                                                     0.1).as_dict())

@@ -237,7 +237,8 @@ class FakePool:
         )
         return Outcome("complete", result=result, windows=(rate,))
 
-    def parity_run(self, config: Config, lr: float, samples: int, probe_batch: int, timeout_s: float) -> Outcome:
+    def parity_run(self, config: Config, lr: float, samples: int, probe_batch: int, timeout_s: float,
+                   probe_samples: int | None = None) -> Outcome:
         loss = 1.0 if lr <= 0.15 else 1.9
         return Outcome("complete", result=ParityRun(config.batch_size, lr, 2.0, loss, (samples,), (loss,), True, 0.1)
                        .as_dict())

@@ -57,7 +57,7 @@ def _run(self: FakePool, config: Config, lr: float, *args: object, **kwargs: obj
 
 
 def _parity_run(self: FakePool, config: Config, lr: float, samples: int, probe_batch: int,
-                timeout_s: float) -> Outcome:
+                timeout_s: float, probe_samples: int | None = None) -> Outcome:
     FakePool.parity.append((config.batch_size, samples))
     loss = 1.8 if samples >= LEARNS_FROM else 1.99  # 10% of the initial loss learned, or 0.5%: under MIN_PROGRESS
     return Outcome("complete", result=ParityRun(config.batch_size, lr, 2.0, loss, (samples,), (loss,), True,
@@ -117,7 +117,7 @@ def test_a_search_stopped_in_its_rounds_reaches_the_same_verdicts_and_winner_whe
 
 
 def _rejecting_256(self: FakePool, config: Config, lr: float, samples: int, probe_batch: int,
-                   timeout_s: float) -> Outcome:
+                   timeout_s: float, probe_samples: int | None = None) -> Outcome:
     if config.batch_size < 256:
         return _parity_run(self, config, lr, samples, probe_batch, timeout_s)
     FakePool.parity.append((config.batch_size, samples))  # far behind the baseline's 1.8 at every rate

@@ -60,7 +60,8 @@ class FakePool:
         )
         return Outcome("complete", result=result, windows=(rate,))
 
-    def parity_run(self, config: Config, lr: float, samples: int, probe_batch: int, timeout_s: float) -> Outcome:
+    def parity_run(self, config: Config, lr: float, samples: int, probe_batch: int, timeout_s: float,
+                   probe_samples: int | None = None) -> Outcome:
         # Every config trains alike here: the parity check passes them all (tests/study/test_parity*.py test the check).
         run = ParityRun(config.batch_size, lr, 2.0, 1.0, (samples,), (1.0,), True, 0.1)
         return Outcome("complete", result=run.as_dict())

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from autotune.parity.run import PROBE_SAMPLES, probe_size
 from autotune.parity.verdict import run_length
 from autotune.procs.pool import TrialPool
 from autotune.procs.trial_process import STARTUP_TIMEOUT_S
@@ -29,8 +30,9 @@ def make(p: Prepared, pool: TrialPool) -> dict[str, Any]:
     lr = p.lr(p.baseline)
     largest = max(p.space.domains["batch_size"])
     samples, _ = run_length(p.baseline.batch_size, largest)
+    extra = {} if probe_size(samples) == PROBE_SAMPLES else {"probe_samples": probe_size(samples)}  # as the check's
     outcome = pool.parity_run(
-        p.baseline, lr, samples, p.baseline.batch_size, PARITY_TIMEOUT_FACTOR * p.options.trial_timeout_s
+        p.baseline, lr, samples, p.baseline.batch_size, PARITY_TIMEOUT_FACTOR * p.options.trial_timeout_s, **extra
     )
     if outcome.state != "complete" or outcome.result is None:
         return {"run": p.options.run_id, "failed": outcome.reason or "no result", "searcher": sharing.owner()}

@@ -18,17 +18,18 @@ from autotune.parity import numerics as parity_numerics
 from autotune.parity.check import ParityCheck
 from autotune.parity.inputs import InputsVerdict
 from autotune.parity.numerics import NumericsVerdict
-from autotune.parity.run import ParityRun
+from autotune.parity.run import PROBE_SAMPLES, ParityRun
 from autotune.parity.verdict import CHECK_SHARE, ParityError, ParityRunFailed, ParityRunOutOfTime, same_math_knobs
 from autotune.procs.pool import TrialPool
 from autotune.study.checks import baseline_run, kept_check
-from autotune.study.clock.deadline import check_budget
+from autotune.study.clock.deadline import check_budget, spare_s
 from autotune.study.context import Setup
 from autotune.study.pools import SearchPools, Team
 from autotune.study.ranking import baseline_rate, contenders
 
 PARITY_EXTRA_RUNS = 6  # parity runs beyond one per finalist, for the rejected configs among the fastest
 MIN_CHECK_RUN_S = 1.0  # a run given less than this by the check's share could only be stopped
+CHECK_RUN_FACTOR = 3.0  # a run may take the search's spare time up to this many times the baseline's last run
 
 
 @dataclasses.dataclass
@@ -46,12 +47,21 @@ class _InTrialProcesses:
     def timeout(self) -> tuple[float, bool]:
         """What the next training run may take, and whether the check's share, not the trial's limit, set it.
 
-        Every run is held to what is left of the share (never under MIN_CHECK_RUN_S), the baseline's first. The images
+        Every run is held to what is left of the share (never under MIN_CHECK_RUN_S), and of what the search can
+        spare beyond it up to CHECK_RUN_FACTOR baseline runs, but the baseline's first: sized for a quarter of the
+        share, a first run that the whole share cannot hold is on a host too busy for a check, and the spare time
+        would go to it for nothing. The images
         and the gradients take a few batches: they keep the trial's limit, since one stopped would stand as a failure
         for every config it judges, and neither starts once the share is spent.
         """
         assert self.check is not None
-        left = self.check.budget.left_s()
+        budget = self.check.budget
+        left = budget.left_s(spare=self.check.base.run is not None)
+        own = budget.left_s(spare=False)
+        if left is not None and own is not None and budget.last_base_s > 0:
+            # Spare time only up to a few baseline runs' worth: a far slower run is a slow loader's, and the spare time
+            # is the trials' (docs/parity.md, "Within a time bound").
+            left = min(left, max(own, CHECK_RUN_FACTOR * budget.last_base_s))
         if left is None or left >= self.trial_limit:
             return self.trial_limit, False
         return max(left, MIN_CHECK_RUN_S), True
@@ -59,7 +69,11 @@ class _InTrialProcesses:
     def run(self, config: Config, lr: float, samples: int) -> ParityRun:
         """One training run of `samples` samples from the baseline's weights and data order."""
         limit, by_share = self.timeout()
-        outcome = self.pool.parity_run(config, lr, samples, self.setup.baseline.batch_size, limit)
+        assert self.check is not None
+        size = self.check.probe_samples  # one probe for every run of the check, smaller than the default where its
+        # runs are (a fake pool of a test takes the default's signature)
+        extra = {} if size == PROBE_SAMPLES else {"probe_samples": size}
+        outcome = self.pool.parity_run(config, lr, samples, self.setup.baseline.batch_size, limit, **extra)
         if outcome.state != "complete" or outcome.result is None:
             reason = outcome.reason or "no result"
             if by_share and reason.startswith("timeout"):
@@ -68,7 +82,15 @@ class _InTrialProcesses:
                                          f"({self.check.budget.budget_s:.0f} s, {CHECK_SHARE:.0%} of the search's "
                                          f"budget)")
             raise ParityRunFailed(reason)
-        return ParityRun.from_dict(outcome.result)
+        run = ParityRun.from_dict(outcome.result)
+        if run.samples < samples and config != self.setup.baseline:
+            # It stopped training in time to answer (autotune.procs.trial_process), short of the baseline's length:
+            # judged by nothing, as a run stopped at its limit (the baseline's own short run sets every run's length).
+            reason = f"timeout: it reached {run.samples:,} of its {samples:,} samples within {limit:.0f} s"
+            if by_share:
+                raise ParityRunOutOfTime(f"{reason}, what was left of the check's time")
+            raise ParityRunFailed(reason)
+        return run
 
     def inputs(self, config: Config) -> InputsVerdict:
         """The device path's images against the host pipeline's."""
@@ -114,6 +136,8 @@ def new_parity_check(
         check_inputs=measures.inputs,
         check_numerics=measures.numerics,
         same_math=same_math_knobs(bool(setup.facts.stream)),
+        # What the search can spare beyond the share: the check concludes in time it would leave unused.
+        spare_s=lambda: spare_s(setup, max(0.0, (check.budget.budget_s or 0.0) - check.budget.seconds)),
     )
     measures.check = check
     if not kept_check.take_up(setup, check):

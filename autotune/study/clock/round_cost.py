@@ -31,3 +31,11 @@ def config_s(setup: Setup, complete: list[FrozenTrial], config: Config, default_
     own = [max(wall_s(t), float(t.user_attrs.get("duration_s", 0.0)))
            for t in complete if "config" in t.user_attrs and setup.config_of(t) == config]
     return max(own, default=default_s)
+
+
+def measure_s(setup: Setup, complete: list[FrozenTrial], config: Config, default_s: float) -> float:
+    """Seconds measuring `config` again takes in a process already started: its longest trial's measurement (its
+    build included, no process start), `default_s` for one not yet tried."""
+    own = [float(t.user_attrs["duration_s"]) for t in complete
+           if "config" in t.user_attrs and "duration_s" in t.user_attrs and setup.config_of(t) == config]
+    return max(own, default=default_s)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from optuna.trial import TrialState
 
 from autotune.config import COMPILE_CHOICES, Config
-from autotune.study.clock.deadline import shortest_run
+from autotune.study.clock.deadline import reserve_s, shortest_run, trial_s
 from autotune.study.context import Setup
 from autotune.study.planning.valuation import Valuation
 
@@ -33,15 +33,21 @@ def least_compile_s(setup: Setup, valuation: Valuation | None, mode: str) -> tup
             seen.append((float(took), f"trial {t.number}, compile={mode}"))
     if valuation is not None:
         seen += [(took, f"a step part, compile={m}") for m, took in valuation.compiles.items() if m in cheaper]
+        seen += [(took, f"an earlier search on this GPU model, compile={m}")
+                 for m, took in valuation.remembered_compiles.items() if m in cheaper]
     return min(seen, default=None)
 
 
 def why_skip(setup: Setup, config: Config, valuation: Valuation | None) -> str | None:
-    """Why `config` cannot finish the declared run first: its compile alone takes longer than the best run so far;
-    None where it may (it compiles nothing, no compile was measured yet, or no trial is complete), and wherever the
-    space has no uncompiled config to prefer."""
+    """Why `config` cannot finish the declared run first (its compile alone takes longer than the best run so far), or
+    cannot be measured in what is left of the budget (``why_no_time``); None where it may (it compiles nothing, no
+    compile was measured yet, or no trial is complete), and wherever the space has no uncompiled config to prefer."""
     if config.compile == "off" or "off" not in setup.space.domains["compile"]:
         return None  # compiles nothing; or the user pinned compile on (--fix compile=...): the best compiled is wanted
+    return _outlasts_the_run(setup, config, valuation) or why_no_time(setup, config, valuation)
+
+
+def _outlasts_the_run(setup: Setup, config: Config, valuation: Valuation | None) -> str | None:
     known, shortest = least_compile_s(setup, valuation, config.compile), shortest_run(setup)
     if known is None or shortest is None:
         return None
@@ -51,3 +57,26 @@ def why_skip(setup: Setup, config: Config, valuation: Valuation | None) -> str |
     epochs = setup.workload.defaults["epochs"]
     return (f"{CANNOT_PAY}: compiling this model's step took {compile_s:.1f} s ({where}), longer than the best "
             f"config's whole declared run ({epochs} epoch(s) in {run_s:.1f} s, trial {best.number})")
+
+
+def why_no_time(setup: Setup, config: Config, valuation: Valuation | None) -> str | None:
+    """Why compiled `config` is not measured now: its compile and a measurement, in its trial and again in a final
+    round should it win, take longer than the budget has left before the end's reserve (the parity check, the final
+    rounds). The compile is the least timed in its mode or a cheaper one, this search's or one an earlier search on
+    this GPU model remembered (``autotune.study.planning.remembered``); None before any was timed, or without a budget.
+
+    A compile that takes most of a short budget leaves it no batch size measured (docs/search.md#compile-cost).
+    """
+    known = least_compile_s(setup, valuation, config.compile)
+    measured = trial_s(setup) if known is not None else None
+    budget = setup.options.time_budget_s if measured is not None else None
+    if budget is None or known is None or measured is None:
+        return None
+    compile_s, where = known
+    left = budget - setup.elapsed() - reserve_s(setup)
+    need = 2 * (compile_s + measured)
+    if need <= left:
+        return None
+    return (f"{CANNOT_PAY}: its compile ({compile_s:.0f} s, {where}) and a measurement ({measured:.0f} s), in its "
+            f"trial and again in a final round, need {need:.0f} s; the budget has {max(0.0, left):.0f} s left before "
+            f"the parity check and the final rounds")

@@ -32,6 +32,7 @@ from optuna.trial import TrialState
 
 from autotune.config import Config
 from autotune.procs.pool import TrialPool
+from autotune.study.clock import patience
 from autotune.study.clock.deadline import part_timeout
 from autotune.study.context import Setup
 from autotune.study.planning import compile_cost
@@ -202,8 +203,9 @@ def make(setup: Setup, pool: TrialPool, valuation: Valuation) -> Plan | None:
     limit = time_limit(setup)
     began = time.monotonic()
     groups = grid(setup)
+    recalled = f"; {valuation.recalled} part rate(s) known from earlier searches here" if valuation.recalled else ""
     setup.echo(f"plan: valuing {sum(len(g) for g in groups)} config(s) in {len(groups)} group(s) from their step and "
-               f"loader rates measured apart (at most {limit:.0f} s)")
+               f"loader rates measured apart (at most {limit:.0f} s{recalled})")
     for config in order(groups, valuation):
         if time.monotonic() - began > limit:
             plan.cut_short = True
@@ -227,7 +229,8 @@ def make(setup: Setup, pool: TrialPool, valuation: Valuation) -> Plan | None:
     # already ran cannot win, however it ranks in the grid.
     values = [t.value for t in setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value]
     top = max([plan.valued[0][1] if plan.valued else 0.0, *values])
-    plan.queued = [c for c, p in plan.valued if p >= WITHIN * top and c not in measured][:MEASURE_AT_MOST]
+    fastest = [c for c, p in plan.valued if p >= WITHIN * top and c not in measured][:MEASURE_AT_MOST]
+    plan.queued = batches_first(fastest)
     _queue(setup, plan)
     _record_rest(setup, plan, valuation, measured)
     setup.study.set_user_attr(PLAN_ATTRIBUTE, plan.record())
@@ -246,13 +249,27 @@ def summary(plan: Plan, valuation: Valuation) -> str:
             f"interference)")
 
 
+def batches_first(configs: list[Config]) -> list[Config]:
+    """`configs` (fastest predicted first) with each batch size's first config ahead of the rest: a search cut short
+    has measured every batch size the plan ranked high, where most speed-ups are, before the knobs that gain a few
+    percent at a batch size measured already (docs/search.md#the-plan-and-valuation).
+
+    >>> [c.batch_size for c in batches_first([Config(1024), Config(1024, amp="bf16"), Config(128), Config(1024, 2)])]
+    [1024, 128, 1024, 1024]
+    """
+    firsts: dict[int, Config] = {}
+    for config in configs:
+        firsts.setdefault(config.batch_size, config)
+    return [*firsts.values(), *(c for c in configs if c not in firsts.values())]
+
+
 def _queue(setup: Setup, plan: Plan) -> None:
+    predicted = dict(plan.valued)
     seeds = []
-    for config, predicted in plan.valued:
-        if config in plan.queued:
-            params = setup.space.params(config)
-            assert params is not None
-            seeds.append({"params": params, "user_attrs": {"role": "seed", "planned": round(predicted, 1)}})
+    for config in plan.queued:
+        params = setup.space.params(config)
+        assert params is not None
+        seeds.append({"params": params, "user_attrs": {"role": "seed", "planned": round(predicted[config], 1)}})
     if seeds:
         with sharing.study_lock(setup.storage, setup.study_name):
             tickets.insert_next(setup.study, seeds)
@@ -279,3 +296,22 @@ def _record_rest(setup: Setup, plan: Plan, valuation: Valuation, measured: set[C
     if made:
         setup.study.add_trials(made)
     valuation.ruled_out += len(made)  # not measured end to end for their predicted rate
+
+
+def measure_predicted_faster(setup: Setup) -> bool:
+    """Queue next the config the plan predicted fastest above the best measured that no trial tried, and say so;
+    False where there is none (``autotune.study.clock.patience.predicted_faster``)."""
+    found = patience.predicted_faster(setup.study.get_trials(deepcopy=False), setup.config_of)
+    if found is None:
+        return False
+    config = setup.config_of(found)
+    params = setup.space.params(config)
+    if params is None:
+        return False
+    predicted = float(found.user_attrs["predicted_samples_per_s"])
+    with sharing.study_lock(setup.storage, setup.study_name):
+        tickets.insert_next(setup.study, [{"params": params, "user_attrs": {
+            "role": "seed", "planned": round(predicted, 1), "predicted_of": found.number}}])
+    setup.echo(f"search: the plan predicted {config.describe()} at {rate(predicted)}/s, faster than any measured; "
+               f"measuring it before the trials end")
+    return True

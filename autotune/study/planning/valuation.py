@@ -82,6 +82,9 @@ class Valuation:
     # compile mode -> the least seconds a step part's compile took in it (autotune.study.planning.compile_cost)
     compiles: dict[str, float] = dataclasses.field(default_factory=dict)
     valued: int = 0  # configs given a predicted rate
+    recalled: int = 0  # part rates measured by an earlier search on this host (autotune.study.planning.remembered)
+    # compile mode -> the least seconds a compile took in an earlier search on this GPU model (remembered)
+    remembered_compiles: dict[str, float] = dataclasses.field(default_factory=dict)
     ruled_out: int = 0  # of them, not measured end to end because of it
 
     def missing(self, config: Config) -> list[str]:
@@ -186,6 +189,7 @@ class Valuation:
             "errors": [round(e, 4) for e in self.errors],
             "step_rates": len(self.steps),
             "loader_rates": len(self.loaders),
+            "parts_recalled": self.recalled,
         }
 
     def summary(self) -> str:
