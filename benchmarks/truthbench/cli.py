@@ -12,6 +12,7 @@ import torch
 from autotune.config import scaled_lr
 from autotune.options import SearchOptions
 from autotune.workloads import load, resolve
+from autotune.workloads.settings import baseline_config
 
 from .configs import chosen, config_sets, tuned
 from .processes import in_a_fresh_process
@@ -26,7 +27,7 @@ def argument_parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--recipe", default="imagenet_resnet50")
     parser.add_argument("--configs", default="default",
                         help="default, sweep, wide, decode, hybrid, pixels, gpu_workers, or tuned "
-                             "(the tuned file's profile)")
+                             "(the tuned file's profile, then the workload's own settings)")
     parser.add_argument("--seconds", type=float, default=30.0, help="how long the hand-written loop is timed")
     parser.add_argument("--only", type=int, help="the first N configs of the set only")
     parser.add_argument("--match", default="", help="only the configs whose name this regular expression finds")
@@ -57,7 +58,7 @@ def main(description: str) -> None:
     workload = load(ref)
     d = workload.defaults
     if args.configs == "tuned":
-        configs = tuned(ref.tuned_path, hardware)
+        configs = tuned(ref.tuned_path, hardware, baseline_config(workload, device.type == "cuda"))
     else:
         configs = config_sets(cores, args.batch_size)[args.configs]
     configs = chosen(configs, args.match, args.only)

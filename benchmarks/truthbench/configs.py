@@ -80,13 +80,14 @@ def config_sets(cores: int, bs: int) -> dict[str, dict[str, Config]]:
     }
 
 
-def tuned(tuned_path: Path, hardware: str) -> dict[str, Config]:
-    """`--configs tuned`: the one config of the tuned file's profile for `hardware`, named by its knobs."""
+def tuned(tuned_path: Path, hardware: str, own: Config) -> dict[str, Config]:
+    """`--configs tuned`: the config of the tuned file's profile for `hardware`, named by its knobs, then the
+    workload's own settings `own`: the speed-up the profile states is the first row's rate over the second's."""
     profile = tuned_file.match(tuned_file.read(tuned_path), hardware)
     if profile is None:
         raise SystemExit(f"{tuned_path} has no profile for {hardware}")
     config = tuned_file.knobs_to_config(profile["knobs"])
-    return {f"tuned: {config.describe()}": config}
+    return {f"tuned: {config.describe()}": config, f"workload's own: {own.describe()}": own}
 
 
 def chosen(configs: dict[str, Config], match: str, only: int | None) -> dict[str, Config]:

@@ -17,7 +17,7 @@ from study.test_search import FakePool
 
 from autotune.config import Config
 from autotune.options import SearchOptions
-from autotune.parity.run import probe, train
+from autotune.parity.run import PROBE_SAMPLES, probe, train
 from autotune.procs.trial_process import Outcome
 from autotune.study import SearchError, pools, search
 from autotune.trial.runner import Runner
@@ -39,10 +39,11 @@ def _runner(folder: str) -> Runner:  # noqa: ARG001 (one per project folder: its
 
 
 def _real_parity_run(self: FakePool, config: Config, lr: float, samples: int, probe_batch: int,
-                     timeout_s: float) -> Outcome:
+                     timeout_s: float, probe_samples: int | None = None) -> Outcome:
     """The parity run a trial process makes, made here: the workload's real losses, NaN where it diverges."""
     runner = _runner(str(Path.cwd()))
-    made = train(runner.build, config, lr, samples, probe(runner.dataset), probe_batch, runner.workload.count)
+    probe_set = probe(runner.dataset, samples=probe_samples or PROBE_SAMPLES)
+    made = train(runner.build, config, lr, samples, probe_set, probe_batch, runner.workload.count)
     PARITY_RUNS.append(config)
     return Outcome("complete", result=made.as_dict())
 

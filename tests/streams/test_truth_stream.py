@@ -116,9 +116,25 @@ def test_truth_times_webdataset_resnet50s_tuned_config_by_hand_on_the_cpu(small_
         {"samples_per_s": 10.0, "baseline_samples_per_s": 5.0, "speedup": 2.0, "lr": 0.1, "lr_rule": "linear",
          "knobs": tuned_file.config_to_knobs(config), "versions": {"torch": torch.__version__}})
     command = [sys.executable, str(BENCHMARKS / "truth.py"), "--recipe", "webdataset_resnet50", "--configs", "tuned",
-               "--device", "cpu", "--hand-only", "--seconds", "1", "--out", str(small_data.parent / "truth")]
+               "--device", "cpu", "--hand-only", "--seconds", "1", "--match", "^tuned",
+               "--out", str(small_data.parent / "truth")]
     done = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy(), timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("webdataset_resnet50 on cpu, ") and len(lines) == 2, lines
     assert lines[1].startswith("  tuned: bs=4 workers=2 device-normalize prefetch=2") and "the first batch " in lines[1]
+
+
+def test_the_tuned_set_times_the_profile_then_the_workloads_own_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The profile's speed-up is its rate over the workload's own: both by hand, in one run on one host.
+    configs = _truth("configs", monkeypatch)
+    path = tmp_path / "w.tuned.toml"
+    won = Config(batch_size=512, num_workers=15, prefetch_factor=4, pin_memory=True)
+    tuned_file.write_profile(path, "w", "cpu", {
+        "samples_per_s": 10.0, "baseline_samples_per_s": 5.0, "speedup": 2.0, "lr": 0.1, "lr_rule": "linear",
+        "knobs": tuned_file.config_to_knobs(won), "versions": {"torch": torch.__version__}})
+    own = Config(batch_size=256, num_workers=4, prefetch_factor=2, pin_memory=True)
+    rows = {f"tuned: {won.describe()}": won, f"workload's own: {own.describe()}": own}
+    assert configs.tuned(path, "cpu", own) == rows

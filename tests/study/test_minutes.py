@@ -53,7 +53,8 @@ def _setup(trials: list[optuna.trial.FrozenTrial], clock: list[float], budget_s:
                                                  normalise=lambda c: c),
         config_of=lambda t: Config.from_dict(t.user_attrs["config"]),
         workload=SimpleNamespace(defaults={"epochs": epochs}),
-        facts=SimpleNamespace(size=51_200), elapsed=lambda: clock[0], lr=lambda config: 0.1, windows=None,
+        facts=SimpleNamespace(size=51_200, stream_refused=()), elapsed=lambda: clock[0], lr=lambda config: 0.1,
+        windows=None,
         machine=SimpleNamespace(hardware="NVIDIA H100 80GB HBM3", cpu_share=16),
         identity=SimpleNamespace(digest=digest),
     )
