@@ -93,6 +93,15 @@ class DataFacts:
     stream_refused: tuple[tuple[int, str], ...] = ()
     stream_checked: str = ""  # what the pass check read ("its first 8 of 64 shards, ..."), "" before it ran
     stream_declared: int = 0  # a stream's pass as its workload declares it (samples_per_epoch, else len()); 0: none
+    # The stream's own order changes from pass to pass (an unseeded shuffle buffer): every epoch of the workload's own
+    # run sees another order, so a worker count's interleaving of the same samples is one more of those.
+    stream_reorders: bool = False
+
+    @property
+    def workers_set_order(self) -> bool:
+        """Whether the worker count sets the order training sees: on a stream whose own order is the same every
+        pass, it does; a data set read by index is ordered by its sampler, whatever the workers."""
+        return bool(self.stream) and not self.stream_reorders
 
 
 def max_workers(cpu_share: int, load_cpu_share: float) -> int:

@@ -6,10 +6,10 @@
 #                                                      # `autotune search --recipe webdataset_resnet50` at its defaults
 #     bash benchmarks/streams_gpu_runs.sh OUT truth    # that search's winner and the committed imagenet_resnet50
 #                                                      # profile through the truth benchmark (TRUTH_S, default 20),
-#                                                      # each beside the workload's own settings timed by hand; then
-#                                                      # imagenet_resnet50's search at --time-budget 160 and
-#                                                      # text_transformer's at --time-budget 110
-#     bash benchmarks/streams_gpu_runs.sh OUT minutes  # text_transformer's search at its default budget, right after
+#                                                      # the first beside its own settings timed by hand; then
+#                                                      # imagenet_resnet50's search at --time-budget 160
+#     bash benchmarks/streams_gpu_runs.sh OUT minutes  # text_transformer's search at --time-budget 110, then at its
+#                                                      # default budget (PART_S=600: the two may need all of it)
 #
 # `truth` reads the winner that `stream` wrote on this host, else the tuned file in the tree. Each step's output
 # goes, stamped, to OUT/<step>.log, and a step is given only the seconds left of the part's budget (PART_S, default
@@ -36,11 +36,12 @@ step() {  # step NAME COMMAND...: in /tmp/runs/NAME, at most the seconds left, o
     (cd "/tmp/runs/$name" && timeout "$(left)" "$@") 2>&1 | stamp >>"$OUT/$name.log"
     echo "$(date +%T) [$name: exit ${PIPESTATUS[0]}, $((SECONDS - t0)) s]" | tee -a "$OUT/$name.log" >>"$OUT/progress.log"
 }
-truth() {  # truth NAME RECIPE FOLDER: the tuned profile in FOLDER/recipes through the truth benchmark, stated
-    # against by hand; then the workload's own settings, by hand only (the speed-up's denominator)
+truth() {  # truth NAME RECIPE FOLDER [own]: the tuned profile in FOLDER/recipes through the truth benchmark,
+    # stated against by hand; with `own`, then the workload's own settings, by hand only (the speed-up's denominator)
     step "$1" bash -c "cd '$3' && python3 '$REPO/benchmarks/truth.py' --recipe $2 --configs tuned --match '^tuned' \
         --seconds ${TRUTH_S:-20} --rounds 1 --out /tmp/runs/$1"
     cp "/tmp/runs/$1/truth.json" "$OUT/$1.json" 2>/dev/null
+    [ "${4:-}" = own ] || return 0
     step "$1_own" bash -c "cd '$3' && python3 '$REPO/benchmarks/truth.py' --recipe $2 --configs tuned \
         --match '^workload' --hand-only --seconds ${TRUTH_S:-20} --out /tmp/runs/$1_own"
     cp "/tmp/runs/$1_own/truth.json" "$OUT/$1_own.json" 2>/dev/null
@@ -65,15 +66,15 @@ truth)
     data
     WON=/tmp/runs/wds_search
     [ -f $WON/recipes/webdataset_resnet50.tuned.toml ] || WON=$REPO
-    truth wds_truth webdataset_resnet50 $WON
+    truth wds_truth webdataset_resnet50 $WON own
     truth imagenet_truth imagenet_resnet50 "$REPO"
     step imagenet160 bash -c "python3 -m autotune search --recipe imagenet_resnet50 --time-budget 160 \
         && python3 -m autotune show --recipe imagenet_resnet50"
     cp /tmp/runs/imagenet160/recipes/imagenet_resnet50.tuned.toml "$OUT/imagenet160.tuned.toml" 2>/dev/null
-    step text110 bash -c "python3 -m autotune search --recipe text_transformer --time-budget 110"
-    cp /tmp/runs/text110/recipes/text_transformer.tuned.toml "$OUT/text110.tuned.toml" 2>/dev/null
     ;;
 minutes)
+    step text110 bash -c "python3 -m autotune search --recipe text_transformer --time-budget 110"
+    cp /tmp/runs/text110/recipes/text_transformer.tuned.toml "$OUT/text110.tuned.toml" 2>/dev/null
     step text_default bash -c "python3 -m autotune search --recipe text_transformer"
     cp /tmp/runs/text_default/recipes/text_transformer.tuned.toml "$OUT/text_default.tuned.toml" 2>/dev/null
     ;;

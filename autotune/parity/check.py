@@ -238,7 +238,7 @@ class ParityCheck:
         if not self.conclusive or (inputs is not None and not inputs.passed):
             unjudged = None if self.conclusive else self._inconclusive_reason()
             verdict = without_run(self.baseline, config, inputs, self.lr_of(config), self.lr_of(self.baseline),
-                                  self.samples, self.window, unjudged)
+                                  self.samples, self.window, unjudged, self.same_math)
             self.echo(f"  parity {verdict.summary()}  {config.describe()}")
             return verdict
         failed: list[tuple[str | None, ParityVerdict]] = []

@@ -19,7 +19,15 @@ from autotune.parity import signal
 from autotune.parity.inputs import InputsVerdict
 from autotune.parity.numerics import NumericsVerdict
 from autotune.parity.run import ParityRun
-from autotune.parity.verdict import MIN_PROGRESS, TOLERANCES, ParityVerdict, changes_math, family, progress
+from autotune.parity.verdict import (
+    MIN_PROGRESS,
+    SAME_MATH_KNOBS,
+    TOLERANCES,
+    ParityVerdict,
+    changes_math,
+    family,
+    progress,
+)
 
 
 def same_as_baseline(
@@ -93,19 +101,20 @@ def same_math_unjudged(
 
 def without_run(
     baseline: Config, config: Config, inputs: InputsVerdict | None, lr: float, baseline_lr: float, samples: int,
-    window: int, why: str | None,
+    window: int, why: str | None, same: tuple[str, ...] = SAME_MATH_KNOBS,
 ) -> ParityVerdict:
     """A verdict no run could change. A device decode path whose images differ from the host pipeline's (`inputs`)
     fails whatever a training run would show. Against a baseline that learned nothing measurable (`why`), a
-    config that changes the math cannot be judged, and one that keeps it passes; decode, once its images match,
-    keeps it. (amp and compile at the baseline's batch are judged by their gradients instead: ``by_gradients``.)"""
+    config that changes the math (outside `same`: on a stream whose order is fixed, its worker count too) cannot be
+    judged, and one that keeps it passes; decode, once its images match, keeps it. (amp and compile at the baseline's
+    batch are judged by their gradients instead: ``by_gradients``.)"""
     name = family(baseline, config)
     if inputs is not None and not inputs.passed:
         verdict = ParityVerdict(False, name, TOLERANCES[name], samples, window, lr, lr,
                                 reason=f"decode: {inputs.summary()}")
     elif why is None:
         raise ValueError("a config whose images match is judged by a run when the check is conclusive")
-    elif changed := [k for k in changes_math(baseline, config)
+    elif changed := [k for k in changes_math(baseline, config, same)
                      if not (k in ("decode", "decode_share") and inputs is not None)]:
         verdict = cannot_judge(baseline, config, changed, lr, baseline_lr, samples, window, why)
     else:

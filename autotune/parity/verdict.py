@@ -307,14 +307,15 @@ def check(runner: Any, baseline: Config, baseline_lr: float, candidate: Config, 
     return compare(base, run, family(baseline, candidate), samples, window)
 
 
-# A stream's samples come interleaved from its workers: another worker count is another data order, judged by a
-# training run as bucketing's order is (docs/streams.md).
+# A stream's samples come interleaved from its workers: on a stream whose own order is the same every pass, another
+# worker count is another data order, judged by a training run as bucketing's order is (docs/streams.md).
 STREAM_SAME_MATH_KNOBS = tuple(k for k in SAME_MATH_KNOBS if k != "num_workers")
 
 
-def same_math_knobs(stream: bool) -> tuple[str, ...]:
-    """The knobs that keep the baseline's arithmetic and data order: for a stream, the worker count is not one."""
-    return STREAM_SAME_MATH_KNOBS if stream else SAME_MATH_KNOBS
+def same_math_knobs(workers_set_order: bool) -> tuple[str, ...]:
+    """The knobs that keep the baseline's arithmetic and data order: where the worker count sets the order
+    (``DataFacts.workers_set_order``), it is not one."""
+    return STREAM_SAME_MATH_KNOBS if workers_set_order else SAME_MATH_KNOBS
 
 
 def changes_math(baseline: Config, candidate: Config, same: tuple[str, ...] = SAME_MATH_KNOBS) -> list[str]:

@@ -16,6 +16,10 @@ from typing import Any
 from autotune.streams import sources
 
 GROUPED = "group_by_keys"  # the webdataset stage after which a sample is a dict of its files, with its __key__
+# Stages after the grouping that pass a sample on whole: a shuffle buffer, which the part keeps, so that it yields
+# its samples in the order the stream does (``autotune.streams.passes.reorders``), and the check that a worker got a
+# shard, which it leaves out (the pass check judges a worker that gets none, rather than stopping at it).
+SHUFFLE, EMPTY_CHECK = "_shuffle", "check_empty"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,13 +46,23 @@ def _webdataset_part(dataset: Any, shards_wanted: int) -> Part | None:
 
     listed = sources.shard_list(dataset)
     stages = list(getattr(dataset, "pipeline", []))
-    grouped = next((i for i, s in enumerate(stages) if getattr(getattr(s, "f", None), "__name__", "") == GROUPED), None)
+    grouped = next((i for i, s in enumerate(stages) if _name(s) == GROUPED), None)
     if listed is None or grouped is None:
         return None
     n = max(1, min(shards_wanted, len(listed.urls)))
-    # The stages between the shard list and the grouping: node and worker splitters, shard shuffle, open, expand.
-    head = wds.DataPipeline(wds.SimpleShardList(list(listed.urls[:n])), *stages[1 : grouped + 1])
+    end = grouped + 1
+    while end < len(stages) and _name(stages[end]) in (SHUFFLE, EMPTY_CHECK):
+        end += 1
+    # The stages between the shard list and the grouping (node and worker splitters, shard shuffle, open, expand),
+    # and the shuffle buffer after it.
+    kept = [s for s in stages[1:end] if _name(s) != EMPTY_CHECK]
+    head = wds.DataPipeline(wds.SimpleShardList(list(listed.urls[:n])), *kept)
     return Part(head, n, f"its first {n} of {len(listed.urls)} shards, read up to their samples' keys, not decoded")
+
+
+def _name(stage: Any) -> str:
+    """A webdataset stage's function name: a filter's (``_shuffle``), or a plain function's (``check_empty``)."""
+    return getattr(getattr(stage, "f", None), "__name__", "") or getattr(stage, "__name__", "")
 
 
 def _hugging_face_part(dataset: Any, shards_wanted: int) -> Part | None:

@@ -130,7 +130,9 @@ def with_pass_check(dataset: Any, workload: Workload, facts: DataFacts, most: in
     if unjudged:
         what += f"; {unjudged} larger count(s) left unchecked: the check's time ran out"
     refused = tuple((v.workers, v.reason) for v in verdicts if not v.passed)
-    facts = dataclasses.replace(facts, stream_refused=refused, stream_checked=what)
+    # Only where every count was read: a count left unchecked is not known to keep the samples it would reorder.
+    reordered = not unjudged and passes.reorders(dataset, workload.sample_key)
+    facts = dataclasses.replace(facts, stream_refused=refused, stream_checked=what, stream_reorders=reordered)
     read = next((v.samples for v in verdicts if v.workers == 0), 0) if what == passes.WHOLE_PASS else 0
     if read and (not facts.size or read < facts.size):  # a trial times the pass the stream yields, as a run would
         facts = dataclasses.replace(facts, size=read)
@@ -167,7 +169,17 @@ def describe(facts: DataFacts, cores_most: int) -> list[str]:
         lines.append(f"pass check ({facts.stream_checked}): every worker count keeps the stream's samples")
     elif facts.stream_checked:
         lines.append(f"pass check ({facts.stream_checked}): the other worker counts keep the stream's samples")
+    if facts.stream_reorders:
+        lines.append(f"stream order: {REORDERS}")
+    elif facts.stream_checked and facts.stream_checked != passes.UNKEYED:
+        lines.append(f"stream order: {FIXED_ORDER}")
     return lines
+
+
+REORDERS = ("it changes from pass to pass (its shuffle is unseeded), so each epoch of its own run sees another; a "
+            "worker count that keeps its samples reorders them as an epoch does and is judged as a loader knob")
+FIXED_ORDER = ("the same every pass: another worker count interleaves it otherwise, so a config that changes it "
+               "passes the parity check's training run")
 
 
 def _spans(counts: list[int]) -> str:

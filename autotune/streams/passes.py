@@ -105,6 +105,24 @@ def check(dataset: Any, counts: list[int], sample_key: Callable[[Any], Any] | No
     return verdicts, what
 
 
+ORDER_SAMPLES = 512  # the first samples read twice to see whether a stream reorders itself from pass to pass
+
+
+def reorders(dataset: Any, sample_key: Callable[[Any], Any] | None = None) -> bool:
+    """Whether the stream yields its samples in another order on each pass: its first samples, read twice in one
+    process as two epochs read them, come in two orders while being the same samples (an unseeded shuffle buffer).
+
+    Where it does, every epoch of the workload's own run already sees another order, and a worker count that keeps
+    its samples (``check``) interleaves them in one more: the worker count then sets no order the run would keep. A
+    stream whose samples read differently each time (a random augmentation, identified by content) cannot be told
+    apart from one that reorders: False, as for one whose order is fixed.
+    """
+    bounded = part(dataset, 1)
+    source = bounded.dataset if bounded is not None else dataset
+    first, second = ([key for _, key in read(source, 0, ORDER_SAMPLES, sample_key)] for _ in range(2))
+    return first != second and len(set(first) & set(second)) >= len(first) // 2
+
+
 # What the check says of a stream none of whose samples read the same twice (content digests of random crops).
 UNKEYED = ("its samples differ each time they are read (random augmentation?), so none can be matched between two "
            "passes and no worker count was checked; declare sample_key(sample) in the workload to check them")

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.utils.data import IterableDataset
 
 from autotune.batch import to_device
 from autotune.config import Config
@@ -75,10 +76,11 @@ def warm_up(step: Callable[[Any], Any], fed: Repeat, device: torch.device, least
 
 def loader_rate(runner: Any, config: Config, lr: float, windows: Windows = PART_WINDOWS) -> dict[str, float]:
     """Samples/s of `config`'s loader alone, each batch copied to the device; each epoch's start-up spread over it."""
-    if config.persistent_workers or config.num_workers == 0:
+    if config.persistent_workers or config.num_workers == 0 or isinstance(runner.dataset, IterableDataset):
         # An epoch's start costs such a loader little (its workers stay up, or there are none), and timing one
         # costs a whole epoch (docs/measuring.md, "How it measures"). What the start does cost is in the
-        # interference factor the end-to-end trials learn.
+        # interference factor the end-to-end trials learn. A stream's start (its shards opened, its buffer filled)
+        # is its time to the first batch, which its trials measure apart; reaching its next one is a whole pass.
         windows = dataclasses.replace(windows, boundaries=0)
     loader, _, _ = runner.build(config, lr)
     non_blocking = config.pin_memory and runner.device.type == "cuda"

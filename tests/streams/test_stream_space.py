@@ -11,7 +11,7 @@ from _streams import Shards, fixture
 
 from autotune.knobs import DataFacts, Machine, SpaceError
 from autotune.options import SearchOptions
-from autotune.streams.facts import describe, with_pass_check
+from autotune.streams.facts import FIXED_ORDER, describe, with_pass_check
 from autotune.study.setup import announce, prepare
 from autotune.study.space.domains import build_space
 from autotune.trial.facts import read_facts
@@ -32,7 +32,12 @@ def test_workers_times_ranks_within_the_shards_and_the_reason_in_the_banner() ->
         "num_workers: at most 2: the stream's 4 shard(s) over 2 rank(s), a worker beyond them reads nothing",
         "pass check (its first 2 of 4 shards, read up to their samples' keys, not decoded): every worker count keeps "
         "the stream's samples",
+        f"stream order: {FIXED_ORDER}",
     ]
+    reordering = describe(dataclasses.replace(STREAM, stream_reorders=True), cores_most=8)
+    assert reordering[-1] == (
+        "stream order: it changes from pass to pass (its shuffle is unseeded), so each epoch of its own run sees "
+        "another; a worker count that keeps its samples reorders them as an epoch does and is judged as a loader knob")
 
 
 def test_a_fixed_worker_count_beyond_the_shards_is_refused_naming_the_rule() -> None:
@@ -62,7 +67,7 @@ def test_worker_counts_the_pass_check_ruled_out_leave_the_domain_with_their_reas
     assert build_space(16, machine, facts).domains["num_workers"] == (0, 1)
     assert describe(facts, cores_most=3)[1:] == [f"num_workers 2, 3 ruled out: {duplicated}",
                                                  "pass check (one whole pass): the other worker counts keep the "
-                                                 "stream's samples"]
+                                                 "stream's samples", f"stream order: {FIXED_ORDER}"]
     with pytest.raises(SpaceError, match=r"num_workers is narrowed here: num_workers=2: duplicated samples"):
         build_space(16, machine, facts, fixes={"num_workers": (2,)})
 

@@ -154,7 +154,7 @@ class FamilyGate:
         A seed is an informed guess at the loop's knobs, and most of its speed is in them
         (docs/search.md#the-parity-check-inside-the-search).
         """
-        same = same_math_knobs(bool(setup.facts.stream))
+        same = same_math_knobs(setup.facts.workers_set_order)
         math = {k: getattr(setup.baseline, k) for k, _ in math_family(config, same)}
         twin = setup.space.normalise(setup.space.clip(Config(**{**config.as_dict(), **math})))
         params = setup.space.params(twin)
@@ -172,7 +172,7 @@ class FamilyGate:
         for batch in between(setup.baseline.batch_size, rejected.batch_size, setup.space.domains["batch_size"]):
             config = setup.space.clip(Config(**{**rejected.as_dict(), "batch_size": batch}))
             params = setup.space.params(config)
-            same = same_math_knobs(bool(setup.facts.stream))
+            same = same_math_knobs(setup.facts.workers_set_order)
             if params is not None and math_family(config, same) not in self.rejected:
                 seeds.append({"params": params, "user_attrs": {"role": "seed", "between_of": rejected.describe()}})
         if not seeds:

@@ -135,7 +135,7 @@ def new_parity_check(
         lr_at=setup.lr,
         check_inputs=measures.inputs,
         check_numerics=measures.numerics,
-        same_math=same_math_knobs(bool(setup.facts.stream)),
+        same_math=same_math_knobs(setup.facts.workers_set_order),
         # What the search can spare beyond the share: the check concludes in time it would leave unused.
         spare_s=lambda: spare_s(setup, max(0.0, (check.budget.budget_s or 0.0) - check.budget.seconds)),
     )
