@@ -23,6 +23,9 @@ from autotune.trial.cputime import CpuTimes
 from autotune.trial.feed import Clock, Feed
 from autotune.trial.window import Window, pooled, run_steps, timed, waive
 
+PASS_END_MOST_S = 40.0  # the most a measurement reads of a stream's pass to time its end (`cross_the_pass_end`)
+UNENDING = 2**62  # a pass length no stream reaches: read until it ends by itself
+
 
 @dataclasses.dataclass(frozen=True)
 class Windows:
@@ -192,6 +195,41 @@ class Steady:
         if self._room_for_window():
             return None  # the next call times a steady window of this epoch
         return timed(self.feed, self.step, n, self.clock, self.sync, cpu=self.cpu)
+
+    def cross_the_pass_end(self) -> None:
+        """A stream's pass read to its own end and one batch into the next, timed as its boundary, where it fits.
+
+        A stream's pass does not end as an epoch read by index does: each worker ends its own shards, those with more
+        shards last, each with a partial last batch, and the loop waits for the slowest. With 15 workers over 64
+        shards that cost 8.7 s a pass by hand, where the next pass's start alone took 0.9 s (docs/streams.md,
+        "Measuring a stream"). So where the rest of the pass fits in PASS_END_MOST_S and the time left, it is read
+        to the stream's own end (not to the declared count, which the partial batches outrun), then into the next
+        pass; what that took beyond its steps at the steady rate is the pass's boundary.
+        """
+        feed = self.feed
+        if not feed.stream or self.whole or self.boundaries or not self.windows or feed.remaining <= 0:
+            return
+        step_s = sum(w.seconds for w in self.windows) / sum(w.steps for w in self.windows)
+        room = PASS_END_MOST_S if self.deadline is None else min(PASS_END_MOST_S, self.deadline - self.clock())
+        if feed.remaining * step_s + self.setup_s > room:
+            return
+        declared, most = feed.steps_per_epoch, feed.remaining + max(1, self.min_steps) + 1
+        feed.steps_per_epoch = UNENDING  # asked on until the stream says its pass is over (`Feed._ask`)
+        feed.reset_window()
+        carried = feed.held_s if feed.held is not None else 0.0
+        t0 = self.clock()
+        steps = samples = 0
+        while steps < most:
+            before = feed.position
+            samples += run_steps(feed, self.step, 1)
+            steps += 1
+            if feed.position <= before:  # the pass ended: this step took the next pass's first batch
+                self.sync()
+                self.boundaries.append(Window(self.clock() - t0 + carried, steps, samples, 0))
+                return
+        # No end near the declared pass: the stream goes on (it repeats); the declared pass stays its pass.
+        feed.steps_per_epoch = declared
+        feed.position = min(feed.position, declared)
 
     def force_a_boundary(self) -> None:
         """No epoch ended while we timed: time one, so start-up cost is never assumed away."""

@@ -185,6 +185,7 @@ def measure(
     steady = Steady(feed, step, windows, clock, sync, min_steps, capacity, whole, cpu, deadline, setup_s)
     stopped = steady.run(on_window)
     if not stopped:
+        steady.cross_the_pass_end()
         steady.force_a_boundary()
     step_s = sum(w.seconds for w in steady.windows) / sum(w.made / w.per_batch for w in steady.windows)
     overheads = [max(0.0, w.seconds - w.steps * step_s) for w in steady.boundaries]

@@ -134,3 +134,42 @@ def test_a_baseline_whose_workers_repeat_the_stream_is_never_the_answer() -> Non
     lines.clear()
     assert profile.winner(setup, [], {own: results[own]}) == own
     assert lines[0].startswith(f"warning: the workload's own settings ({own.describe()}) are the answer, as no other")
+
+
+class StragglerLoader(StreamLoader):
+    """A pass of `samples` in full batches, then one partial batch from each of `stragglers` workers that end their
+    shards last, each kept waiting `tail_s` of fake time: a pass's end as a stream's workers make it."""
+
+    def __init__(self, clock: Clock, samples: int, batch: int, first_s: float, stragglers: int, partial: int,
+                 tail_s: float) -> None:
+        super().__init__(clock, samples, batch, first_s)
+        self.stragglers, self.partial, self.tail_s = stragglers, partial, tail_s
+
+    def __iter__(self):
+        self.clock.now += self.first_s
+        for _ in range((self.samples - self.stragglers * self.partial) // self.batch_size):
+            yield torch.zeros(self.batch_size, 1), torch.zeros(self.batch_size)
+        for _ in range(self.stragglers):
+            self.clock.now += self.tail_s
+            yield torch.zeros(self.partial, 1), torch.zeros(self.partial)
+
+
+def test_a_streams_pass_is_read_to_its_own_end_and_its_stragglers_are_in_its_rate() -> None:
+    # 1,648 samples declared: 100 batches of 16, then 4 workers' partial batches of 12, each 0.1 s late. Its
+    # declared count (103 batches of 16) would stop before the last partial batch and never wait for the others.
+    clock = Clock()
+    loader = StragglerLoader(clock, samples=1648, batch=16, first_s=0.5, stragglers=4, partial=12, tail_s=0.1)
+    m = measure(_step(clock, 0.01), loader, Windows(warmup_steps=2, window_s=0.05, rel_tol=0.03), clock=clock,
+                pass_samples=1648)
+    assert m.steps_per_epoch == 104
+    # A pass as a loop over it takes: its start, 104 steps, the stragglers' waits.
+    assert m.epoch_s == pytest.approx(0.5 + 104 * 0.01 + 4 * 0.1)
+    assert m.samples_per_s == pytest.approx(1648 / 1.94)
+
+
+def test_a_stream_that_goes_on_past_its_declared_pass_keeps_the_declared_pass() -> None:
+    clock = Clock()
+    m = measure(_step(clock, 0.01), StreamLoader(clock, None, 16, 0.5), Windows(warmup_steps=2, window_s=0.05,
+                rel_tol=0.03), clock=clock, pass_samples=1600)
+    assert m.steps_per_epoch == 100
+    assert m.samples_per_s == pytest.approx(1600 / (100 * 0.01 + 0.5))  # the declared pass, its start timed
