@@ -7,6 +7,7 @@ synchronised only at the ends.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -39,19 +40,25 @@ def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: to
     optimizer = workload.build_optimizer(model.parameters(), lr)
     if config.compile != "off":  # as a user compiles: the model; its warm-up below compiles it
         model = torch.compile(model, mode=config.compile)
-    criterion = workload.build_loss()
+    own_loss = getattr(workload, "compute_loss", None)  # a batch not an (input, target) pair: the workload's loss
+    # The batch's samples, as the workload counts them (else its first tensor's rows).
+    count = getattr(workload, "count", None) or (lambda batch: len(batch[0]))
+    criterion = workload.build_loss() if own_loss is None else None
     dataset = workload.build_dataset(data_root())
     loader, finish, per_epoch = hand_loader(workload, dataset, config, device)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.amp)
 
-    def step(x: torch.Tensor, y: torch.Tensor) -> None:
-        x = x.to(device, non_blocking=config.pin_memory)
-        if config.device_normalize and config.decode == "cpu":
-            x = finish(x)
-        x = x.contiguous(memory_format=fmt)
-        y = y.to(device, non_blocking=config.pin_memory)
+    def step(batch: Any) -> None:
         with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-            loss = criterion(model(x), y)
+            if own_loss is not None:
+                loss = own_loss(model, moved(batch, device, config.pin_memory))
+            else:
+                x, y = batch
+                x = x.to(device, non_blocking=config.pin_memory)
+                if config.device_normalize and config.decode == "cpu":
+                    x = finish(x)
+                x = x.contiguous(memory_format=fmt)
+                loss = criterion(model(x), y.to(device, non_blocking=config.pin_memory))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -63,23 +70,24 @@ def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: to
     capacity = config.num_workers * (config.prefetch_factor or 2) if config.num_workers else 0
     taken = 10 + 2 * capacity
     began = time.perf_counter()
-    x, y = next(feed)
+    batch = next(feed)
     first_batch_s = time.perf_counter() - began  # the workers' start, a stream's shards opened and its buffer filled
-    step(x, y)
+    step(batch)
     for _ in range(taken - 1):  # warm-up (cuDNN autotuning), then twice what the workers can hold ready
-        step(*next(feed))
+        step(next(feed))
     sync(device)
     cpu0 = cpu_times()
     start, first = time.perf_counter(), taken  # `first`: the first timed batch's place, counted from the start
     arrived: list[tuple[float, int, int]] = []  # each batch: when the loop had it, its place in its epoch, its size
 
     def timed_step() -> int:
-        x, y = next(feed)
+        batch = next(feed)
+        size = count(batch)
         # A stream's pass ends where its workers run out, which its declared pass only estimates.
         place = passes.place if passes.stream else (first + len(arrived)) % per_epoch
-        arrived.append((time.perf_counter() - start, place, len(x)))
-        step(x, y)
-        return len(x)
+        arrived.append((time.perf_counter() - start, place, size))
+        step(batch)
+        return size
 
     samples = 0
     while time.perf_counter() - start < seconds:
@@ -98,6 +106,17 @@ def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: to
             **epoch_parts(arrived, samples, wall, per_epoch, capacity)}
 
 
+def moved(batch: Any, device: torch.device, non_blocking: bool) -> Any:
+    """`batch` (a tensor, or a dict, list or tuple of them) on `device`, as a user's loop moves it."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, dict):
+        return {key: moved(value, device, non_blocking) for key, value in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(moved(value, device, non_blocking) for value in batch)
+    return batch
+
+
 ENDLESS = 10**9  # the batches of a stream's pass where its workload declares none: no epoch's worth is ever reached
 
 
@@ -107,6 +126,10 @@ def hand_loader(workload: Any, dataset: Any, config: Config, device: torch.devic
     A stream has no sampler to shuffle: its order is its own, and its pass is the workload's declared one
     (DEFAULTS' `samples_per_epoch`, else its own `len()`), in batches."""
     files, collate, finish = worker_data(dataset, config, device)
+    if collate is None and getattr(workload, "collate_fn", None) is not None:  # the workload's own, as a user passes it
+        collate = workload.collate_fn
+        if config.pad_multiple:  # the pad_multiple knob: the keyword a padding collate_fn takes
+            collate = functools.partial(collate, pad_to_multiple_of=config.pad_multiple)
     stream = isinstance(dataset, IterableDataset)
     extra = {"persistent_workers": config.persistent_workers, "prefetch_factor": config.prefetch_factor or 2}
     loader = DataLoader(files, batch_size=config.batch_size, shuffle=not stream, num_workers=config.num_workers,

@@ -138,3 +138,22 @@ def test_the_tuned_set_times_the_profile_then_the_workloads_own_settings(
     own = Config(batch_size=256, num_workers=4, prefetch_factor=2, pin_memory=True)
     rows = {f"tuned: {won.describe()}": won, f"workload's own: {own.describe()}": own}
     assert configs.tuned(path, "cpu", own) == rows
+
+
+@pytest.mark.e2e
+def test_truth_times_a_text_stream_by_hand_with_its_own_collate_and_loss(small_data: Path) -> None:
+    # hf_stream_text's batches are dicts its collate_fn pads, and its model returns its own loss: the hand loop
+    # collates and trains them as a user's loop does, the pad_multiple knob passed as the collate_fn's keyword.
+    config = Config(batch_size=16, pad_multiple=8)
+    tuned_file.write_profile(
+        small_data.parent / "recipes" / "hf_stream_text.tuned.toml", "hf_stream_text", "cpu",
+        {"samples_per_s": 10.0, "baseline_samples_per_s": 5.0, "speedup": 2.0, "lr": 5e-4, "lr_rule": "sqrt",
+         "knobs": tuned_file.config_to_knobs(config), "versions": {"torch": torch.__version__}})
+    command = [sys.executable, str(BENCHMARKS / "truth.py"), "--recipe", "hf_stream_text", "--configs", "tuned",
+               "--device", "cpu", "--hand-only", "--seconds", "1", "--out", str(small_data.parent / "truth")]
+    done = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy(), timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("hf_stream_text on cpu, ") and len(lines) == 3, lines
+    assert lines[1].startswith("  tuned: bs=16 workers=0 pad=8 ") and " by hand " in lines[1]
+    assert lines[2].startswith("  workload's own: bs=32 workers=0 ") and " by hand " in lines[2]
