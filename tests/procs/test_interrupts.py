@@ -209,17 +209,22 @@ def test_sigterm_in_the_finalist_rounds_then_the_same_command_reaches_the_same_v
     assert first.proc.wait(timeout=60) == 130, first.output()
     assert "No tuned file was written." in first.output()
     assert not (project / "recipes" / "tiny.tuned.toml").exists()
+    kept = verdicts(project)  # what the interrupted run judged, kept on its study
 
     again = Search(project, ROUNDS_ENV, ROUNDS_COMMAND)
     assert again.proc.wait(timeout=300) == 0, again.output()
     out = again.output()
-    assert "resuming study " in out and "4 trial(s) already finished, 0 to go" in out
-    assert "parity: taking up the check an earlier run of this search made (2 verdict(s), 8,192 samples a run)" in out
-    assert "parity: checking" not in out and "\n  parity " not in out, "no config is judged again"
+    said = f"the interrupted run:\n{first.output()}\nthe same command again:\n{out}"  # whole, where one fails
+    assert "resuming study " in out and "4 trial(s) already finished, 0 to go" in out, said
+    taken = (f"parity: taking up the check an earlier run of this search made ({len(kept)} verdict(s), 8,192 samples "
+             f"a run)")
+    assert taken in out, said
+    assert "parity: checking" not in out and "\n  parity " not in out, f"no config is judged again: {said}"
 
     judged = verdicts(project)
+    assert judged == kept, said
     assert {c: (v["passed"], v["samples"]) for c, v in judged.items()} == {
-        "bs=128 workers=0": (True, 8192), "bs=256 workers=0": (False, 8192)}
-    assert judged == verdicts(whole)
-    assert written(project) == written(whole)
+        "bs=128 workers=0": (True, 8192), "bs=256 workers=0": (False, 8192)}, said
+    assert judged == verdicts(whole), said
+    assert written(project) == written(whole), said
     assert written(project)["knobs"]["batch_size"] == 128
