@@ -14,11 +14,12 @@ over the texts' own vocabulary: nothing is downloaded.
 
 import re
 
-import torch
 from datasets import load_dataset
 from torch import optim
 
-from autotune.workloads.builtins.text_transformer import MAX_LEN, PAD, Encoder
+# Its batches are text_transformer's: padded by its collate_fn (to pad_to_multiple_of when given), a mask of the
+# real tokens.
+from autotune.workloads.builtins.text_transformer import MAX_LEN, Encoder, collate_fn  # noqa: F401 (a hook)
 from autotune.workloads.locate import data_root
 from autotune.workloads.parquet_text import text_samples, text_shards, vocabulary
 
@@ -45,22 +46,6 @@ def build_dataset(root):
     # files through threads that it waits seconds for whenever an iterator ends (each pass, each worker).
     stream = load_dataset("parquet", data_files=text_shards(root), split="train", streaming=True)
     return stream.map(tokenize, remove_columns=["text", "label"])
-
-
-def collate_fn(samples, pad_to_multiple_of=None):
-    """Pad to the batch's longest text, rounded up to a multiple of `pad_to_multiple_of` (at most MAX_LEN, the
-    positions the encoder has); the mask marks real tokens."""
-    longest = max(len(s["input_ids"]) for s in samples)
-    if pad_to_multiple_of:
-        longest = min(MAX_LEN, -(-longest // pad_to_multiple_of) * pad_to_multiple_of)
-    ids = torch.full((len(samples), longest), PAD, dtype=torch.long)
-    mask = torch.zeros((len(samples), longest), dtype=torch.bool)
-    for row, sample in enumerate(samples):
-        n = len(sample["input_ids"])
-        ids[row, :n] = torch.as_tensor(sample["input_ids"], dtype=torch.long)
-        mask[row, :n] = True
-    labels = torch.tensor([s["labels"] for s in samples], dtype=torch.long)
-    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
 def build_model():

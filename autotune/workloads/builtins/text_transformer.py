@@ -70,7 +70,7 @@ def collate_fn(samples, pad_to_multiple_of=None):
     mask = torch.zeros((len(samples), longest), dtype=torch.bool)
     for row, sample in enumerate(samples):
         n = len(sample["input_ids"])
-        ids[row, :n] = sample["input_ids"]
+        ids[row, :n] = torch.as_tensor(sample["input_ids"], dtype=torch.long)  # a tensor, or a stream's list
         mask[row, :n] = True
     labels = torch.tensor([s["labels"] for s in samples], dtype=torch.long)
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
