@@ -4,14 +4,17 @@
 #
 #     bash benchmarks/streams_gpu_runs.sh OUT stream   # the data (JPEGs, then their webdataset shards), then
 #                                                      # `autotune search --recipe webdataset_resnet50` at its defaults
-#     bash benchmarks/streams_gpu_runs.sh OUT truth    # that search's winner and the committed imagenet_resnet50
-#                                                      # profile through the truth benchmark (TRUTH_S, default 20),
-#                                                      # the first beside its own settings timed by hand; then
-#                                                      # imagenet_resnet50's search at --time-budget 160
+#     bash benchmarks/streams_gpu_runs.sh OUT truth    # that search's winner through the truth benchmark
+#                                                      # (TRUTH_S, default 20), beside its own settings timed by
+#                                                      # hand; imagenet_resnet50's search at --time-budget 160;
+#                                                      # then, in the time left, the committed imagenet_resnet50
+#                                                      # profile through the truth benchmark
 #     bash benchmarks/streams_gpu_runs.sh OUT minutes  # text_transformer's search at --time-budget 110, then at its
 #                                                      # default budget (PART_S=600: the two may need all of it)
 #
-# `truth` reads the winner that `stream` wrote on this host, else the tuned file in the tree. Each step's output
+# `truth` reads the winner that `stream` wrote on this host, else the one in WON (a folder holding
+# recipes/webdataset_resnet50.tuned.toml: a search's answer brought from another host), else the tuned file in the
+# tree. Each step's output
 # goes, stamped, to OUT/<step>.log, and a step is given only the seconds left of the part's budget (PART_S, default
 # 575), so one that hangs cannot take the rest. The data step is quick where the data is written already.
 set -u
@@ -64,13 +67,14 @@ stream)
     ;;
 truth)
     data
+    GIVEN=$(realpath -m "${WON:-$REPO}")
     WON=/tmp/runs/wds_search
-    [ -f $WON/recipes/webdataset_resnet50.tuned.toml ] || WON=$REPO
-    truth wds_truth webdataset_resnet50 $WON own
-    truth imagenet_truth imagenet_resnet50 "$REPO"
+    [ -f $WON/recipes/webdataset_resnet50.tuned.toml ] || WON=$GIVEN
+    truth wds_truth webdataset_resnet50 "$WON" own
     step imagenet160 bash -c "python3 -m autotune search --recipe imagenet_resnet50 --time-budget 160 \
         && python3 -m autotune show --recipe imagenet_resnet50"
     cp /tmp/runs/imagenet160/recipes/imagenet_resnet50.tuned.toml "$OUT/imagenet160.tuned.toml" 2>/dev/null
+    truth imagenet_truth imagenet_resnet50 "$REPO"
     ;;
 minutes)
     step text110 bash -c "python3 -m autotune search --recipe text_transformer --time-budget 110"

@@ -113,6 +113,7 @@ class Step:
         self.options = options = StepOptions.given(options, keywords, "Step")
         self.model, self.loss_fn, self.optimizer, self.config = model, loss_fn, optimizer, config
         self.compute_loss: ComputeLoss = compute_loss or pair_loss(loss_fn)  # type: ignore[arg-type]
+        self.eager_loss = self.compute_loss  # what a short batch runs under compile (`_loss_for`)
         self.compiled = compiled.compile_loss(self.compute_loss, config.compile)  # None: compile off
         if self.compiled is not None:
             self.compute_loss = self.compiled
@@ -201,9 +202,26 @@ class Step:
 
     def _forward_backward(self, batch: Any) -> torch.Tensor:
         with self._autocast():
-            loss = self.compute_loss(self.model, batch)
+            loss = self._loss_for(batch)(self.model, batch)
         update.backward(loss, self.accumulate, self.scaler)
         return loss
+
+    def _loss_for(self, batch: Any) -> ComputeLoss:
+        """The loss a batch runs: the compiled one, but eagerly for a batch short of the config's batch size.
+
+        A short batch is an epoch's last, or under a stream each worker's last of each pass (15 workers: 15 a pass,
+        of as many sizes as their shares differ). Compiled, a new size is a recompile (Dynamo makes the batch dimension
+        dynamic and compiles again), a one-off of the order of the first compile, paid in the middle of a pass and of
+        any measurement that crosses one; eagerly it costs about a batch's step. The math is the same either way, as
+        the CUDA graph runs such a batch eagerly too (``autotune.loop.graph``).
+        """
+        if self.compiled is None:
+            return self.compute_loss
+        try:
+            short = batches.samples_in(batch) < self.config.batch_size
+        except batches.BatchError:  # no leading batch dimension to read: the compiled loss, as for any batch
+            short = False
+        return self.eager_loss if short else self.compute_loss
 
     def _update(self, with_after_update: bool = True) -> None:
         """Clip, step, and the user's after_update: eagerly, or inside a graph's capture."""

@@ -23,6 +23,7 @@ from autotune.text import elapsed, rate
 
 # Pruned without a measurement: said as what was done, then why.
 SAID_AS_THEY_ARE = (PREDICTED, GAVE_UP, SKIPPED, VALUED, OUT_OF_TIME, CANNOT_PAY, RULED_OUT)
+ONCE_SAID_S = 0.1  # a stream's one-off work at its pass end (its short batches' new sizes) said from this many seconds
 
 
 def say(setup: Setup, number: int, config: Config, outcome: Outcome, same: FrozenTrial | None,
@@ -48,6 +49,8 @@ def say(setup: Setup, number: int, config: Config, outcome: Outcome, same: Froze
             tail += f"; each sample counted once: its {outcome.result['repeated']} workers each yield the whole stream"
         if outcome.result.get("first_batch_s") is not None:
             tail += f"; first batch {outcome.result['first_batch_s']:.1f} s"
+        if (outcome.result.get("short_batches_once_s") or 0.0) >= ONCE_SAID_S:
+            tail += f"; its pass end's new short batch sizes {outcome.result['short_batches_once_s']:.1f} s, once"
     elif outcome.state == "pruned" and (outcome.reason or "").startswith(SAID_AS_THEY_ARE):
         what, _, tail = (outcome.reason or "").partition(": ")  # what was done, then why it cannot win
     elif outcome.state == "pruned":

@@ -23,6 +23,7 @@ from autotune.config import COMPILE_ALLOWANCE_S, Config
 from autotune.procs import lifecycle
 from autotune.procs.pool import TrialPool
 from autotune.procs.trial_process import GAVE_UP, Outcome
+from autotune.streams.shares import shards_per_rank
 from autotune.study import progress
 from autotune.study.checks.families import SKIPPED, FamilyGate
 from autotune.study.clock import patience
@@ -39,29 +40,10 @@ from autotune.study.ranking import RULED_OUT, counted_once, stream_refusal
 from autotune.study.shared import sharing, tickets
 
 KEPT_RESULT = (
-    "samples_per_s",
-    "steady_samples_per_s",
-    "spread",
-    "step_s",
-    "epoch_s",
-    "epoch_overhead_s",
-    "setup_s",
-    "materialize_s",
-    "capture_s",
-    "compile_s",
-    "gpu_util",
-    "peak_memory_bytes",
-    "backlog_steps",
-    "whole_epochs",
-    "reliable",
-    "tokens_per_sample",
-    "padding",
-    "uncredited_share",
-    "main_cpu_ms",
-    "workers_cpu_ms",
-    "time_limited",
-    "first_batch_s",
-    "repeated",
+    "samples_per_s", "steady_samples_per_s", "spread", "step_s", "epoch_s", "epoch_overhead_s", "setup_s",
+    "materialize_s", "capture_s", "compile_s", "gpu_util", "peak_memory_bytes", "backlog_steps", "whole_epochs",
+    "reliable", "tokens_per_sample", "padding", "uncredited_share", "main_cpu_ms", "workers_cpu_ms", "time_limited",
+    "first_batch_s", "repeated", "short_batches_once_s",
 )
 
 
@@ -93,7 +75,8 @@ def run_trials(setup: Setup, pool: TrialPool, learned: Learned | None = None, te
     `team`: under --gpus, the writer's, so the parity verdicts made during the trials adopt the baseline's run a
     searcher makes for them.
     """
-    learned = learned or Learned(sampler=setup.study.sampler, families=FamilyGate(team))
+    learned = learned or Learned(sampler=setup.study.sampler, families=FamilyGate(team),
+                                 valuation=Valuation(shards=shards_per_rank(setup.facts)))
     if learned.loader is None:
         learned.loader = loader_model(setup)
     learned.families.take_up(setup, pool)  # a rerun's first trial is skipped as the stopped run would have

@@ -52,6 +52,7 @@ class Steady:
         self.cpu, self.deadline = cpu, deadline
         self.setup_s = setup_s  # the first iterator's start and the warm-up: what a fresh epoch's start costs at most
         self.time_limited = False
+        self.once_s = 0.0  # a stream's pass end: its short batches' one-off work, left out of it (`_once`)
         self.min_steps = min_steps  # a window spans at least one batch per worker: their output is bursty
         self.boundaries: list[Window] = []
         self.tails: list[Window] = []
@@ -204,7 +205,8 @@ class Steady:
         shards that cost 8.7 s a pass by hand, where the next pass's start alone took 0.9 s (docs/streams.md,
         "Measuring a stream"). So where the rest of the pass fits in PASS_END_MOST_S and the time left, it is read
         to the stream's own end (not to the declared count, which the partial batches outrun), then into the next
-        pass; what that took beyond its steps at the steady rate is the pass's boundary.
+        pass; what that took beyond its steps at the steady rate is the pass's boundary. The first short batch of each
+        size is stepped alone (`_once`): its one-off work is left out of the boundary, which a run pays each pass.
         """
         feed = self.feed
         if not feed.stream or self.whole or self.boundaries or not self.windows or feed.remaining <= 0:
@@ -214,22 +216,39 @@ class Steady:
         if feed.remaining * step_s + self.setup_s > room:
             return
         declared, most = feed.steps_per_epoch, feed.remaining + max(1, self.min_steps) + 1
+        full = max(round(w.samples / w.steps) for w in self.windows)  # a steady window's batches are whole
         feed.steps_per_epoch = UNENDING  # asked on until the stream says its pass is over (`Feed._ask`)
         feed.reset_window()
         carried = feed.held_s if feed.held is not None else 0.0
         t0 = self.clock()
         steps = samples = 0
+        seen: set[int] = set()  # the short batches' sizes stepped so far
         while steps < most:
             before = feed.position
-            samples += run_steps(feed, self.step, 1)
-            steps += 1
+            batch, count = feed.take()
+            if count < full and count not in seen:  # each worker's last: a size this process has not stepped
+                seen.add(count)
+                self.once_s += self._once(batch, step_s)
+            else:
+                self.step(batch)
+            samples, steps = samples + count, steps + 1
             if feed.position <= before:  # the pass ended: this step took the next pass's first batch
                 self.sync()
-                self.boundaries.append(Window(self.clock() - t0 + carried, steps, samples, 0))
+                self.boundaries.append(Window(self.clock() - t0 + carried - self.once_s, steps, samples, 0))
                 return
         # No end near the declared pass: the stream goes on (it repeats); the declared pass stays its pass.
         feed.steps_per_epoch = declared
         feed.position = min(feed.position, declared)
+
+    def _once(self, batch: Any, usual_s: float) -> float:
+        """Step a short batch of a new size alone, synchronised either side: what it took beyond `usual_s` (a whole
+        batch's step, which a short one does not outlast) is a one-off, which a run pays once (cuDNN's benchmark of
+        the shape's convolutions, a first kernel choice), not at each pass's end."""
+        self.sync()
+        start = self.clock()
+        self.step(batch)
+        self.sync()
+        return max(0.0, self.clock() - start - usual_s)
 
     def force_a_boundary(self) -> None:
         """No epoch ended while we timed: time one, so start-up cost is never assumed away."""

@@ -96,6 +96,9 @@ class Measurement:
     # A stream's time to its first batch (shards opened, a shuffle buffer filled), apart from the steady rate; it is
     # in `setup_s`, and a new pass pays it again in `epoch_overhead_s`
     first_batch_s: float | None = None
+    # A stream's pass end, crossed once: the one-off work of its short batches' new shapes, left out of
+    # `epoch_overhead_s` (a run pays it once, in its first pass)
+    short_batches_once_s: float | None = None
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -221,6 +224,7 @@ def measure(
         workers_cpu_ms=cpu_ms([(w.workers_cpu_s, w.produced) for w in steady.windows]),
         time_limited=steady.time_limited,
         first_batch_s=feed.first_batch_s if feed.stream else None,
+        short_batches_once_s=steady.once_s if feed.stream else None,
     )
 
 

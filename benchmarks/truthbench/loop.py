@@ -41,8 +41,7 @@ def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: to
     if config.compile != "off":  # as a user compiles: the model; its warm-up below compiles it
         model = torch.compile(model, mode=config.compile)
     own_loss = getattr(workload, "compute_loss", None)  # a batch not an (input, target) pair: the workload's loss
-    # The batch's samples, as the workload counts them (else its first tensor's rows).
-    count = getattr(workload, "count", None) or (lambda batch: len(batch[0]))
+    count = getattr(workload, "count", None) or (lambda batch: len(batch[0]))  # a batch's samples, as it counts them
     criterion = workload.build_loss() if own_loss is None else None
     dataset = workload.build_dataset(data_root())
     loader, finish, per_epoch = hand_loader(workload, dataset, config, device)
@@ -75,6 +74,8 @@ def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: to
     step(batch)
     for _ in range(taken - 1):  # warm-up (cuDNN autotuning), then twice what the workers can hold ready
         step(next(feed))
+    through = passes.stream and per_epoch != ENDLESS and through_a_pass_end(feed, passes, step, 2 * capacity,
+                                                                             began + longest)
     sync(device)
     cpu0 = cpu_times()
     start, first = time.perf_counter(), taken  # `first`: the first timed batch's place, counted from the start
@@ -102,8 +103,29 @@ def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: to
     epochs = len(arrived) / per_epoch
     return {"samples_per_s": samples / wall, "seconds": wall, "samples": samples,
             "epochs_worth": epochs if epochs == int(epochs) else None, "first_batch_s": first_batch_s,
+            "warmed_through_a_pass_end": through,
             "main_cpu_ms": (cpu1.main_s - cpu0.main_s) / samples * 1e3, "workers_cpu_ms": workers_ms,
             **epoch_parts(arrived, samples, wall, per_epoch, capacity)}
+
+
+def through_a_pass_end(feed: Iterator[Any], passes: Passes, step: Any, after: int, until: float) -> bool:
+    """A stream's warm-up read on through its first pass's end, then `after` batches of the next; False where the
+    end does not come before the clock reads `until` (the warm-up stops there and the loop is timed as it stands).
+
+    A stream's pass ends with each worker's short last batch, of as many sizes as the workers' shares differ: new
+    shapes, each paying cuDNN's benchmark (and a compiled model's recompile) once in a process. A run pays them once,
+    in its first pass; each slice, timed in a process of its own, would pay them again in its timed part, as a
+    cost of every pass. Hence past the first end before the clock starts.
+    """
+    started = False  # the warm-up has seen a batch past its pass's first: a place of 0 after it is a new pass
+    while time.perf_counter() < until:
+        step(next(feed))
+        if passes.place == 0 and started:
+            for _ in range(after):
+                step(next(feed))
+            return True
+        started = started or passes.place > 0
+    return False
 
 
 def moved(batch: Any, device: torch.device, non_blocking: bool) -> Any:

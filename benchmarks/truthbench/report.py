@@ -55,8 +55,9 @@ def print_row(row: dict[str, Any], config: Config) -> None:
           f"{', '.join(f'{u:.1%}' for u in row['autotune_uncredited'])} of their samples", flush=True)
     if any(s is not None for s in row.get("autotune_first_batch_s", ())):  # a stream: its start, apart
         print(f"  {'':<46} the first batch (a stream's shards opened, its buffer filled; not in the steady rate): "
-              f"autotune {_each_s(row['autotune_first_batch_s'])} s, by hand {_each_s(row['hand_first_batch_s'])} s",
-              flush=True)
+              f"autotune {_each_s(row['autotune_first_batch_s'])} s, by hand {_each_s(row['hand_first_batch_s'])} s"
+              f"{_warmed(row.get('hand_warmed_through'))}; autotune's short batches' one-off work at its pass end, "
+              f"left out: {_each_s(row.get('autotune_short_once_s') or [])} s", flush=True)
 
 
 def print_hand_row(row: dict[str, Any]) -> None:
@@ -64,7 +65,8 @@ def print_hand_row(row: dict[str, Any]) -> None:
     first = row.get("hand_first_batch_s") or []
     print(f"  {row['config']:<46} by hand {row['hand']:>8,.0f}/s over {row['hand_seconds']:.0f} s"
           f"{_span(row['hand_whole_epochs'])} (within epochs {rate(row['hand_steady'])}, an epoch boundary "
-          f"{_seconds(row['hand_boundary_s'])}, the first batch {_each_s(first)} s)", flush=True)
+          f"{_seconds(row['hand_boundary_s'])}, the first batch {_each_s(first)} s"
+          f"{_warmed(row.get('hand_warmed_through'))})", flush=True)
 
 
 def summary(rows: list[dict[str, Any]]) -> None:
@@ -93,6 +95,15 @@ def _cpu(values: list[float | None]) -> str:
 def _each_s(values: list[float | None]) -> str:
     """Seconds, one per round or slice, "-" where unread."""
     return ", ".join("-" if value is None else f"{value:.2f}" for value in values) or "-"
+
+
+def _warmed(slices: list[bool] | None) -> str:
+    """Whether a stream's hand slices were timed after their first pass's end (`loop.through_a_pass_end`)."""
+    if not slices:
+        return ""
+    if all(slices):
+        return "; each slice timed after its first pass end"
+    return f"; timed after the first pass end in {sum(slices)} of {len(slices)} slices (the rest: it came too late)"
 
 
 def _seconds(value: float | None) -> str:

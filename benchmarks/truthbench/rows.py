@@ -84,6 +84,8 @@ def compared(name: str, config: Config, lr: float, workload_path: Path, args: ar
            "autotune_uncredited": uncredited, "autotune_main_cpu_ms": [r.get("main_cpu_ms") for r in rounds],
            "autotune_workers_cpu_ms": [r.get("workers_cpu_ms") for r in rounds],
            "autotune_first_batch_s": [r.get("first_batch_s") for r in rounds],  # a stream's; None for a data set
+           # a stream's: its short batches' one-off work at the pass end it crossed, left out of its boundary
+           "autotune_short_once_s": [r.get("short_batches_once_s") for r in rounds],
            **hand_fields(hand), "ratio": ratio, "host_drift": hand["drift"]}
     print_row(row, config)
     return row

@@ -76,7 +76,9 @@ def joined(slices: list[dict[str, Any]]) -> dict[str, Any]:
             "main_cpu_ms": [h["main_cpu_ms"] for h in slices],
             # Each slice's wait for its first batch (a stream's shards opened, its buffer filled): before its
             # timed part, as a run pays it once; each new pass pays it again within, in its boundaries.
-            "first_batch_s": [h["first_batch_s"] for h in slices if h.get("first_batch_s") is not None]}
+            "first_batch_s": [h["first_batch_s"] for h in slices if h.get("first_batch_s") is not None],
+            # A stream's slices: whether each warmed up through its first pass's end (`loop.through_a_pass_end`)
+            "warmed_through": [bool(h.get("warmed_through_a_pass_end")) for h in slices]}
 
 
 def hand_fields(hand: dict[str, Any]) -> dict[str, Any]:
@@ -85,4 +87,5 @@ def hand_fields(hand: dict[str, Any]) -> dict[str, Any]:
             "hand_steady": hand["steady_samples_per_s"], "hand_boundaries": hand["boundaries"],
             "hand_boundary_s": hand["boundary_s"], "hand_timeline": hand["timeline"], "hand_slices": hand["slices"],
             "hand_whole_epochs": hand["whole_epochs"], "hand_workers_cpu_ms": hand["workers_cpu_ms"],
-            "hand_main_cpu_ms": hand["main_cpu_ms"], "hand_first_batch_s": hand["first_batch_s"]}
+            "hand_main_cpu_ms": hand["main_cpu_ms"], "hand_first_batch_s": hand["first_batch_s"],
+            "hand_warmed_through": hand["warmed_through"]}

@@ -93,6 +93,28 @@ def test_a_correct_compiled_step_trains_as_the_eager_one(tmp_path: Path, monkeyp
     assert step.compile_s > 0
 
 
+def test_a_short_batch_runs_eagerly_beside_the_compiled_step_and_compiles_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stream's workers each end a pass with a short batch, of as many sizes as their shares: none recompiles."""
+    with_backend(monkeypatch, fake)
+    workload = load(resolve(str(FIXTURES / "compiles.py")))
+    data = workload.build_dataset(None)
+    sizes = (16, 16, 10, 16, 7, 16)  # full batches, then short ones of two sizes between them
+    losses: dict[str, list[float]] = {}
+    for mode in ("off", "default"):
+        torch.manual_seed(0)
+        model = workload.build_model()
+        step = Step(model, workload.build_loss(), workload.build_optimizer(model.parameters(), 0.05),
+                    Config(batch_size=16, compile=mode), torch.device("cpu"))
+        start, losses[mode] = 0, []
+        for n in sizes:
+            losses[mode].append(float(step(data.x[start:start + n], data.y[start:start + n])))
+            start += n
+    assert losses["default"] == losses["off"]
+    assert step.compiled is not None and step.compiled.graphs == 1  # the batch of 16's graph alone
+
+
 def test_a_trial_reports_its_compile_time_within_its_one_time_costs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -167,6 +167,22 @@ def test_a_streams_pass_is_read_to_its_own_end_and_its_stragglers_are_in_its_rat
     assert m.samples_per_s == pytest.approx(1648 / 1.94)
 
 
+def test_a_short_batchs_one_off_work_at_the_pass_end_is_left_out_of_the_pass() -> None:
+    # As above, and the first batch of 12 costs 2 s more than a step (a new shape, benchmarked once): a run pays
+    # that once, in its first pass, not at the end of each.
+    clock = Clock()
+    loader = StragglerLoader(clock, samples=1648, batch=16, first_s=0.5, stragglers=4, partial=12, tail_s=0.1)
+    sizes: set[int] = set()
+
+    def step(batch: Any) -> None:
+        clock.now += 0.01 + (2.0 if len(batch[0]) not in sizes else 0.0)
+        sizes.add(len(batch[0]))
+
+    m = measure(step, loader, Windows(warmup_steps=2, window_s=0.05, rel_tol=0.03), clock=clock, pass_samples=1648)
+    assert m.epoch_s == pytest.approx(0.5 + 104 * 0.01 + 4 * 0.1)
+    assert m.short_batches_once_s == pytest.approx(2.0)
+
+
 def test_a_stream_that_goes_on_past_its_declared_pass_keeps_the_declared_pass() -> None:
     clock = Clock()
     m = measure(_step(clock, 0.01), StreamLoader(clock, None, 16, 0.5), Windows(warmup_steps=2, window_s=0.05,

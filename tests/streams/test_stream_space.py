@@ -12,6 +12,7 @@ from _streams import Shards, fixture
 from autotune.knobs import DataFacts, Machine, SpaceError
 from autotune.options import SearchOptions
 from autotune.streams.facts import FIXED_ORDER, describe, with_pass_check
+from autotune.streams.shares import shards_per_rank
 from autotune.study.setup import announce, prepare
 from autotune.study.space.domains import build_space
 from autotune.trial.facts import read_facts
@@ -111,3 +112,9 @@ def test_the_pass_check_reads_the_counts_a_fix_allows_and_a_shorter_pass_becomes
     lossy = with_pass_check(Shards(shards=4, per_shard=64, split="skips"), workload, facts, most=8, fixed=(2,))
     assert (lossy.size, lossy.stream_refused) == (256, ((2, "64 of 256 sample(s) lost"),))
 
+
+
+def test_each_ranks_workers_split_the_ranks_share_of_the_shards() -> None:
+    assert shards_per_rank(STREAM) == 2  # 4 shards over 2 ranks: the valuation's pass share is over these
+    assert shards_per_rank(dataclasses.replace(STREAM, world_size=1)) == 4
+    assert shards_per_rank(dataclasses.replace(STREAM, stream="", shards=None)) is None  # read by index

@@ -50,6 +50,25 @@ def test_a_plain_stream_is_timed_by_its_declared_pass_with_its_first_batch_apart
     assert result["boundaries"] >= 1 and result["steady_samples_per_s"] is not None
 
 
+def test_the_hand_loop_warms_up_through_a_streams_first_pass_end_and_its_short_batches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 2 workers over 8 shards of 64, 256 samples each: in batches of 48, each ends its pass on a short batch of 16,
+    # a shape the run has not seen before, which the warm-up must step before any timing.
+    loop = _truth("loop", monkeypatch)
+    dataset = load(resolve(str(TINY_STREAM))).build_dataset(None)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=48, num_workers=2, prefetch_factor=2)
+    passes, sizes = loop.Passes(loader), []
+    feed = iter(passes)
+    for _ in range(2):  # the warm-up's own batches, into the first pass
+        sizes.append(len(next(feed)[0]))
+    assert loop.through_a_pass_end(feed, passes, lambda batch: sizes.append(len(batch[0])), 3, math.inf)
+    # The first pass whole (512 samples, its short batches among them), then the next pass's first and 3 more.
+    assert sum(sizes[:-4]) == 512 and sorted(set(sizes[:-4])) == [16, 48] and sizes[-4:] == [48] * 4
+    assert passes.place == 3
+    assert not loop.through_a_pass_end(feed, passes, lambda batch: None, 3, 0.0)  # the clock already past: no end
+
+
 @pytest.fixture
 def stream(tmp_path: Path) -> wds.WebDataset:
     """16 JPEGs in 4 tar shards, through a webdataset pipeline ending in the augmentation and its normalisation."""

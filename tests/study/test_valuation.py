@@ -101,6 +101,20 @@ def test_the_interference_factor_is_learned_and_rules_out_only_once_trusted() ->
     assert v.record()["configs_measured"] == 1 and v.record()["interference_factor"] == 0.8
 
 
+def test_a_streams_loader_is_valued_over_whole_passes_by_its_busiest_workers_share_of_the_shards() -> None:
+    # 64 shards: 16 workers read 4 each and end together; of 15, four read a fifth shard while the rest wait, so
+    # the pass takes 5 shards' time: within a pass 15 workers make more, over passes 16 do.
+    v = Valuation(shards=64)
+    fifteen, sixteen = (Config(batch_size=256, num_workers=n, prefetch_factor=2) for n in (15, 16))
+    v.add(fifteen, {"step": {"samples_per_s": 5000.0}, "loader": {"samples_per_s": 3900.0}})
+    v.add(sixteen, {"loader": {"samples_per_s": 4000.0}})
+    assert v.predict(fifteen) == pytest.approx(3900.0 * 64 / 15 / 5) and v.predict(sixteen) == 4000.0
+    assert v.predict(sixteen) > v.predict(fifteen)
+    by_index = Valuation()  # a data set read by index: every worker busy to the epoch's end
+    by_index.add(fifteen, {"step": {"samples_per_s": 5000.0}, "loader": {"samples_per_s": 3900.0}})
+    assert by_index.predict(fifteen) == 3900.0
+
+
 @pytest.mark.steady
 def test_a_search_values_configs_from_their_parts_and_labels_every_predicted_rate(
     project: Path, monkeypatch: pytest.MonkeyPatch

@@ -26,6 +26,7 @@ import statistics
 from typing import TYPE_CHECKING, Any
 
 from autotune.config import LOADER_KNOBS, Config
+from autotune.streams.shares import pass_share
 from autotune.text import rate
 from autotune.trial.oom import OOM
 
@@ -86,6 +87,9 @@ class Valuation:
     # compile mode -> the least seconds a compile took in an earlier search on this GPU model (remembered)
     remembered_compiles: dict[str, float] = dataclasses.field(default_factory=dict)
     ruled_out: int = 0  # of them, not measured end to end because of it
+    # A stream's shards per rank: a loader rate, measured within a pass, is kept as its rate over whole passes, which
+    # its busiest worker's share of the shards sets (autotune.streams.shares). None: read by index, or unknown.
+    shards: int | None = None
 
     def missing(self, config: Config) -> list[str]:
         """The parts of `config` not measured yet."""
@@ -129,7 +133,8 @@ class Valuation:
             if took > 0 and config.compile != "off":
                 self.compiles[config.compile] = min(took, self.compiles.get(config.compile, took))
         if "loader" in parts:
-            self.loaders[loader_key(config)] = float(parts["loader"]["samples_per_s"])
+            share = pass_share(config.num_workers, self.shards) if config.placement == "stream" else 1.0
+            self.loaders[loader_key(config)] = float(parts["loader"]["samples_per_s"]) * share
 
     def raw(self, config: Config) -> float | None:
         step, loader = self.steps.get(step_key(config)), self.loaders.get(loader_key(config))
