@@ -11,6 +11,10 @@
 #                                                      # profile through the truth benchmark
 #     bash benchmarks/streams_gpu_runs.sh OUT minutes  # text_transformer's search at --time-budget 110, then at its
 #                                                      # default budget (PART_S=600: the two may need all of it)
+#     bash benchmarks/streams_gpu_runs.sh OUT check    # without a search: the data, then through the truth
+#                                                      # benchmark (one slice after autotune's round, TRUTH_S) the
+#                                                      # stream at 15 workers, eager (the last search's winner), and
+#                                                      # at 16, compiled; then its own settings by hand
 #
 # `truth` reads the winner that `stream` wrote on this host, else the one in WON (a folder holding
 # recipes/webdataset_resnet50.tuned.toml: a search's answer brought from another host), else the tuned file in the
@@ -76,6 +80,16 @@ truth)
     cp /tmp/runs/imagenet160/recipes/imagenet_resnet50.tuned.toml "$OUT/imagenet160.tuned.toml" 2>/dev/null
     truth imagenet_truth imagenet_resnet50 "$REPO"
     ;;
+check)
+    data
+    step wds_check python3 "$REPO/benchmarks/truth.py" --recipe webdataset_resnet50 --configs wide --no-bracket \
+        --match '^(15 workers, bf16\+CL, uint8 normalized|16 workers, bf16\+CL, uint8, compiled)' \
+        --seconds "${TRUTH_S:-30}" --rounds 1 --out /tmp/runs/wds_check
+    cp /tmp/runs/wds_check/truth.json "$OUT/wds_check.json" 2>/dev/null
+    step wds_own python3 "$REPO/benchmarks/truth.py" --recipe webdataset_resnet50 --configs default --hand-only \
+        --match "^workload's own" --seconds "${TRUTH_S:-30}" --out /tmp/runs/wds_own
+    cp /tmp/runs/wds_own/truth.json "$OUT/wds_own.json" 2>/dev/null
+    ;;
 minutes)
     step text110 bash -c "python3 -m autotune search --recipe text_transformer --time-budget 110"
     cp /tmp/runs/text110/recipes/text_transformer.tuned.toml "$OUT/text110.tuned.toml" 2>/dev/null
@@ -83,7 +97,7 @@ minutes)
     cp /tmp/runs/text_default/recipes/text_transformer.tuned.toml "$OUT/text_default.tuned.toml" 2>/dev/null
     ;;
 *)
-    echo "unknown part $PART: stream, truth or minutes" >&2
+    echo "unknown part $PART: stream, truth, check or minutes" >&2
     exit 2
     ;;
 esac

@@ -24,6 +24,7 @@ from .data import decoded_ahead, worker_data
 from .timings import epoch_parts
 
 LONGEST = 3.0  # a hand loop times on to whole epochs' worth unless that takes over this x its seconds (`rows.compared`)
+PASS_END_WARM_S = 120.0  # a stream's warm-up reads on to its first pass end if it comes this soon (through_a_pass_end)
 
 
 def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: torch.device,
@@ -75,7 +76,7 @@ def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: to
     for _ in range(taken - 1):  # warm-up (cuDNN autotuning), then twice what the workers can hold ready
         step(next(feed))
     through = passes.stream and per_epoch != ENDLESS and through_a_pass_end(feed, passes, step, 2 * capacity,
-                                                                             began + longest)
+                                                                             began + PASS_END_WARM_S)
     sync(device)
     cpu0 = cpu_times()
     start, first = time.perf_counter(), taken  # `first`: the first timed batch's place, counted from the start
