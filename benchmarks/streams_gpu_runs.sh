@@ -14,7 +14,8 @@
 #     bash benchmarks/streams_gpu_runs.sh OUT check    # without a search: the data, then through the truth
 #                                                      # benchmark (one slice after autotune's round, TRUTH_S) the
 #                                                      # stream at 15 workers, eager (the last search's winner), and
-#                                                      # at 16, compiled; then its own settings by hand
+#                                                      # at 16, compiled (CHECK_MATCH: another regular expression
+#                                                      # over the wide set's names); then its own settings by hand
 #
 # `truth` reads the winner that `stream` wrote on this host, else the one in WON (a folder holding
 # recipes/webdataset_resnet50.tuned.toml: a search's answer brought from another host), else the tuned file in the
@@ -86,7 +87,7 @@ truth)
 check)
     data
     step wds_check python3 "$REPO/benchmarks/truth.py" --recipe webdataset_resnet50 --configs wide --no-bracket \
-        --match '^(15 workers, bf16\+CL, uint8 normalized|16 workers, bf16\+CL, uint8, compiled)' \
+        --match "${CHECK_MATCH:-^(15 workers, bf16\+CL, uint8 normalized|16 workers, bf16\+CL, uint8, compiled)}" \
         --seconds "${TRUTH_S:-30}" --rounds 1 --out /tmp/runs/wds_check
     cp /tmp/runs/wds_check/truth.json "$OUT/wds_check.json" 2>/dev/null
     step wds_own python3 "$REPO/benchmarks/truth.py" --recipe webdataset_resnet50 --configs default --hand-only \
