@@ -133,7 +133,7 @@ class Valuation:
             if took > 0 and config.compile != "off":
                 self.compiles[config.compile] = min(took, self.compiles.get(config.compile, took))
         if "loader" in parts:
-            share = pass_share(config.num_workers, self.shards) if config.placement == "stream" else 1.0
+            share = pass_share(config.num_workers, self.shards)  # 1 without workers (data kept on the device too)
             self.loaders[loader_key(config)] = float(parts["loader"]["samples_per_s"]) * share
 
     def raw(self, config: Config) -> float | None:
