@@ -156,6 +156,7 @@ def test_a_deferred_import_is_an_edge_and_a_type_checking_one_is_not(tmp_path: P
 # that no step imports a later one.
 STUDY_ORDER = [
     "identity",  # which workload a study measured
+    "standing",  # the complete trials that can still be the answer (none of a family the parity check rejected)
     "space",  # the knobs, the seeds, the pruner
     "shared",  # one study, many searchers: storage, tickets, heartbeats, the writer's claim
     "context",  # Prepared, Setup, SearchError

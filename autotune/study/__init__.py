@@ -11,6 +11,8 @@
 
 Below the steps, which import only downwards (``tests/test_layers.py`` keeps the order):
 
+- ``standing``: the complete trials that can still be the answer (none of a math family the parity check rejected),
+  against whose best every rule weighs a config;
 - ``context``: ``Prepared``, ``Setup`` and ``SearchError``, which every part takes or raises;
 - ``ranking``: the trials ranked by the time each config takes to finish the declared run;
 - ``pools``: the trial processes one search uses;

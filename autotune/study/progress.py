@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import statistics
 
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
 from autotune.config import Config
 from autotune.procs.trial_process import GAVE_UP, Outcome
+from autotune.study import standing
 from autotune.study.checks.families import SKIPPED
 from autotune.study.clock.deadline import OUT_OF_TIME
 from autotune.study.context import Setup
@@ -35,7 +36,9 @@ def say(setup: Setup, number: int, config: Config, outcome: Outcome, same: Froze
     if outcome.state == "complete":
         assert outcome.result is not None
         value = outcome.result["samples_per_s"]
-        best = max([value] + [t.value for t in trials if t.state == TrialState.COMPLETE and t.value])
+        # The best that can still be the answer: a config the parity check rejected holds none (standing).
+        counts = not standing.in_rejected(config.as_dict(), standing.rejected_families(setup.study))
+        best = max(value if counts else 0.0, standing.best_rate(setup.study) or 0.0)
         if same is not None:
             what = f"{rate(value):>12}/s = trial {same.number}"
         else:

@@ -24,7 +24,7 @@ from autotune.procs import lifecycle
 from autotune.procs.pool import TrialPool
 from autotune.procs.trial_process import GAVE_UP, Outcome
 from autotune.streams.shares import shards_per_rank
-from autotune.study import progress
+from autotune.study import progress, standing
 from autotune.study.checks.families import SKIPPED, FamilyGate
 from autotune.study.clock import patience
 from autotune.study.clock.deadline import give_up_after, out_of_time
@@ -89,7 +89,8 @@ def run_trials(setup: Setup, pool: TrialPool, learned: Learned | None = None, te
             made = plan.make(setup, pool, learned.valuation)  # once: the grid valued, its fastest queued next
             learned.plan_s += made.parts_s if made is not None else 0.0
             learned.kept = remembered.sync(setup, learned.valuation, learned.kept)
-        stop = patience.why_stop(setup.study.get_trials(deepcopy=False), plan.PLAN_ATTRIBUTE in setup.study.user_attrs)
+        stop = patience.why_stop(setup.study.get_trials(deepcopy=False), plan.PLAN_ATTRIBUTE in setup.study.user_attrs,
+                                 standing.rejected_families(setup.study))
         if stop is not None and plan.measure_predicted_faster(setup):
             stop = None  # the plan's guess faster than the best is measured first
         if stop is not None:

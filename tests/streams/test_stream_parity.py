@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import optuna
 from _streams import Shards
 
 from autotune.config import Config
 from autotune.parity.check import ParityCheck
 from autotune.parity.run import ParityRun, probe
 from autotune.parity.verdict import SAME_MATH_KNOBS, changes_math, same_math_knobs
+from autotune.study import standing
 from autotune.study.checks.families import SKIPPED, FamilyGate, math_family
 
 BASE = Config(batch_size=16)
@@ -65,8 +67,11 @@ def test_a_rejected_worker_count_is_a_family_the_search_skips_and_another_count_
     assert check.verdicts[WORKERS].word == "REJECT"
     gate = FamilyGate()
     gate.check = check
-    gate._rejected(WORKERS, queue=None)
-    setup = SimpleNamespace(baseline=BASE)
+    study = optuna.create_study(direction="maximize")
+    setup = SimpleNamespace(baseline=BASE, study=study, storage=study._storage, study_name=study.study_name)
+    gate._rejected(setup, WORKERS, queue=False)
+    # The study keeps the family too: a trial of it holds no best for the rules that weigh against one.
+    assert standing.rejected_families(study) == [dict(math_family(WORKERS, same_math_knobs(True)))]
     assert gate.why_skip(setup, WORKERS_PREFETCH) == (
         f"{SKIPPED}: its math family was rejected: see {WORKERS.describe()}")
     assert gate.why_skip(setup, ONE_WORKER) is None  # one worker yields the stream in its own order: measured

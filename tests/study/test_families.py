@@ -15,7 +15,7 @@ from autotune.config import Config
 from autotune.options import SearchOptions
 from autotune.parity.run import ParityRun
 from autotune.procs.trial_process import Outcome
-from autotune.study import pools, search
+from autotune.study import pools, search, standing
 from autotune.study.checks.families import SKIPPED, math_family
 from autotune.study.setup import open_study, prepare
 
@@ -77,6 +77,11 @@ def test_a_rejected_family_is_never_checked_or_measured_again_and_the_batches_be
     assert [setup.config_of(t).batch_size for t in between][:2] == [32, 64]
     assert all(t.state.name == "COMPLETE" for t in between[:2])
     assert made["knobs"]["batch_size"] == 64 and made["parity"]["passed"] is True
+    # The study keeps the rejected families: its best so far, for every rule that weighs against it, leaves them out.
+    kept = {tuple(sorted(f.items())) for f in standing.rejected_families(setup.study)}
+    assert kept == {tuple(sorted(f)) for f in rejected}
+    assert standing.best_rate(setup.study) == max(_rate(setup.config_of(t)) for t in trials
+                                                  if t.state.name == "COMPLETE" and setup.config_of(t).batch_size <= 64)
 
 
 def test_an_inconclusive_check_sends_the_search_to_same_math_twins_of_the_skipped_seeds(

@@ -29,6 +29,7 @@ from autotune.config import Config
 from autotune.parity.check import ParityCheck
 from autotune.parity.verdict import SAME_MATH_KNOBS, ParityError, same_math_knobs
 from autotune.procs.pool import TrialPool
+from autotune.study import standing
 from autotune.study.checks import kept_check
 from autotune.study.checks.parity import PARITY_EXTRA_RUNS, new_parity_check
 from autotune.study.context import Setup
@@ -90,7 +91,7 @@ class FamilyGate:
             self.failed = str(exc)  # the check after the trials says it, and keeps the baseline
             return
         for config in new:
-            self._rejected(config, queue=setup)
+            self._rejected(setup, config, queue=True)
 
     def take_up(self, setup: Setup, pool: TrialPool) -> None:
         """Before a rerun's first trial, go on from the check an earlier run of this search kept, if it still stands
@@ -106,23 +107,27 @@ class FamilyGate:
         # A check an earlier run of this search kept: what its verdicts ruled out stands, and the batch sizes they
         # sent that run to were queued by it.
         for config in check.verdicts:
-            self._rejected(config, queue=None)
+            self._rejected(setup, config, queue=False)
         return check
 
-    def _rejected(self, config: Config, queue: Setup | None) -> None:
-        """Rule out `config`'s family if its verdict rejected it by a comparison; for a batch size, queue the batch
-        sizes between it and the baseline's in `queue`'s study (None: they were queued already)."""
+    def _rejected(self, setup: Setup, config: Config, queue: bool) -> None:
+        """Rule out `config`'s family if its verdict rejected it by a comparison, in this gate and in the study (its
+        trials then stand for no best: ``standing``); for a batch size, queue the batch sizes between it and the
+        baseline's where `queue` (False: they were queued already)."""
         assert self.check is not None
         verdict = self.check.verdicts.get(config)
         # A verdict made by a comparison (of runs or of gradients), not by a crash, which says nothing of it.
         judged = verdict is not None and (verdict.deviation is not None or verdict.numerics_passed is False)
         if verdict is None or verdict.passed or not verdict.conclusive or not judged:
             return
-        self.rejected.setdefault(math_family(config, self.check.same_math), config)
+        family = math_family(config, self.check.same_math)
+        self.rejected.setdefault(family, config)
+        with sharing.study_lock(setup.storage, setup.study_name):
+            standing.record(setup.study, family)
         if verdict.family == "batch_size" and config.batch_size not in self.bisected:
             self.bisected.add(config.batch_size)
-            if queue is not None:
-                self._queue_between(queue, config)
+            if queue:
+                self._queue_between(setup, config)
 
     def spent_s(self) -> float:
         """Seconds the check has taken so far, its baseline run included: the trials' reserve for it is that less."""

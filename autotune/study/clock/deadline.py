@@ -13,6 +13,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.parity.verdict import CHECK_SHARE, run_length
+from autotune.study import standing
 from autotune.study.clock import round_cost
 from autotune.study.context import Setup
 from autotune.study.ranking import baseline_rate, contenders, rate_leader, trial_run_s
@@ -158,7 +159,7 @@ GIVE_UP_MARGIN_S = 30.0
 
 def shortest_run(setup: Setup) -> tuple[FrozenTrial, float] | None:
     """The complete trial whose declared run is shortest, and that run's seconds; None before any completed."""
-    complete = setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    complete = standing.standing_trials(setup.study)  # none the parity check rejected: it cannot be the answer
     if not complete:
         return None
     best = min(complete, key=lambda t: trial_run_s(setup, t))

@@ -32,6 +32,7 @@ from optuna.trial import TrialState
 
 from autotune.config import Config
 from autotune.procs.pool import TrialPool
+from autotune.study import standing
 from autotune.study.clock import patience
 from autotune.study.clock.deadline import part_timeout
 from autotune.study.context import Setup
@@ -227,8 +228,7 @@ def make(setup: Setup, pool: TrialPool, valuation: Valuation) -> Plan | None:
     plan.valued.sort(key=lambda cp: -cp[1])
     # Against the fastest prediction, or the best measured where that is faster: a config predicted far under what
     # already ran cannot win, however it ranks in the grid.
-    values = [t.value for t in setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value]
-    top = max([plan.valued[0][1] if plan.valued else 0.0, *values])
+    top = max(plan.valued[0][1] if plan.valued else 0.0, standing.best_rate(setup.study) or 0.0)
     fastest = [c for c, p in plan.valued if p >= WITHIN * top and c not in measured][:MEASURE_AT_MOST]
     plan.queued = batches_first(fastest)
     _queue(setup, plan)
@@ -301,7 +301,8 @@ def _record_rest(setup: Setup, plan: Plan, valuation: Valuation, measured: set[C
 def measure_predicted_faster(setup: Setup) -> bool:
     """Queue next the config the plan predicted fastest above the best measured that no trial tried, and say so;
     False where there is none (``autotune.study.clock.patience.predicted_faster``)."""
-    found = patience.predicted_faster(setup.study.get_trials(deepcopy=False), setup.config_of)
+    found = patience.predicted_faster(setup.study.get_trials(deepcopy=False), setup.config_of,
+                                      standing.rejected_families(setup.study))
     if found is None:
         return False
     config = setup.config_of(found)

@@ -12,6 +12,7 @@ from optuna.trial import TrialState
 from autotune.config import Config
 from autotune.procs.pool import TrialPool
 from autotune.procs.trial_process import Outcome
+from autotune.study import standing
 from autotune.study.clock.deadline import OUT_OF_TIME, part_timeout
 from autotune.study.context import Setup
 from autotune.study.planning import memory
@@ -30,8 +31,7 @@ def predicted(setup: Setup, trial: optuna.Trial, config: Config, loader: LoaderM
     why = memory.why_skip(config, oom)
     if why is not None or loader is None:
         return why
-    values = [t.value for t in setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value]
-    return loader.why_skip(config, max(values, default=None))
+    return loader.why_skip(config, standing.best_rate(setup.study))
 
 
 def valued(setup: Setup, trial: optuna.Trial, config: Config, lr: float, pool: TrialPool,
@@ -62,7 +62,6 @@ def valued(setup: Setup, trial: optuna.Trial, config: Config, lr: float, pool: T
     trial.set_user_attr("predicted_samples_per_s", round(predicted, 1))
     if trial.user_attrs.get("role") == "baseline":  # every speed-up is stated against it
         return None
-    values = [t.value for t in setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value]
-    skip = valuation.why_skip(config, max(values, default=None), getattr(setup.study.pruner, "ratio", 0.5))
+    skip = valuation.why_skip(config, standing.best_rate(setup.study), getattr(setup.study.pruner, "ratio", 0.5))
     setup.study.set_user_attr(VALUATION_ATTRIBUTE, valuation.record())
     return None if skip is None else Outcome("pruned", reason=skip)

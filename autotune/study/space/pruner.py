@@ -5,7 +5,9 @@ from __future__ import annotations
 import statistics
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
+
+from autotune.study import standing
 
 
 class ClearlyWorsePruner(optuna.pruners.BasePruner):
@@ -33,7 +35,7 @@ class ClearlyWorsePruner(optuna.pruners.BasePruner):
 
 def best_rival(study: optuna.Study, trial: FrozenTrial) -> float | None:
     """The best complete value `trial` competes with (None: none yet)."""
-    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    complete = standing.standing_trials(study)  # none the parity check rejected: it cannot be the answer
     own = _batch(trial)
     if own is not None and own == baseline_batch(study):
         complete = [t for t in complete if _batch(t) == own]
