@@ -330,6 +330,21 @@ def test_when_the_gentler_rate_trains_further_behind_the_bolder_one_is_tried() -
     )
 
 
+def test_the_cap_on_runs_ends_no_batch_size_s_ladder_before_its_last_rate() -> None:
+    # text_transformer on one H100: the cap on the check's runs was reached after batch 128's sqrt and unscaled runs,
+    # and the batch stood rejected "at every rate" without its linear run, at which it had passed a search before.
+    calls: list[tuple[int, float]] = []
+    big = Config(batch_size=64)
+    gate = ParityCheck(BASE, lambda c: lr_at(c, "sqrt"), held_back_below(0.2, calls), [big], lambda line: None,
+                       lr_rule=SQRT, lr_at=lr_at)
+    assert gate.select([big], want=1, max_runs=1) == [big]
+    assert calls == [(16, 0.05), (64, 0.1), (64, 0.05), (64, 0.2)]
+    assert (gate.verdicts[big].passed, gate.verdicts[big].lr) == (True, 0.2)
+    # The cap still bounds how many configs are judged: a second batch size starts no run once it is reached.
+    other = Config(batch_size=32)
+    assert gate.select([other], want=1, max_runs=0) == [] and other not in gate.verdicts
+
+
 def test_a_rate_that_failed_for_being_too_high_is_never_followed_by_a_bolder_one() -> None:
     calls: list[tuple[int, float]] = []
     big = Config(batch_size=64)
