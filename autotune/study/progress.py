@@ -45,7 +45,7 @@ def say(setup: Setup, number: int, config: Config, outcome: Outcome, same: Froze
             flag = ("" if outcome.result.get("reliable", True) else " unreliable") + (
                 " time-limited" if outcome.result.get("time_limited") else "")
             what = f"{rate(value):>12}/s ±{outcome.result['spread']:.1%}{flag}"
-        tail = f"best {rate(best)}/s"
+        tail = f"best {rate(best)}/s" if best else "no config that can win measured yet"
         if predicted and same is None:
             tail += f"; predicted {rate(predicted)}/s"
         if outcome.result.get("repeated"):

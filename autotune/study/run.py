@@ -26,7 +26,7 @@ from autotune.errors import AutotuneError
 from autotune.options import SearchOptions
 from autotune.parity.check import ParityCheck
 from autotune.procs.pool import TrialPool
-from autotune.study import answer, ending, finalists, profile, rounds
+from autotune.study import answer, ending, finalists, profile, rounds, standing
 from autotune.study.checks import kept_check
 from autotune.study.checks.parity import check_early
 from autotune.study.clock import spent
@@ -88,6 +88,7 @@ def run_steps(setup: Setup, pools: SearchPools, team: Team = SOLO) -> SearchResu
             written = _write(setup, chosen, results, check, marks)
             ending.clear(setup)
             kept_check.clear(setup)
+            standing.clear(setup.study)  # the next run of the same command judges every family afresh
             return written
     except KeyboardInterrupt:
         pools.kill()

@@ -38,6 +38,12 @@ def record(study: optuna.Study, family: Iterable[tuple[str, Any]]) -> None:
         study.set_user_attr(REJECTED_ATTRIBUTE, [*known, entry])
 
 
+def clear(study: optuna.Study) -> None:
+    """Forget the rejected families: a new check judges them afresh. Callers hold the study's lock under --gpus."""
+    if study.user_attrs.get(REJECTED_ATTRIBUTE):
+        study.set_user_attr(REJECTED_ATTRIBUTE, [])
+
+
 def in_rejected(config: Mapping[str, Any] | None, families: Sequence[Family]) -> bool:
     """Whether a trial's config (its ``config`` user attribute) belongs to one of `families`: it holds every knob
     of one at that family's value. A trial without a config belongs to none.

@@ -4,14 +4,17 @@ config against the best that can still be the answer."""
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
 import optuna
 from optuna.distributions import FloatDistribution
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from autotune.config import Config
+from autotune.parity.check import ParityCheck
+from autotune.parity.run import ParityRun
 from autotune.study import standing
-from autotune.study.checks.families import math_family
+from autotune.study.checks.families import FamilyGate, math_family
 from autotune.study.clock.patience import PATIENCE, why_stop
 from autotune.study.space.pruner import ClearlyWorsePruner
 
@@ -76,3 +79,50 @@ def test_the_pruner_weighs_a_trial_against_the_best_that_can_still_win() -> None
     assert pruner.prune(study, running)  # under half of the rejected 31,199/s
     standing.record(study, math_family(REJECTED))
     assert not pruner.prune(study, running)  # over half of batch 128's 21,636/s
+
+
+def _gate_after(rejected: Config, base: Config) -> tuple[FamilyGate, SimpleNamespace]:
+    """A family gate whose check rejected `rejected` (it trains far from `base`), in a study of its own."""
+
+    def make_run(config: Config, lr: float, samples: int) -> ParityRun:
+        loss = 1.6 if config == rejected else 1.0
+        return ParityRun(config.batch_size, lr, 2.0, loss, (samples,), (loss,), True, 0.0)
+
+    check = ParityCheck(base, lambda c: 0.05, make_run, [rejected], lambda line: None)
+    assert check.select([rejected], want=1, max_runs=1) == [] and check.verdicts[rejected].word == "REJECT"
+    study = optuna.create_study(direction="maximize")
+    setup = SimpleNamespace(baseline=base, study=study, storage=study._storage, study_name=study.study_name)
+    gate = FamilyGate()
+    gate.check = check
+    gate._rejected(setup, rejected, queue=False)
+    return gate, setup
+
+
+def test_a_rejected_config_with_the_baseline_s_math_rules_out_no_family() -> None:
+    # The data set on the device keeps the baseline's math, but its run is a run of its own: rejected, it says
+    # nothing of the baseline's other loader variants, and the baseline's trials stay the best that can win.
+    base = Config(batch_size=16)
+    gate, setup = _gate_after(Config(batch_size=16, placement="device"), base)
+    assert gate.rejected == {} and standing.rejected_families(setup.study) == []
+    assert gate.why_skip(setup, Config(batch_size=16, num_workers=2)) is None
+    # A new batch size rejected so is a family ruled out, as before.
+    gate, setup = _gate_after(Config(batch_size=64), base)
+    assert standing.rejected_families(setup.study) == [dict(math_family(Config(batch_size=64)))]
+    standing.clear(setup.study)
+    assert standing.rejected_families(setup.study) == []
+
+
+def test_a_new_run_without_the_earlier_check_forgets_the_families_that_check_rejected() -> None:
+    study = optuna.create_study(direction="maximize")
+    standing.record(study, math_family(REJECTED))
+
+    def run_start(writer: bool) -> list[dict[str, object]]:
+        options = SimpleNamespace(write_tuned_file=writer, parity_check=True)
+        setup = SimpleNamespace(options=options, study=study, storage=study._storage, study_name=study.study_name)
+        FamilyGate().take_up(setup, pool=None)
+        return standing.rejected_families(study)
+
+    # A --gpus searcher that does not write the file leaves the study's list to the writer.
+    assert run_start(writer=False) == [dict(math_family(REJECTED))]
+    # No check kept in the study (it was dropped with the tuned file, or its key changed): judged afresh.
+    assert run_start(writer=True) == []

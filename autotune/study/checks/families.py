@@ -99,6 +99,11 @@ class FamilyGate:
         if self._took_up:
             return
         self._took_up = True
+        if setup.options.write_tuned_file and not kept_check.stands(setup):
+            # The families an earlier run's check rejected stand only with that check (its key changed, or it was
+            # dropped when the tuned file was written): from here they are judged afresh.
+            with sharing.study_lock(setup.storage, setup.study_name):
+                standing.clear(setup.study)
         if self.check is None and setup.options.parity_check and kept_check.stands(setup):
             self._make(setup, pool, [])
 
@@ -121,6 +126,11 @@ class FamilyGate:
         if verdict is None or verdict.passed or not verdict.conclusive or not judged:
             return
         family = math_family(config, self.check.same_math)
+        if family == math_family(setup.baseline, self.check.same_math):
+            # The baseline's own math with a knob that keeps it but changes the kernels (channels_last, a graph)
+            # and trained otherwise: that config's numerics are rejected (its verdict, and its twins' by numerics,
+            # keep it from winning), not the baseline's math, whose loader variants are most of a search.
+            return
         self.rejected.setdefault(family, config)
         with sharing.study_lock(setup.storage, setup.study_name):
             standing.record(setup.study, family)
