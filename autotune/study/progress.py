@@ -37,8 +37,9 @@ def say(setup: Setup, number: int, config: Config, outcome: Outcome, same: Froze
         assert outcome.result is not None
         value = outcome.result["samples_per_s"]
         # The best that can still be the answer: a config the parity check rejected holds none (standing).
-        counts = not standing.in_rejected(config.as_dict(), standing.rejected_families(setup.study))
-        best = max(value if counts else 0.0, standing.best_rate(setup.study) or 0.0)
+        rejected = standing.rejected_families(setup.study)
+        counts = not standing.in_rejected(config.as_dict(), rejected)
+        best = max(value if counts else 0.0, standing.best_of(trials, rejected) or 0.0)
         if same is not None:
             what = f"{rate(value):>12}/s = trial {same.number}"
         else:

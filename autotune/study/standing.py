@@ -58,17 +58,22 @@ def in_rejected(config: Mapping[str, Any] | None, families: Sequence[Family]) ->
     return any(all(config.get(k) == v for k, v in family.items()) for family in families)
 
 
-def standing(trials: Iterable[FrozenTrial], families: Sequence[Family]) -> list[FrozenTrial]:
+def still_standing(trials: Iterable[FrozenTrial], families: Sequence[Family]) -> list[FrozenTrial]:
     """The complete trials with a value whose config no rejected family holds."""
     return [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None
             and not in_rejected(t.user_attrs.get("config"), families)]
 
 
 def standing_trials(study: optuna.Study) -> list[FrozenTrial]:
-    """The study's complete trials that can still be its answer (`standing`)."""
-    return standing(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), rejected_families(study))
+    """The study's complete trials that can still be its answer (`still_standing`)."""
+    return still_standing(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), rejected_families(study))
+
+
+def best_of(trials: Iterable[FrozenTrial], families: Sequence[Family]) -> float | None:
+    """The fastest samples/s among `trials` that can still be the answer; None before one completed."""
+    return max((t.value for t in still_standing(trials, families) if t.value), default=None)
 
 
 def best_rate(study: optuna.Study) -> float | None:
-    """The fastest samples/s among the trials that can still be the answer; None before one completed."""
-    return max((t.value for t in standing_trials(study) if t.value), default=None)
+    """The fastest samples/s among the study's trials that can still be the answer; None before one completed."""
+    return best_of(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), rejected_families(study))

@@ -90,7 +90,7 @@ def queue_next(setup: Setup, config: Config, measured: float, valuation: Valuati
     # Queued, not taken yet: the seeds' list past what was queued, and tickets waiting for a worker.
     pending = [s["params"] for s in study.user_attrs.get(tickets.SEEDS_ATTRIBUTE, [])[tickets.seeds_queued(trials):]]
     pending += [t.system_attrs.get("fixed_params") for t in trials if t.state == TrialState.WAITING]
-    best = standing.best_rate(study) or 0.0
+    best = standing.best_of(trials, standing.rejected_families(study)) or 0.0
     choices = [dataclasses.replace(config, decode_share=s) for s in setup.space.domains["decode_share"] if s < 1]
     choices = [c for c in choices if c not in tried and (p := setup.space.params(c)) is not None and p not in pending]
     if not choices:
