@@ -11,6 +11,8 @@
 #                                                      # profile through the truth benchmark
 #     bash benchmarks/streams_gpu_runs.sh OUT minutes  # text_transformer's search at --time-budget 110, then at its
 #                                                      # default budget (PART_S=600: the two may need all of it)
+#     bash benchmarks/streams_gpu_runs.sh OUT parts    # where a ResNet-50 part measurement's seconds go
+#                                                      # (lab/probes/part_costs.py), on both data sets
 #     bash benchmarks/streams_gpu_runs.sh OUT check    # without a search: the data, then through the truth
 #                                                      # benchmark (one slice after autotune's round, TRUTH_S) the
 #                                                      # stream at 15 workers, eager (the last search's winner), and
@@ -100,8 +102,19 @@ minutes)
     step text_default bash -c "python3 -m autotune search --recipe text_transformer"
     cp /tmp/runs/text_default/recipes/text_transformer.tuned.toml "$OUT/text_default.tuned.toml" 2>/dev/null
     ;;
+parts)
+    data
+    export TORCHINDUCTOR_CACHE_DIR=/tmp/runs/parts_cache
+    step parts_imagenet python3 "$REPO/lab/probes/part_costs.py" --recipe imagenet_resnet50 --workers 15 \
+        --repeat 2 --out /tmp/runs/parts_imagenet.json
+    step parts_recompile python3 "$REPO/lab/probes/part_costs.py" --recipe imagenet_resnet50 --only "compiled$" \
+        --out /tmp/runs/parts_recompile.json
+    step parts_wds python3 "$REPO/lab/probes/part_costs.py" --recipe webdataset_resnet50 --workers 15,8 \
+        --batches 256,1024 --repeat 1 --only "loader.*(bs=256|bs=1024.*held)" --out /tmp/runs/parts_wds.json
+    cp /tmp/runs/parts_*.json "$OUT/" 2>/dev/null
+    ;;
 *)
-    echo "unknown part $PART: stream, truth, check or minutes" >&2
+    echo "unknown part $PART: stream, truth, check, minutes or parts" >&2
     exit 2
     ;;
 esac

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch.utils.data import IterableDataset
 
-from autotune.batch import to_device
+from autotune.batch import map_tensors, to_device
 from autotune.config import Config
 from autotune.loop.graph import GRAPH_WARMUP_STEPS
 from autotune.trial.probe import Repeat, probe, synthetic
@@ -31,9 +31,10 @@ from autotune.trial.timing import Windows
 # step takes longer than a window, so each window is a step: a part is then a few of its steps, seconds
 # (docs/search.md#the-plan-and-valuation).
 PART_WINDOWS = Windows(warmup_steps=5, window_s=0.1, min_windows=3, max_windows=6, rel_tol=0.05, boundaries=1,
-                       extra_windows=0)
+                       extra_windows=0, backlog_held=True)
 STEADY = 0.25  # a warm-up step within this share of the one before it: the step is warm, its windows may begin
 WARM_AT_LEAST = 2  # steps: the first compiles, autotunes, allocates; the second shows whether that is done
+STEP_ONLY = ("amp", "cuda_graph", "compile", "cudnn_benchmark")  # knobs the step's batch does not depend on
 
 
 def step_rate(runner: Any, config: Config, lr: float, windows: Windows = PART_WINDOWS) -> dict[str, float]:
@@ -41,19 +42,52 @@ def step_rate(runner: Any, config: Config, lr: float, windows: Windows = PART_WI
     # One batch of the loop's own structure is all the step needs: made in this process, not by the config's
     # workers, whose start (as many as the cores, each decoding a batch of JPEGs) the step never uses.
     alone = dataclasses.replace(config, num_workers=0, persistent_workers=False, prefetch_factor=None)
+    began = time.perf_counter()
     loader, step, _ = runner.build(alone, lr)
-    first = next(iter(loader))
-    on_device = to_device(first, runner.device)
+    built = time.perf_counter()
+    on_device = to_device(first_batch(runner, alone, loader), runner.device)
     del loader
     fed = Repeat(synthetic(on_device), count=runner.workload.count)
+    fed_at = time.perf_counter()
     # A graph captures after its eager warm-up steps, then replays: its windows begin once it replays.
     least = WARM_AT_LEAST + (GRAPH_WARMUP_STEPS + 1 if config.cuda_graph else 0)
-    warm_up(step, fed, runner.device, least, max(least, windows.warmup_steps))
+    warmed = warm_up(step, fed, runner.device, least, max(least, windows.warmup_steps))
+    warm_at = time.perf_counter()
     p = probe("step", step, fed, runner.device, dataclasses.replace(windows, warmup_steps=0), runner.workload.count)
     # What its compile cost, where it compiles: the search weighs it against the best declared run
-    # (autotune.study.planning.compile_cost).
-    return {"samples_per_s": p.samples_per_s, "spread": p.spread, "seconds": round(p.seconds, 3),
-            "compile_s": round(step.compile_s, 3)}
+    # (autotune.study.planning.compile_cost). Where its seconds went: the plan's line of each part says.
+    made = {"samples_per_s": p.samples_per_s, "spread": p.spread, "seconds": round(p.seconds, 3),
+            "compile_s": round(step.compile_s, 3), "build_s": round(built - began, 3),
+            "first_batch_s": round(fed_at - built, 3), "warmup_s": round(warm_at - fed_at, 3), "warmup_steps": warmed}
+    if config.compile != "off":
+        del step  # its graphs and its memory: the compile below is timed as a process that starts afresh does it
+        made["recompile_s"] = round(recompile_s(runner, alone, lr, fed), 3)
+    return made
+
+
+def first_batch(runner: Any, alone: Config, loader: Any) -> Any:
+    """The first batch `loader` makes, kept on the host for the next step part of the same batch: a step rate at
+    another amp, graph or compile takes the same batch, and a batch of a heavy model's JPEGs, decoded in this process,
+    costs seconds to make again. One is kept, the latest: the plan asks for a batch's step variants in a row."""
+    key = tuple((k, v) for k, v in alone.as_dict().items() if k not in STEP_ONLY)
+    kept = runner.part_batch
+    if kept is not None and kept[0] == key:
+        return kept[1]
+    made = map_tensors(next(iter(loader)), lambda t: t.cpu())  # none of the device's memory held between requests
+    runner.part_batch = (key, made)
+    return made
+
+
+def recompile_s(runner: Any, alone: Config, lr: float, fed: Repeat) -> float:
+    """Seconds the compile of `alone`'s step takes once its kernels are in the compile cache: what the trial of a
+    config whose step part compiled pays, and a final round's fresh process after it (Inductor's FX graph and
+    AOTAutograd caches on disk, ``autotune.procs.compile_cache``), where the part paid the whole compile."""
+    _, step, _ = runner.build(alone, lr)  # resets Dynamo: it traces again, and finds its graphs in the caches
+    batch = next(iter(fed))
+    step(batch)
+    if runner.device.type == "cuda":
+        torch.cuda.synchronize(runner.device)
+    return float(step.compile_s)
 
 
 def warm_up(step: Callable[[Any], Any], fed: Repeat, device: torch.device, least: int, most: int,
@@ -82,14 +116,17 @@ def loader_rate(runner: Any, config: Config, lr: float, windows: Windows = PART_
         # interference factor the end-to-end trials learn. A stream's start (its shards opened, its buffer filled)
         # is its time to the first batch, which its trials measure apart; reaching its next one is a whole pass.
         windows = dataclasses.replace(windows, boundaries=0)
+    began = time.perf_counter()
     loader, _, _ = runner.build(config, lr)
+    built = time.perf_counter()
     non_blocking = config.pin_memory and runner.device.type == "cuda"
 
     def copy(batch: Any) -> Any:
         return to_device(batch, runner.device, non_blocking)
 
     p = probe("loader", copy, loader, runner.device, windows, runner.workload.count)
-    return {"samples_per_s": p.end_to_end, "spread": p.spread, "seconds": round(p.seconds, 3)}
+    return {"samples_per_s": p.end_to_end, "spread": p.spread, "seconds": round(p.seconds, 3),
+            "build_s": round(built - began, 3), "warmup_s": round(p.setup_s, 3), "backlog_steps": p.backlog_steps}
 
 
 def measure(runner: Any, config: Config, lr: float, which: list[str]) -> dict[str, dict[str, float]]:

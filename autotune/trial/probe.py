@@ -41,6 +41,8 @@ class Probe:
     peak_memory_bytes: int | None
     seconds: float
     whole_epochs: bool = False  # timed over whole epochs, each start included (autotune.trial.timing)
+    setup_s: float = 0.0  # of `seconds`, the first batch and the warm-up steps
+    backlog_steps: int = 0  # batches taken untimed after the warm-up: what the loader had prefetched
 
 
 class Repeat:
@@ -124,4 +126,6 @@ def probe(
         peak_memory_bytes=torch.cuda.max_memory_allocated(device) if cuda else None,
         seconds=wall,
         whole_epochs=m.whole_epochs,
+        setup_s=m.setup_s,
+        backlog_steps=m.backlog_steps,
     )

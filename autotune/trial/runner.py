@@ -78,6 +78,7 @@ class Runner:
         self._dataset: Any = None
         self._lengths: Any = None  # the workload's sample_lengths, read once, when a config buckets
         self._device_tensors: dict[str, tuple[Any, float]] = {}  # a batch-like structure of whole-data-set tensors
+        self.part_batch: tuple[Any, Any] | None = None  # the latest step part's batch, on the host (trial.parts)
 
     @property
     def dataset(self) -> Any:

@@ -39,6 +39,11 @@ class Windows:
     boundaries: int = 2  # epoch boundaries to time
     noisy: float = 0.05  # halves (or the standard error) still beyond this at max_windows: measured longer
     extra_windows: int = 5  # how many more; still noisy then, the measurement is marked unreliable
+    # After the warm-up, take untimed only the batches the workers hold ready, not their whole capacity. Where
+    # nothing but a copy takes the batches (a loader part, autotune.trial.parts), the queues hold what the warm-up
+    # left and no more: taking workers x prefetch batches would cost that many at the loader's own rate, seconds
+    # of a heavy model's part. A step slower than its loader fills them, and its measurement keeps the default.
+    backlog_held: bool = False
 
 
 class Steady:

@@ -108,7 +108,7 @@ class Measurement:
         return dataclasses.asdict(self)
 
 
-def _skip_backlog(feed: Feed, step: Callable[..., Any], capacity: int, workers: int) -> int:
+def _skip_backlog(feed: Feed, step: Callable[..., Any], capacity: int, workers: int, held_only: bool = False) -> int:
     """Take, untimed, the batches the workers prefetched while the loop warmed up; how many were taken.
 
     Then go on, two batches per worker at a time (one burst of their output is no sign of the
@@ -120,12 +120,16 @@ def _skip_backlog(feed: Feed, step: Callable[..., Any], capacity: int, workers: 
     Either way at most twice the capacity more, and where that ends among the epoch's last
     `capacity` batches, the rest of the epoch too: it was all handed out during the warm-up, so
     it is still the backlog, not the tail of a steady epoch (timed as one, its drain would stand
-    for every epoch's).
+    for every epoch's). `held_only` (``Windows.backlog_held``): first take what is held ready, where
+    that can be read, not the whole capacity.
     """
     if capacity == 0:
         return 0
-    run_steps(feed, step, capacity)
-    taken, limit, chunk = capacity, 3 * capacity, 2 * max(workers, 3)
+    first = capacity
+    if held_only and (ready := feed.ready()) is not None:
+        first = min(capacity, ready)
+    run_steps(feed, step, first)
+    taken, limit, chunk = first, 3 * capacity, 2 * max(workers, 3)
     held = feed.ready()
     if held is None:
         while taken < limit and feed.last_wait < DRY_WAIT_S:
@@ -183,7 +187,7 @@ def measure(
     setup_s = clock() - start
     min_steps = max(1, getattr(loader, "num_workers", 0) or 0)
     whole = too_short(feed.steps_per_epoch, capacity, min_steps)
-    skipped = 0 if whole else _skip_backlog(feed, step, capacity, min_steps)
+    skipped = 0 if whole else _skip_backlog(feed, step, capacity, min_steps, windows.backlog_held)
     deadline = None if time_limit_s is None else start + time_limit_s
     steady = Steady(feed, step, windows, clock, sync, min_steps, capacity, whole, cpu, deadline, setup_s)
     stopped = steady.run(on_window)

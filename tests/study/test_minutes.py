@@ -79,6 +79,29 @@ def test_a_compile_that_the_budget_left_cannot_pay_for_twice_is_not_measured() -
     assert compile_cost.why_skip(_setup(trials, clock, budget_s=110.0, epochs=90), compiled, Valuation()) is None
 
 
+def test_a_compile_its_step_part_left_in_the_cache_is_weighed_at_what_it_costs_again() -> None:
+    # webdataset_resnet50 on an H100 at its default 480 s: the compiled config predicted fastest was skipped, its
+    # compile (30 s, cold, in its step part) and a measurement (41 s) counted twice against 105 s left. Its step part
+    # then timed the compile again from the compile cache: 6 s, which its trial and its round pay. Another batch size's
+    # compiled step, never compiled, still pays the whole compile in its trial; its round, 6 s.
+    from autotune.study.clock.deadline import reserve_s
+
+    trials = [_trial(BASELINE, 1_000.0, 41.0), _trial(LEADER, 3_700.0, 41.0)]
+    clock = [0.0]
+    clock[0] = 480.0 - 105.0 - reserve_s(_setup(trials, clock, epochs=90))  # 105 s left before the end's reserve
+    compiled = dataclasses.replace(LEADER, compile="default", cuda_graph=True)
+    other_batch = dataclasses.replace(compiled, batch_size=512)
+    cold = Valuation(compiles={"default": 30.0})
+    assert compile_cost.why_skip(_setup(trials, clock, epochs=90), compiled, cold) == (
+        f"{CANNOT_PAY}: its compile (30 s, a step part, compile=default) and a measurement (41 s), in its trial and "
+        f"again in a final round, need 142 s; the budget has 105 s left before the parity check and the final rounds")
+    warm = Valuation(compiles={"default": 30.0}, recompiles={step_key(compiled): 6.0})
+    assert compile_cost.why_skip(_setup(trials, clock, epochs=90), compiled, warm) is None  # 6 + 6 + 82 = 94 s
+    assert compile_cost.why_skip(_setup(trials, clock, epochs=90), other_batch, warm) == (
+        f"{CANNOT_PAY}: its compile (30 s, a step part, compile=default) and a measurement (41 s), in its trial and "
+        f"again in a final round, need 118 s; the budget has 105 s left before the parity check and the final rounds")
+
+
 def test_what_a_host_measured_is_recalled_by_the_next_study_of_the_same_workload(tmp_path: Path) -> None:
     measured = Valuation()
     measured.steps[step_key(LEADER)] = 5_000.0

@@ -16,7 +16,7 @@ from optuna.trial import TrialState
 from autotune.config import COMPILE_CHOICES, Config
 from autotune.study.clock.deadline import reserve_s, shortest_run, trial_s
 from autotune.study.context import Setup
-from autotune.study.planning.valuation import Valuation
+from autotune.study.planning.valuation import Valuation, step_key
 
 CANNOT_PAY = "skipped, its compile cannot pay"  # how a trial's reason begins when it was not run for this
 
@@ -64,6 +64,8 @@ def why_no_time(setup: Setup, config: Config, valuation: Valuation | None) -> st
     round should it win, take longer than the budget has left before the end's reserve (the parity check, the final
     rounds). The compile is the least timed in its mode or a cheaper one, this search's or one an earlier search on
     this GPU model remembered (``autotune.study.planning.remembered``); None before any was timed, or without a budget.
+    Where its own step part compiled it, its trial and its round compile again from the compile cache, at what the
+    part timed that to cost; else its round does, after its trial's whole compile.
 
     A compile that takes most of a short budget leaves it no batch size measured (docs/search.md#compile-cost).
     """
@@ -73,8 +75,15 @@ def why_no_time(setup: Setup, config: Config, valuation: Valuation | None) -> st
     if budget is None or known is None or measured is None:
         return None
     compile_s, where = known
+    trial_compile, round_compile = compile_s, compile_s
+    warm = valuation.recompiles if valuation is not None else {}
+    if step_key(config) in warm:  # its step part compiled it: its trial and its round find it in the cache
+        trial_compile = round_compile = warm[step_key(config)]
+        where = f"{where}; {trial_compile:.0f} s again from the compile cache, as its step part measured"
+    elif warm:  # its trial pays the whole compile of its shapes, and leaves them in the cache for its round
+        round_compile = min(compile_s, *warm.values())
     left = budget - setup.elapsed() - reserve_s(setup)
-    need = 2 * (compile_s + measured)
+    need = trial_compile + round_compile + 2 * measured
     if need <= left:
         return None
     return (f"{CANNOT_PAY}: its compile ({compile_s:.0f} s, {where}) and a measurement ({measured:.0f} s), in its "

@@ -37,7 +37,7 @@ from autotune.study.clock import patience
 from autotune.study.clock.deadline import part_timeout
 from autotune.study.context import Setup
 from autotune.study.planning import compile_cost
-from autotune.study.planning.valuation import VALUED, Valuation, loader_key, step_key
+from autotune.study.planning.valuation import VALUED, Valuation, loader_key, seconds_of, step_key
 from autotune.study.shared import sharing, tickets
 from autotune.study.shared.tickets import VALUED_ROLE
 from autotune.study.space.domains import Space
@@ -52,6 +52,7 @@ PLAN_TRIALS = 8.0  # and no longer than this many of the baseline's end-to-end t
 PLAN_MIN_S = 20.0  # but never less than this
 MEASURE_AT_MOST = 8  # configs the plan queues to be measured end to end
 WITHIN = 0.7  # and only those predicted at least this share of the fastest prediction (or the best measured)
+SAY_PART_S = 1.0  # a part measurement that took this long gets a line of its own: where its seconds went
 
 
 @dataclasses.dataclass
@@ -215,7 +216,12 @@ def make(setup: Setup, pool: TrialPool, valuation: Valuation) -> Plan | None:
             continue  # a compile of this model took longer than the best whole run: no compiled step can win it
         # A part that fails is not asked for again: a step out of memory fails its configs' trials at once (the loop
         # cannot fit where its step alone did not), another failure leaves them to be measured end to end.
-        valuation.measure(pool, config, setup.lr(config), *part_timeout(setup, limit - (time.monotonic() - began)))
+        asks, asked = valuation.missing(config) and valuation.failure(config) is None, time.monotonic()
+        timeout = part_timeout(setup, limit - (asked - began))
+        why = valuation.measure(pool, config, setup.lr(config), *timeout)
+        took = time.monotonic() - asked
+        if asks and (why is not None or took >= SAY_PART_S):  # a heavy model's plan is minutes of parts: say each
+            setup.echo(f"plan: {took:.1f} s, {config.describe()}: {why or seconds_of(valuation.last)}")
     plan.parts_s = time.monotonic() - began
     measured = {setup.config_of(t) for t in setup.study.get_trials(deepcopy=False) if "config" in t.user_attrs}
     for config in dict.fromkeys([*(c for g in groups for c in g), *combinations(setup.space, valuation)]):

@@ -64,6 +64,33 @@ def combine(config: Config, step: float, loader: float) -> float:
     return min(step, loader)
 
 
+def seconds_of(parts: dict[str, dict[str, float]]) -> str:
+    """Where a part measurement's seconds went, as the plan's line of it says: what a heavy model's part costs.
+
+    >>> seconds_of({"step": {"samples_per_s": 3942.0, "build_s": 0.41, "first_batch_s": 2.1, "warmup_s": 1.9,
+    ...                      "warmup_steps": 3, "seconds": 0.9, "compile_s": 0.0}})
+    'step 3,942/s (build 0.4 s, first batch 2.1 s, 3 warm-up steps 1.9 s, windows 0.9 s)'
+    """
+    said = []
+    for name, part in parts.items():
+        spent = [f"build {part.get('build_s', 0.0):.1f} s"]
+        if "first_batch_s" in part:
+            spent.append(f"first batch {part['first_batch_s']:.1f} s")
+        if part.get("compile_s"):
+            spent.append(f"compile {part['compile_s']:.1f} s")
+        if "recompile_s" in part:
+            spent.append(f"again from the compile cache {part['recompile_s']:.1f} s")
+        if "warmup_steps" in part:
+            spent.append(f"{int(part['warmup_steps'])} warm-up steps {part.get('warmup_s', 0.0):.1f} s")
+        elif "warmup_s" in part:
+            spent.append(f"first batches {part['warmup_s']:.1f} s")
+        if part.get("backlog_steps"):
+            spent.append(f"{int(part['backlog_steps'])} prefetched batches taken")
+        spent.append(f"windows {part.get('seconds', 0.0):.1f} s")
+        said.append(f"{name} {rate(float(part['samples_per_s']))}/s ({', '.join(spent)})")
+    return "; ".join(said)
+
+
 def cut_by_clock(why: str | None, shortened: bool) -> bool:
     """A part measurement that timed out within a time the search's clock cut short (``deadline.part_timeout``): it
     says nothing of the config."""
@@ -82,6 +109,9 @@ class Valuation:
     failed: dict[tuple[str, tuple[tuple[str, Any], ...]], str] = dataclasses.field(default_factory=dict)
     # compile mode -> the least seconds a step part's compile took in it (autotune.study.planning.compile_cost)
     compiles: dict[str, float] = dataclasses.field(default_factory=dict)
+    # a compiled step's key -> the seconds its compile took again, its kernels in the compile cache: what its trial and
+    # a final round pay after its part paid the whole compile (autotune.trial.parts.recompile_s)
+    recompiles: dict[tuple[tuple[str, Any], ...], float] = dataclasses.field(default_factory=dict)
     valued: int = 0  # configs given a predicted rate
     recalled: int = 0  # part rates measured by an earlier search on this host (autotune.study.planning.remembered)
     # compile mode -> the least seconds a compile took in an earlier search on this GPU model (remembered)
@@ -90,6 +120,7 @@ class Valuation:
     # A stream's shards per rank: a loader rate, measured within a pass, is kept as its rate over whole passes, which
     # its busiest worker's share of the shards sets (autotune.streams.shares). None: read by index, or unknown.
     shards: int | None = None
+    last: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)  # the parts `measure` made last
 
     def missing(self, config: Config) -> list[str]:
         """The parts of `config` not measured yet."""
@@ -115,6 +146,7 @@ class Valuation:
         of itself, and is not kept as failed.
         """
         missing = self.missing(config)
+        self.last = {}
         if not missing or (why := self.failure(config)) is not None:
             return self.failure(config)
         outcome = pool.parts(config, lr, missing, timeout_s)
@@ -127,11 +159,14 @@ class Valuation:
         return None
 
     def add(self, config: Config, parts: dict[str, dict[str, float]]) -> None:
+        self.last = parts
         if "step" in parts:
             self.steps[step_key(config)] = float(parts["step"]["samples_per_s"])
             took = float(parts["step"].get("compile_s") or 0.0)
             if took > 0 and config.compile != "off":
                 self.compiles[config.compile] = min(took, self.compiles.get(config.compile, took))
+            if "recompile_s" in parts["step"]:
+                self.recompiles[step_key(config)] = float(parts["step"]["recompile_s"])
         if "loader" in parts:
             share = pass_share(config.num_workers, self.shards)  # 1 without workers (data kept on the device too)
             self.loaders[loader_key(config)] = float(parts["loader"]["samples_per_s"]) * share
