@@ -79,27 +79,50 @@ def test_a_compile_that_the_budget_left_cannot_pay_for_twice_is_not_measured() -
     assert compile_cost.why_skip(_setup(trials, clock, budget_s=110.0, epochs=90), compiled, Valuation()) is None
 
 
-def test_a_compile_its_step_part_left_in_the_cache_is_weighed_at_what_it_costs_again() -> None:
+def test_a_compile_its_step_part_made_is_weighed_at_what_its_trial_pays_again() -> None:
     # webdataset_resnet50 on an H100 at its default 480 s: the compiled config predicted fastest was skipped, its
     # compile (30 s, cold, in its step part) and a measurement (41 s) counted twice against 105 s left. Its step part
-    # then timed the compile again from the compile cache: 6 s, which its trial and its round pay. Another batch size's
-    # compiled step, never compiled, still pays the whole compile in its trial; its round, 6 s.
+    # then timed the compile again in its process, as the trial there compiles it: 6 s; the round's fresh process is
+    # still counted at the whole compile. Another batch size's compiled step, never compiled, pays it in both.
     from autotune.study.clock.deadline import reserve_s
 
     trials = [_trial(BASELINE, 1_000.0, 41.0), _trial(LEADER, 3_700.0, 41.0)]
     clock = [0.0]
-    clock[0] = 480.0 - 105.0 - reserve_s(_setup(trials, clock, epochs=90))  # 105 s left before the end's reserve
+    clock[0] = 480.0 - 120.0 - reserve_s(_setup(trials, clock, epochs=90))  # 120 s left before the end's reserve
     compiled = dataclasses.replace(LEADER, compile="default", cuda_graph=True)
     other_batch = dataclasses.replace(compiled, batch_size=512)
     cold = Valuation(compiles={"default": 30.0})
     assert compile_cost.why_skip(_setup(trials, clock, epochs=90), compiled, cold) == (
         f"{CANNOT_PAY}: its compile (30 s, a step part, compile=default) and a measurement (41 s), in its trial and "
-        f"again in a final round, need 142 s; the budget has 105 s left before the parity check and the final rounds")
+        f"again in a final round, need 142 s; the budget has 120 s left before the parity check and the final rounds")
     warm = Valuation(compiles={"default": 30.0}, recompiles={step_key(compiled): 6.0})
-    assert compile_cost.why_skip(_setup(trials, clock, epochs=90), compiled, warm) is None  # 6 + 6 + 82 = 94 s
+    assert compile_cost.why_skip(_setup(trials, clock, epochs=90), compiled, warm) is None  # 6 + 30 + 82 = 118 s
     assert compile_cost.why_skip(_setup(trials, clock, epochs=90), other_batch, warm) == (
         f"{CANNOT_PAY}: its compile (30 s, a step part, compile=default) and a measurement (41 s), in its trial and "
-        f"again in a final round, need 118 s; the budget has 105 s left before the parity check and the final rounds")
+        f"again in a final round, need 142 s; the budget has 120 s left before the parity check and the final rounds")
+
+
+def test_the_plan_ends_early_where_the_rest_of_its_share_would_leave_the_fastest_compiled_config_no_time() -> None:
+    # webdataset_resnet50 on an H100: the compiled config was predicted fastest, and the plan spent the rest of its
+    # share on loader variants; 105 s were left, and its compile could not pay. Here it needs 118 s (6 s compiling
+    # again in its trial, 30 s in its round, two measurements of 41 s) and 120 s are left.
+    from autotune.study.clock.deadline import reserve_s
+    from autotune.study.planning.plan import yields_to
+
+    trials = [_trial(BASELINE, 1_000.0, 41.0), _trial(LEADER, 3_700.0, 41.0)]
+    clock = [0.0]
+    clock[0] = 480.0 - 120.0 - reserve_s(_setup(trials, clock, epochs=90))
+    setup = _setup(trials, clock, epochs=90)
+    compiled = dataclasses.replace(LEADER, compile="default", cuda_graph=True)
+    valuation = Valuation(compiles={"default": 30.0}, recompiles={step_key(compiled): 6.0})
+    valuation.steps.update({step_key(LEADER): 3_900.0, step_key(compiled): 5_700.0})
+    valuation.loaders[loader_key(LEADER)] = 5_000.0
+    groups = [[LEADER, compiled]]
+    assert yields_to(setup, groups, valuation, 30.0) == compiled  # fits now, and not after 30 s more of the plan
+    assert yields_to(setup, groups, valuation, 1.0) is None  # fits after the plan's last second too
+    assert yields_to(setup, groups, dataclasses.replace(valuation, recompiles={}), 30.0) is None  # fits neither way
+    eager_faster = dataclasses.replace(valuation, steps={step_key(LEADER): 6_000.0, step_key(compiled): 5_700.0})
+    assert yields_to(setup, groups, eager_faster, 30.0) is None  # the fastest prediction compiles nothing
 
 
 def test_what_a_host_measured_is_recalled_by_the_next_study_of_the_same_workload(tmp_path: Path) -> None:
