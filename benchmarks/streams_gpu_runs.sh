@@ -11,6 +11,8 @@
 #                                                      # profile through the truth benchmark
 #     bash benchmarks/streams_gpu_runs.sh OUT minutes  # text_transformer's search at --time-budget 110, then at its
 #                                                      # default budget (PART_S=600: the two may need all of it)
+#     bash benchmarks/streams_gpu_runs.sh OUT hand     # `truth` in another order, without a search: the winner, the
+#                                                      # imagenet_resnet50 profile, then the workload's own settings
 #     bash benchmarks/streams_gpu_runs.sh OUT parts    # where a ResNet-50 part measurement's seconds go
 #                                                      # (lab/probes/part_costs.py), on both data sets
 #     bash benchmarks/streams_gpu_runs.sh OUT check    # without a search: the data, then through the truth
@@ -86,6 +88,18 @@ truth)
     fi
     [ "$(left)" -lt 200 ] || truth imagenet_truth imagenet_resnet50 "$REPO"
     ;;
+hand)
+    data
+    GIVEN=$(realpath -m "${WON:-$REPO}")
+    WON=/tmp/runs/wds_search
+    [ -f $WON/recipes/webdataset_resnet50.tuned.toml ] || WON=$GIVEN
+    truth wds_truth webdataset_resnet50 "$WON"
+    [ "$(left)" -lt 200 ] || truth imagenet_truth imagenet_resnet50 "$REPO"
+    [ "$(left)" -lt 100 ] || step wds_truth_own bash -c "cd '$WON' && python3 '$REPO/benchmarks/truth.py' \
+        --recipe webdataset_resnet50 --configs tuned --match '^workload' --hand-only --seconds ${TRUTH_S:-20} \
+        --out /tmp/runs/wds_truth_own"
+    cp /tmp/runs/wds_truth_own/truth.json "$OUT/wds_truth_own.json" 2>/dev/null
+    ;;
 check)
     data
     step wds_check python3 "$REPO/benchmarks/truth.py" --recipe webdataset_resnet50 --configs wide --no-bracket \
@@ -114,7 +128,7 @@ parts)
     cp /tmp/runs/parts_*.json "$OUT/" 2>/dev/null
     ;;
 *)
-    echo "unknown part $PART: stream, truth, check, minutes or parts" >&2
+    echo "unknown part $PART: stream, truth, hand, check, minutes or parts" >&2
     exit 2
     ;;
 esac
