@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import time
 from collections.abc import Callable
+from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -28,6 +29,7 @@ from autotune.study import progress, standing
 from autotune.study.checks.families import SKIPPED, FamilyGate
 from autotune.study.clock import patience
 from autotune.study.clock.deadline import give_up_after, out_of_time
+from autotune.study.clock.round_cost import FRESH_COMPILE
 from autotune.study.context import SearchError, Setup
 from autotune.study.failed import seed_retry
 from autotune.study.failed.hopeless import Finished, Hopeless, blocks, hopeless_values
@@ -277,8 +279,19 @@ def _tell(setup: Setup, trial: optuna.Trial, config: Config, outcome: Outcome, s
     assert outcome.result is not None
     measured = float(outcome.result["samples_per_s"])
     if same is None:
+        _note_fresh_compile(trial, config, outcome.result, learned.valuation)
         _learn_rate(setup, trial, config, measured, learned)
     setup.study.tell(trial, measured)
+
+
+def _note_fresh_compile(trial: optuna.Trial, config: Config, result: dict[str, Any], valuation: Valuation | None
+                        ) -> None:
+    """Where a compiled trial compiled in less than its step part's whole compile (again, in the process the part
+    compiled in), keep the whole compile beside it: its round, in a fresh process, pays more
+    (``round_cost.fresh_s``)."""
+    whole = valuation.compiles.get(config.compile) if valuation is not None and config.compile != "off" else None
+    if whole is not None and whole > float(result.get("compile_s") or 0.0):
+        trial.set_user_attr(FRESH_COMPILE, round(whole, 2))
 
 
 def _learn_rate(setup: Setup, trial: optuna.Trial, config: Config, measured: float, learned: Learned) -> None:

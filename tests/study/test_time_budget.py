@@ -311,3 +311,20 @@ def test_a_first_round_on_a_later_pool_still_measures_the_baseline_and_the_leade
     assert set(took) == {LEADER, BASELINE}
     assert lines[-1] == ("  round 2: not measured, the search's time budget (480 s) would not cover them: "
                          f"{GRAPH.describe()}, {DECODE.describe()}")
+
+
+def test_a_compiled_trial_that_compiled_again_where_its_part_compiled_costs_its_round_the_whole_compile() -> None:
+    # webdataset_resnet50 on an H100: the compiled trial compiled in 1.5 s, in the process its step part had compiled
+    # in (32.8 s); its round, in a fresh process, took 63 s. The round is costed at the trial's wall and the rest of
+    # the part's compile.
+    from autotune.study.clock import round_cost
+
+    compiled = dataclasses.replace(BASELINE, amp="bf16", cuda_graph=True, compile="default")
+    setup = _setup([(TrialState.COMPLETE, 40.0)], elapsed_s=0.0)
+    trial = create_trial(state=TrialState.COMPLETE, value=3_531.0, params={"x": 0.0},
+                         distributions={"x": FloatDistribution(0, 1)},
+                         user_attrs={"duration_s": 28.0, "config": dataclasses.asdict(compiled),
+                                     "result": {"compile_s": 1.5}, round_cost.FRESH_COMPILE: 32.8})
+    assert round_cost.config_s(setup, [trial], compiled, 30.0) == 28.0 + 31.3
+    trial.user_attrs.pop(round_cost.FRESH_COMPILE)  # a trial that paid its whole compile itself: its wall says it
+    assert round_cost.config_s(setup, [trial], compiled, 30.0) == 28.0
