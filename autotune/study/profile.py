@@ -163,9 +163,9 @@ def write(setup: Setup, best: Config, results: Results, check: ParityCheck | Any
     if noisiest > NOISY:
         whose = "the baseline's" if made["baseline_spread"] >= made["spread"] else "the winner's"
         setup.echo(
-            f"warning: {whose} measurements disagree by ±{noisiest:.0%}: the host was busy with other work while "
-            f"they ran, and the speed-up may be off by as much; search again on a quieter host, or with more "
-            f"--rounds"
+            f"warning: {whose} measurements disagree by ±{noisiest:.0%}: a host busy with other work reads so, and "
+            f"so does a loop whose rate moves as it runs (a stream's feed within its pass); the speed-up may be off "
+            f"by as much; search again on a quieter host, or with more --rounds"
         )
     if old is not None:
         setup.echo(replaced.said(*old, made))
