@@ -208,6 +208,8 @@ def _reused(trial: optuna.Trial, same: FrozenTrial) -> Outcome:
     trial.set_user_attr("duplicate_of", same.number)
     if "predicted_samples_per_s" in same.user_attrs:  # a config valued before it was measured
         trial.set_user_attr("predicted_samples_per_s", same.user_attrs["predicted_samples_per_s"])
+    if FRESH_COMPILE in same.user_attrs:  # its result's compile was a second one: the whole goes with it
+        trial.set_user_attr(FRESH_COMPILE, same.user_attrs[FRESH_COMPILE])
     return _outcome_of(same)
 
 

@@ -121,8 +121,14 @@ def test_the_plan_ends_early_where_the_rest_of_its_share_would_leave_the_fastest
     assert yields_to(setup, groups, valuation, 30.0) == compiled  # fits now, and not after 30 s more of the plan
     assert yields_to(setup, groups, valuation, 1.0) is None  # fits after the plan's last second too
     assert yields_to(setup, groups, dataclasses.replace(valuation, recompiles={}), 30.0) is None  # fits neither way
-    eager_faster = dataclasses.replace(valuation, steps={step_key(LEADER): 6_000.0, step_key(compiled): 5_700.0})
-    assert yields_to(setup, groups, eager_faster, 30.0) is None  # the fastest prediction compiles nothing
+    eager = dataclasses.replace(LEADER, num_workers=8)  # not measured yet, predicted faster than the compiled one
+    eager_faster = dataclasses.replace(valuation, steps={step_key(LEADER): 6_000.0, step_key(compiled): 5_700.0},
+                                       loaders={loader_key(LEADER): 5_000.0, loader_key(eager): 6_500.0})
+    assert yields_to(setup, [[eager, compiled]], eager_faster, 30.0) is None  # the fastest prediction compiles nothing
+    ran = _setup([*trials, _trial(compiled, 4_000.0, 41.0)], clock, epochs=90)
+    assert yields_to(ran, groups, valuation, 30.0) is None  # measured already: the plan queues it no more
+    slow = dataclasses.replace(valuation, steps={step_key(LEADER): 3_900.0, step_key(compiled): 2_000.0})
+    assert yields_to(setup, groups, slow, 30.0) is None  # under 70% of the best measured: the plan would not queue it
 
 
 def test_what_a_host_measured_is_recalled_by_the_next_study_of_the_same_workload(tmp_path: Path) -> None:

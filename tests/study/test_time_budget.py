@@ -328,3 +328,19 @@ def test_a_compiled_trial_that_compiled_again_where_its_part_compiled_costs_its_
     assert round_cost.config_s(setup, [trial], compiled, 30.0) == 28.0 + 31.3
     trial.user_attrs.pop(round_cost.FRESH_COMPILE)  # a trial that paid its whole compile itself: its wall says it
     assert round_cost.config_s(setup, [trial], compiled, 30.0) == 28.0
+
+
+def test_a_compiled_trial_keeps_its_step_part_s_whole_compile_where_it_compiled_again_for_less() -> None:
+    from optuna.trial import FixedTrial
+
+    from autotune.study.clock.round_cost import FRESH_COMPILE
+    from autotune.study.planning.valuation import Valuation
+    from autotune.study.trials import _note_fresh_compile
+
+    compiled = dataclasses.replace(BASELINE, amp="bf16", cuda_graph=True, compile="default")
+    parts = Valuation(compiles={"default": 32.8})
+    again, whole, eager = FixedTrial({}), FixedTrial({}), FixedTrial({})
+    _note_fresh_compile(again, compiled, {"compile_s": 1.5}, parts)  # again, in the part's process
+    _note_fresh_compile(whole, compiled, {"compile_s": 35.0}, parts)  # a fresh process: it paid the whole itself
+    _note_fresh_compile(eager, BASELINE, {"compile_s": 0.0}, parts)
+    assert (again.user_attrs, whole.user_attrs, eager.user_attrs) == ({FRESH_COMPILE: 32.8}, {}, {})

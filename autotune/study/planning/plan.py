@@ -257,10 +257,16 @@ def yields_to(setup: Setup, groups: list[list[Config]], valuation: Valuation, re
     On an H100, webdataset_resnet50's compiled config, predicted fastest in its plan, was skipped 3:19 into 8 minutes:
     its compile could not pay with 105 s left, once the plan's 124 s had gone to loader variants that ranked lower.
     """
-    predicted = [(p, c) for g in groups for c in g if (p := valuation.predict(c)) is not None]
-    if not predicted or rest_s <= 0:
+    if rest_s <= 0 or "off" not in setup.space.domains["compile"]:
+        return None  # the plan ends now anyway; or every config compiles (--fix compile=...), and none is skipped
+    measured = {setup.config_of(t) for t in setup.study.get_trials(deepcopy=False) if "config" in t.user_attrs}
+    predicted = [(p, c) for g in groups for c in g
+                 if c not in measured and c != setup.baseline and (p := valuation.predict(c)) is not None]
+    if not predicted:
         return None
-    top = max(predicted, key=lambda pc: pc[0])[1]
+    fastest, top = max(predicted, key=lambda pc: pc[0])
+    if fastest < WITHIN * (standing.best_rate(setup.study) or 0.0):
+        return None  # the plan would not queue it: far under what ran already
     needed = compile_cost.need_s(setup, top, valuation) if top.compile != "off" else None
     if needed is None:
         return None
