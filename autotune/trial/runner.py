@@ -130,6 +130,7 @@ class Runner:
             t.element_size() * t.numel() for (tensors, _) in self._device_tensors.values() for t in leaves(tensors)
         )
         dropped = 0
+        self.part_batch = None  # a step part's batch, up to hundreds of MB of the host's pinned memory
         if self.device.type != "cuda" or held > KEEP_SHARE * torch.cuda.get_device_properties(self.device).total_memory:
             dropped = len(self._device_tensors)
             self._device_tensors.clear()

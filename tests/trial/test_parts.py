@@ -51,6 +51,8 @@ def test_a_step_part_at_a_batch_made_before_reads_no_sample_again(monkeypatch: p
     assert len(read) == 48
     batch = runner.part_batch
     assert batch is not None and batch[1][0].shape[0] == 32  # the latest batch is the one kept
+    runner.release()  # the process lets go of what it holds while another measures: the batch too
+    assert runner.part_batch is None
 
 
 @pytest.mark.slow
