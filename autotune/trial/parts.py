@@ -61,7 +61,7 @@ def step_rate(runner: Any, config: Config, lr: float, windows: Windows = PART_WI
             "compile_s": round(step.compile_s, 3), "build_s": round(built - began, 3),
             "first_batch_s": round(fed_at - built, 3), "warmup_s": round(warm_at - fed_at, 3), "warmup_steps": warmed}
     if config.compile != "off":
-        del step  # its graphs and its memory: the compile below is timed as a process that starts afresh does it
+        del step  # its graphs and its memory go before the second step is built
         gc.collect()
         if runner.device.type == "cuda":
             torch.cuda.empty_cache()
@@ -86,10 +86,11 @@ def first_batch(runner: Any, alone: Config, loader: Any) -> Any:
 
 
 def recompile_s(runner: Any, alone: Config, lr: float, fed: Repeat) -> float:
-    """Seconds the compile of `alone`'s step takes once its kernels are in the compile cache: what the trial of a
-    config whose step part compiled pays, and a final round's fresh process after it (Inductor's FX graph and
-    AOTAutograd caches on disk, ``autotune.procs.compile_cache``), where the part paid the whole compile."""
-    _, step, _ = runner.build(alone, lr)  # resets Dynamo: it traces again, and finds its graphs in the caches
+    """Seconds the compile of `alone`'s step takes again in this process, after the part paid the whole compile: what
+    the trial of that config pays here. Dynamo traces again; Inductor finds its graphs in memory and in the compile
+    cache (``autotune.procs.compile_cache``). A fresh process pays more: ResNet-50 on an H100 compiled in 1.8 s here,
+    in 16.2 s in a fresh process from the cache, in 41.5 s cold."""
+    _, step, _ = runner.build(alone, lr)  # resets Dynamo: it traces again
     batch = next(iter(fed))
     step(batch)
     if runner.device.type == "cuda":
