@@ -45,9 +45,17 @@ def fresh_s(trial: FrozenTrial) -> float:
     ResNet-50 compiled in 41.5 s cold, 1.8 s again in that process, 16.2 s in a fresh one from the compile cache. The
     whole compile is the bound: a round costed at the trial's wall ran 190 s where 111 s more were not left, and the
     winner rested on one round."""
-    whole = trial.user_attrs.get(FRESH_COMPILE)
-    paid = float((trial.user_attrs.get("result") or {}).get("compile_s") or 0.0)
-    return max(0.0, float(whole) - paid) if whole is not None else 0.0
+    return max(0.0, whole_compile_s(trial) - _paid_s(trial))
+
+
+def whole_compile_s(trial: FrozenTrial) -> float:
+    """What compiling `trial`'s step costs a process that starts afresh: the whole compile its step part paid, where
+    the trial compiled again in that part's process; else what the trial's own compile took (0 for none)."""
+    return float(trial.user_attrs.get(FRESH_COMPILE) or _paid_s(trial))
+
+
+def _paid_s(trial: FrozenTrial) -> float:
+    return float((trial.user_attrs.get("result") or {}).get("compile_s") or 0.0)
 
 
 def measure_s(setup: Setup, complete: list[FrozenTrial], config: Config, default_s: float) -> float:

@@ -15,7 +15,7 @@ from optuna.trial import TrialState
 
 from autotune.config import COMPILE_CHOICES, Config
 from autotune.study.clock.deadline import reserve_s, shortest_run, trial_s
-from autotune.study.clock.round_cost import FRESH_COMPILE
+from autotune.study.clock.round_cost import whole_compile_s
 from autotune.study.context import Setup
 from autotune.study.planning.valuation import Valuation, step_key
 
@@ -28,12 +28,10 @@ def least_compile_s(setup: Setup, valuation: Valuation | None, mode: str) -> tup
     cheaper = COMPILE_CHOICES[1 : COMPILE_CHOICES.index(mode) + 1]  # "off" is no compile
     seen: list[tuple[float, str]] = []
     for t in setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        # A trial that compiled again where its step part had compiled paid a fraction: the part's whole compile is
-        # what a run that starts afresh pays (autotune.study.clock.round_cost.fresh_s)
-        took = t.user_attrs.get(FRESH_COMPILE) or (t.user_attrs.get("result") or {}).get("compile_s")
-        mode = setup.config_of(t).compile if took and "config" in t.user_attrs else None
-        if mode in cheaper:
-            seen.append((float(took), f"trial {t.number}, compile={mode}"))
+        took = whole_compile_s(t)  # not the fraction a trial paid compiling again where its step part compiled
+        theirs = setup.config_of(t).compile if took and "config" in t.user_attrs else None
+        if theirs in cheaper:
+            seen.append((took, f"trial {t.number}, compile={theirs}"))
     if valuation is not None:
         seen += [(took, f"a step part, compile={m}") for m, took in valuation.compiles.items() if m in cheaper]
         seen += [(took, f"an earlier search on this GPU model, compile={m}")

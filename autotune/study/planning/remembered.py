@@ -24,7 +24,7 @@ from typing import Any
 
 from optuna.trial import TrialState
 
-from autotune.study.clock.round_cost import FRESH_COMPILE
+from autotune.study.clock.round_cost import whole_compile_s
 from autotune.study.context import Setup
 from autotune.study.planning.valuation import Valuation
 
@@ -87,8 +87,7 @@ def compiles(setup: Setup, valuation: Valuation) -> dict[str, float]:
     """The least compile per mode this search timed: in its step parts and in its complete trials."""
     least = dict(valuation.compiles)
     for t in setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        # A trial that compiled again where its step part had compiled: the part's whole compile (round_cost.fresh_s)
-        took = float(t.user_attrs.get(FRESH_COMPILE) or (t.user_attrs.get("result") or {}).get("compile_s") or 0.0)
+        took = whole_compile_s(t)  # not the fraction a trial paid compiling again where its step part compiled
         mode = setup.config_of(t).compile if took > 0 and "config" in t.user_attrs else "off"
         if mode != "off":
             least[mode] = min(took, least.get(mode, took))

@@ -113,8 +113,8 @@ class Valuation:
     failed: dict[tuple[str, tuple[tuple[str, Any], ...]], str] = dataclasses.field(default_factory=dict)
     # compile mode -> the least seconds a step part's compile took in it (autotune.study.planning.compile_cost)
     compiles: dict[str, float] = dataclasses.field(default_factory=dict)
-    # a compiled step's key -> the seconds its compile took again, its kernels in the compile cache: what its trial and
-    # a final round pay after its part paid the whole compile (autotune.trial.parts.recompile_s)
+    # a compiled step's key -> the seconds its compile took again in the part's process: what its trial pays there
+    # after its part paid the whole compile (autotune.trial.parts.recompile_s); a fresh process pays more
     recompiles: dict[tuple[tuple[str, Any], ...], float] = dataclasses.field(default_factory=dict)
     valued: int = 0  # configs given a predicted rate
     recalled: int = 0  # part rates measured by an earlier search on this host (autotune.study.planning.remembered)
