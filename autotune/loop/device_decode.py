@@ -35,6 +35,8 @@ from autotune.loop.sourced import WrappedLoader, dataloader_args
 from autotune.workloads.decode import COLLATE_REFUSAL, DevicePipeline, NotTranslatable, collate_bytes, derive, unpack
 from autotune.workloads.pixels import PixelSplit, differs, transform_of, with_transform
 from autotune.workloads.pixels import split as split_pixels
+from autotune.workloads.stages import is_webdataset
+from autotune.workloads.stream_jpegs import collate_split_stream, derive_stream, split_stream
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -214,20 +216,27 @@ def decoding_loader(
     """
     if collate_fn is not None:
         raise NotTranslatable(COLLATE_REFUSAL)
-    pipeline, files = derive(dataset)
+    stream = is_webdataset(dataset)  # its JPEGs come out of a copy of its own stages (workloads.stream_jpegs)
+    pipeline, files = derive_stream(dataset) if stream else derive(dataset)
     kwargs = dataloader_args(config, shuffle, drop_last, user_args)
     split = config.decode_share < 1  # the workers decode the rest through the data set's own pipeline
     host_cut = uint8_host(dataset) if split else None
-    host = with_transform(dataset, host_cut.host) if host_cut is not None else dataset
+    if split and stream:
+        own = transform_of(dataset)
+        files = split_stream(dataset, config.decode_share, host_cut.host if host_cut is not None else own)
+    elif split:
+        files = SplitSamples(with_transform(dataset, host_cut.host) if host_cut is not None else dataset, files,
+                             config.decode_share)
     loader = DataLoader(
-        SplitSamples(host, files, config.decode_share) if split else files,
+        files,
         num_workers=config.num_workers,
         pin_memory=config.pin_memory and device.type == "cuda",
-        collate_fn=collate_split if split else collate_bytes,
+        collate_fn=(collate_split_stream if stream else collate_split) if split else collate_bytes,
         **kwargs,
     )
     memory_format = torch.channels_last if config.channels_last else torch.contiguous_format
-    return DecodingLoader(loader, pipeline, device, memory_format, split, dataset if split else None, host_cut)
+    return DecodingLoader(loader, pipeline, device, memory_format, split, dataset if split or stream else None,
+                          host_cut)
 
 
 def uint8_host(dataset: Any) -> PixelSplit | None:

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 from torch.nn import functional
-from torch.utils.data import DataLoader, Subset
+from torch.utils.data import DataLoader, Dataset, Subset
 
 IMAGES = 64  # images of the data set, each drawn DRAWS times through each pipeline
 DRAWS = 32
@@ -60,15 +60,62 @@ def device_draws(
     pipeline: Any, files: Any, indices: Sequence[int], draws: int, device: torch.device, seed: int = SEED
 ) -> torch.Tensor:
     """Each image `draws` times through the device path (`pipeline` over `files`, ``derive``'s pair)."""
+    return decoded_draws(pipeline, [files[i][0] for i in indices], draws, device, seed)  # each file read once
+
+
+def decoded_draws(pipeline: Any, read: Sequence[torch.Tensor], draws: int, device: torch.device,
+                  seed: int = SEED) -> torch.Tensor:
+    """Each JPEG of `read` (its bytes) decoded `draws` times through the device path: len(read) x draws x features."""
     from autotune.loop.device_decode import decode_batch
 
     generator = torch.Generator(device=device).manual_seed(seed)
-    read = [files[i][0] for i in indices]  # each file read once, its bytes decoded `draws` times
     repeated = [data for data in read for _ in range(draws)]
     parts = []
     for lo in range(0, len(repeated), BATCH):
         parts.append(features(decode_batch(pipeline, repeated[lo : lo + BATCH], device, generator)))
-    return torch.cat(parts).view(len(indices), draws, -1)
+    return torch.cat(parts).view(len(read), draws, -1)
+
+
+class StreamDraws(Dataset):
+    """A stream's first JPEGs, each `draws` times through the stream's own decode and augmentation: a stream has no
+    index to draw an image again by, so its images are read once (``stream_jpegs.first_jpegs``) and kept here."""
+
+    def __init__(self, dataset: Any, read: Sequence[torch.Tensor], draws: int) -> None:
+        from autotune.workloads.stages import image_transform
+
+        self.dataset, self.read, self.draws = dataset, list(read), draws
+        self.transform = image_transform(dataset)
+
+    def __len__(self) -> int:
+        return len(self.read) * self.draws
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        from autotune.workloads.stream_jpegs import host_image
+
+        return self.transform(host_image(self.dataset, self.read[index // self.draws])), 0
+
+
+def stream_draws(dataset: Any, read: Sequence[torch.Tensor], draws: int, workers: int) -> torch.Tensor:
+    """Each JPEG of `read` `draws` times through the stream's own pipeline, in DataLoader workers as in training."""
+    loader = DataLoader(StreamDraws(dataset, read, draws), batch_size=BATCH, num_workers=workers, shuffle=False)
+    return torch.cat([features(x) for x, _ in loader]).view(len(read), draws, -1)
+
+
+def compare_stream(dataset: Any, device: torch.device, workers: int, images: int = IMAGES, draws: int = DRAWS,
+                   pipeline: Any = None) -> dict[str, Any]:
+    """``compare`` for a webdataset stream: its first `images` JPEGs, read once through the bytes copy. `pipeline`
+    replaces the one derived from the stream (a test gives a wrong one)."""
+    from autotune.parity.inputs import distance
+    from autotune.workloads.stream_jpegs import derive_stream, first_jpegs
+
+    start = time.perf_counter()
+    if pipeline is None:
+        pipeline, _ = derive_stream(dataset)
+    read = first_jpegs(dataset, images)
+    host, again = stream_draws(dataset, read, draws, workers), stream_draws(dataset, read, draws, workers)
+    on_device = decoded_draws(pipeline, read, draws, device)
+    return {"host_to_host": distance(host, again), "host_to_device": distance(host, on_device),
+            "images": len(read), "draws": draws, "seconds": time.perf_counter() - start}
 
 
 def compare(dataset: Any, device: torch.device, workers: int, pipeline: Any = None, files: Any = None,
@@ -76,11 +123,14 @@ def compare(dataset: Any, device: torch.device, workers: int, pipeline: Any = No
     """The distances ``autotune.parity.inputs.judge`` reads: two host draws apart, and host from device.
 
     `pipeline` and `files`, given together, replace what ``derive`` makes of the data set (a test gives a wrong
-    pipeline).
+    pipeline); a webdataset stream's JPEGs are read once, its first `images` (``compare_stream``).
     """
     from autotune.parity.inputs import distance
     from autotune.workloads.decode import derive
+    from autotune.workloads.stages import is_webdataset
 
+    if is_webdataset(dataset):
+        return compare_stream(dataset, device, workers, images, draws, pipeline)
     if pipeline is None or files is None:
         pipeline, files = derive(dataset)
     start = time.perf_counter()

@@ -26,8 +26,6 @@ from autotune.workloads.locate import WorkloadError
 PROBE_BATCHES, PROBE_SAMPLES = 4, 8  # as autotune.trial.facts reads a data set by index
 TIMED_SAMPLES = 16  # samples timed for a sample's cost, after the probes
 BUCKET_REFUSAL = "a stream has no index to group samples by length; its order is its own"
-# The device decode path reads JPEG files by path in its workers; a stream's samples come out of its own stages.
-STREAM_DECODE = "a stream's JPEGs are decoded by its own pipeline; decoding a stream on the device is not built"
 ORDER_PROBLEM = ("DEFAULTS['shuffle'] is True, but build_dataset() returns a stream (an IterableDataset), whose order "
                  "is its own (its shard order, its shuffle buffer) and which the DataLoader cannot shuffle: set "
                  "shuffle=False or leave it out")

@@ -22,7 +22,7 @@ import optuna
 
 from autotune.knobs import SpaceError, detect_machine, max_workers
 from autotune.options import SearchOptions
-from autotune.streams.facts import STREAM_DECODE, with_pass_check
+from autotune.streams.facts import with_pass_check
 from autotune.streams.facts import describe as describe_stream
 from autotune.study import identity
 from autotune.study.context import Prepared, SearchError, Setup, where_raised
@@ -37,6 +37,7 @@ from autotune.trial.timing import Windows
 from autotune.tuned import file as tuned_file
 from autotune.workloads import WorkloadError, load, resolve
 from autotune.workloads.decode import verdict as decode_verdict
+from autotune.workloads.stream_jpegs import verdict as stream_decode_verdict
 from autotune.workloads.locate import replaced_builtin
 from autotune.workloads.pixels import verdict as pixels_verdict
 from autotune.workloads.settings import baseline_config, workload_lr_rule
@@ -72,9 +73,10 @@ def prepare(recipe: str, options: SearchOptions, echo: Callable[[str], None] = p
         runner = Runner(workload, torch.device("cpu"))
         facts = runner.facts()
         collate = getattr(workload, "collate_fn", None)
-        # The device decode path, read off the data set's own transform (workloads.decode), or why there is none.
-        # A stream's files reach its workers through its own stages, never as a list of paths the device path reads.
-        derived, refused = ("", STREAM_DECODE) if facts.stream else decode_verdict(runner.dataset, collate)
+        # The device decode path, read off the data set's own transform (workloads.decode), or a stream's augmentation
+        # in a copy of the stream that decodes no image (workloads.stream_jpegs), or why there is none.
+        judge = stream_decode_verdict if facts.stream else decode_verdict
+        derived, refused = judge(runner.dataset, collate)
         # And the tail (ToTensor, Normalize) the device can run instead of the workers (workloads.pixels).
         tail, tail_refused = pixels_verdict(runner.dataset, collate)
         facts = dataclasses.replace(facts, gpu_decode=derived, gpu_decode_refused=refused, device_normalize=tail,

@@ -29,7 +29,7 @@ def is_webdataset(dataset: Any) -> bool:
     return type(dataset).__module__.startswith("webdataset") and isinstance(getattr(dataset, "pipeline", None), list)
 
 
-def _last_map_tuple(dataset: Any) -> int:
+def last_map_tuple(dataset: Any) -> int:
     """The index of the pipeline's last stage, a ``map_tuple`` whose first function is the image's; else refused."""
     stages = dataset.pipeline
     last = stages[-1] if stages else None
@@ -44,13 +44,13 @@ def _last_map_tuple(dataset: Any) -> int:
 
 def image_transform(dataset: Any) -> Any:
     """The image transform of the webdataset pipeline `dataset`: its last ``map_tuple``'s first function."""
-    return dataset.pipeline[_last_map_tuple(dataset)].args[0]
+    return dataset.pipeline[last_map_tuple(dataset)].args[0]
 
 
 def with_image_transform(dataset: Any, transform: Any) -> Any:
     """A shallow copy of the webdataset pipeline `dataset` whose last ``map_tuple`` runs `transform` on the image
     instead of its own; its other functions, its other stages and the user's pipeline are left as they are."""
-    at = _last_map_tuple(dataset)
+    at = last_map_tuple(dataset)
     stage = dataset.pipeline[at]
     replaced = type(stage)(stage.f, transform, *stage.args[1:], **stage.kw)
     copied = copy.copy(dataset)
@@ -63,6 +63,6 @@ def images_before(dataset: Any, samples: int) -> list[Any]:
     process (so from every shard a worker would split between them), each sample's first field."""
     import webdataset as wds
 
-    at = _last_map_tuple(dataset)
+    at = last_map_tuple(dataset)
     head = wds.DataPipeline(*dataset.pipeline[:at])  # the same stage objects: reading them changes none of them
     return [sample[0] for sample in itertools.islice(iter(head), samples)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import io
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,9 @@ def worker_data(dataset: Any, config: Config, device: torch.device) -> tuple[Any
     what the device does to a batch's host-made images after (`finish`: device_normalize's tail), if anything."""
     finish = None  # device_normalize's tail, run on the device
     if config.decode == "gpu" and isinstance(dataset, IterableDataset):
-        raise ValueError("a stream's JPEGs are decoded by its own pipeline: the hand loop has no device decode of one")
+        split = config.decode_share < 1  # hybrid: the workers decode the rest, by hand (`jpeg_stream`)
+        finish = hybrid_host(dataset, device)[1] if split else None
+        return jpeg_stream(dataset, config.decode_share, device), by_halves if split else by_list, finish
     if config.decode == "gpu":
         files, collate = JpegFiles([path for path, _ in dataset.samples], [t for _, t in dataset.samples]), by_list
         if config.decode_share < 1:  # hybrid: the workers decode the rest through the data set's own pipeline
@@ -59,6 +62,31 @@ def uint8_pixels(dataset: Any, device: torch.device) -> tuple[Any, None, Any]:
     mean = torch.tensor(normalize.mean, device=device).view(1, -1, 1, 1)
     std = torch.tensor(normalize.std, device=device).view(1, -1, 1, 1)
     return pixels, None, lambda x: x.float().div(255).sub_(mean).div_(std)
+
+
+def jpeg_stream(stream: Any, share: float, device: torch.device) -> Any:
+    """A gpu-decode loop's stream by hand: the user's stages up to its decode (shards, splitters, shuffle buffer),
+    then each sample's JPEG bytes and class, as webdataset_resnet50 names them (``jpg``, ``cls``). A hybrid's
+    (`share` below 1) workers decode the JPEGs whose CRC-32 falls above the share, with PIL, through the pipeline up
+    to ToTensor, then PILToTensor, as autotune's hybrid splits a stream; the rest go to the device as bytes."""
+    import zlib
+
+    import webdataset as wds
+    from PIL import Image
+
+    at = max(i for i, s in enumerate(stream.pipeline) if getattr(getattr(s, "f", None), "__name__", "") == "_map")
+    host = hybrid_host(stream, device)[0]
+    head = last_stage(host).args[0] if share < 1 else None
+
+    def sample(s: dict) -> tuple:
+        data = torch.frombuffer(bytearray(s["jpg"]), dtype=torch.uint8)
+        if share >= 1 or zlib.crc32(s["jpg"]) < share * 2**32:
+            return (data, int(s["cls"]), True) if share < 1 else (data, int(s["cls"]))
+        return head(Image.open(io.BytesIO(s["jpg"])).convert("RGB")), int(s["cls"]), False
+
+    copied = copy.copy(stream)
+    copied.pipeline = [*stream.pipeline[:at], wds.map(sample)]
+    return copied
 
 
 def last_stage(stream: Any) -> Any:
@@ -115,7 +143,8 @@ def hybrid_host(dataset: Any, device: torch.device) -> tuple[Any, Any]:
     device, where the pipeline ends in ToTensor and Normalize (autotune's hybrid loader does the same there); else
     the whole pipeline, and nothing. A hand loop written with the float tail on the workers ran 3,046/s where
     autotune's ran 4,483/s (an H100, lab/results/h100_balance_2026-12-06): not the same loop."""
-    tail = [type(t).__name__ for t in getattr(dataset.transform, "transforms", [])[-2:]]
+    own = last_stage(dataset).args[0] if isinstance(dataset, IterableDataset) else dataset.transform
+    tail = [type(t).__name__ for t in getattr(own, "transforms", [])[-2:]]
     if tail != ["ToTensor", "Normalize"]:
         return dataset, None
     pixels, _, finish = uint8_pixels(dataset, device)
@@ -143,6 +172,8 @@ def decoded_ahead(feed: Any, pipeline: Any, device: torch.device, fmt: torch.mem
         if pending is not None:
             yield take(*pending, device)
         pending = (x, y, done)
+    if pending is not None:  # a feed that ends (one pass): its last batch too
+        yield take(*pending, device)
 
 
 def take(x: torch.Tensor, y: torch.Tensor, done: Any, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

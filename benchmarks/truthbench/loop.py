@@ -20,7 +20,7 @@ from autotune.trial.cputime import cpu_times
 from autotune.workloads.decode import translate
 from autotune.workloads.locate import data_root
 
-from .data import decoded_ahead, worker_data
+from .data import decoded_ahead, last_stage, worker_data
 from .timings import epoch_parts
 
 LONGEST = 3.0  # a hand loop times on to whole epochs' worth unless that takes over this x its seconds (`rows.compared`)
@@ -66,7 +66,8 @@ def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: to
     passes = Passes(loader)
     feed = iter(passes)
     if config.decode == "gpu":
-        feed = decoded_ahead(feed, translate(dataset.transform), device, fmt, finish)
+        own = last_stage(dataset).args[0] if passes.stream else dataset.transform
+        feed = decoded_ahead(feed, translate(own), device, fmt, finish)
     capacity = config.num_workers * (config.prefetch_factor or 2) if config.num_workers else 0
     taken = 10 + 2 * capacity
     began = time.perf_counter()

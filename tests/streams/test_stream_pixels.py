@@ -17,7 +17,6 @@ from autotune.config import Config
 from autotune.knobs import Machine
 from autotune.loop.device_normalize import NormalizingLoader, normalizing_loader
 from autotune.options import SearchOptions
-from autotune.streams.facts import STREAM_DECODE
 from autotune.study import setup
 from autotune.workloads.pixels import split, transform_of, verdict, with_transform
 from autotune.workloads.shards import write_shards
@@ -104,7 +103,7 @@ def test_a_pipeline_the_device_cannot_take_over_is_left_with_its_reason(shards: 
     assert verdict(make(shards)) == ("", reason)
 
 
-def test_a_search_on_a_gpu_host_offers_device_normalize_on_the_stream_and_says_why_not_decode(
+def test_a_search_on_a_gpu_host_offers_device_normalize_on_the_stream(
     project: Path, shards: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (project / "recipes" / "shards.py").write_text(
@@ -122,7 +121,7 @@ def test_a_search_on_a_gpu_host_offers_device_normalize_on_the_stream_and_says_w
     gpu = Machine("NVIDIA H100", cuda=True, cpu_share=2, amp_dtypes=("bf16",), memory_bytes=80 * 2**30)
     monkeypatch.setattr(setup, "detect_machine", lambda *args: gpu)
     p = setup.prepare("shards", SearchOptions(trials=1), echo=lambda line: None)
-    assert p.space.excluded["decode"] == STREAM_DECODE
+    assert "decode" not in p.space.excluded  # the device decode path reads the stream's bytes (test_stream_decode)
     assert "device_normalize" not in p.space.excluded and p.space.domains["device_normalize"] == (False, True)
     assert p.facts.device_normalize.startswith("the workers hand over uint8 pixels")
     assert p.facts.shards == 4

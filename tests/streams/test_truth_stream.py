@@ -108,6 +108,30 @@ def test_the_hand_loop_cuts_a_webdataset_streams_last_stage_and_normalises_on_th
     assert result["samples"] > 0 and result["first_batch_s"] > 0 and result["epochs_worth"] is not None
 
 
+@pytest.mark.parametrize("share", [1.0, 0.5])
+def test_the_hand_loop_decodes_a_webdataset_streams_jpegs_on_the_device_whole_or_in_part(
+    stream: wds.WebDataset, monkeypatch: pytest.MonkeyPatch, share: float,
+) -> None:
+    # The hand loop's workers read each sample's bytes (a hybrid's decode the rest by hand, with PIL); the device
+    # decodes, crops and normalises: a pass gives every sample once, as float images of the augmentation's size.
+    data, loop = _truth("data", monkeypatch), _truth("loop", monkeypatch)
+    config = Config(batch_size=4, num_workers=2, prefetch_factor=2, decode="gpu", decode_share=share)
+    files, collate, finish = data.worker_data(stream, config, torch.device("cpu"))
+    assert (finish is None) == (share == 1)
+    loader = torch.utils.data.DataLoader(files, batch_size=4, num_workers=2, collate_fn=collate)
+    fed = list(data.decoded_ahead(iter(loader), loop.translate(data.last_stage(stream).args[0]),
+                                  torch.device("cpu"), torch.contiguous_format, finish))
+    images, targets = torch.cat([x for x, _ in fed]), torch.cat([y for _, y in fed])
+    assert images.shape == (16, 3, 8, 8) and images.dtype == torch.float32
+    assert sorted(targets.tolist()) == [0] * 8 + [1] * 8
+    workload = SimpleNamespace(build_model=lambda: nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 2)),
+                               build_loss=nn.CrossEntropyLoss, build_dataset=lambda root: stream,
+                               build_optimizer=lambda params, lr: torch.optim.SGD(params, lr=lr),
+                               defaults={"samples_per_epoch": 16})
+    result = loop.by_hand(workload, config, 0.1, 0.5, torch.device("cpu"), longest=math.inf)
+    assert result["samples"] > 0 and result["epochs_worth"] is not None
+
+
 def test_a_streams_rows_state_the_first_batch_apart(monkeypatch: pytest.MonkeyPatch,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     rows = _truth("rows", monkeypatch)
