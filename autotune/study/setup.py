@@ -22,8 +22,8 @@ import optuna
 
 from autotune.knobs import SpaceError, detect_machine, max_workers
 from autotune.options import SearchOptions
-from autotune.streams.facts import with_pass_check
 from autotune.streams.facts import describe as describe_stream
+from autotune.streams.facts import with_pass_check
 from autotune.study import identity
 from autotune.study.context import Prepared, SearchError, Setup, where_raised
 from autotune.study.failed import content
@@ -37,10 +37,10 @@ from autotune.trial.timing import Windows
 from autotune.tuned import file as tuned_file
 from autotune.workloads import WorkloadError, load, resolve
 from autotune.workloads.decode import verdict as decode_verdict
-from autotune.workloads.stream_jpegs import verdict as stream_decode_verdict
 from autotune.workloads.locate import replaced_builtin
 from autotune.workloads.pixels import verdict as pixels_verdict
 from autotune.workloads.settings import baseline_config, workload_lr_rule
+from autotune.workloads.stream_jpegs import verdict as stream_decode_verdict
 
 DEFAULT_WINDOW_S = 0.2  # seconds of work a timing window aims for
 
