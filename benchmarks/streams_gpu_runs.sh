@@ -13,6 +13,8 @@
 #                                                      # default budget (PART_S=600: the two may need all of it)
 #     bash benchmarks/streams_gpu_runs.sh OUT hand     # `truth` in another order, without a search: the winner, the
 #                                                      # imagenet_resnet50 profile, then the workload's own settings
+#     bash benchmarks/streams_gpu_runs.sh OUT short    # the data, imagenet_resnet50's search at --time-budget 160,
+#                                                      # then text_transformer's at 110 where the part has time
 #     bash benchmarks/streams_gpu_runs.sh OUT parts    # where a ResNet-50 part measurement's seconds go
 #                                                      # (lab/probes/part_costs.py), on both data sets
 #     bash benchmarks/streams_gpu_runs.sh OUT check    # without a search: the data, then through the truth
@@ -110,6 +112,14 @@ check)
         --match "^workload's own" --seconds "${TRUTH_S:-30}" --out /tmp/runs/wds_own
     cp /tmp/runs/wds_own/truth.json "$OUT/wds_own.json" 2>/dev/null
     ;;
+short)
+    data
+    step imagenet160 bash -c "python3 -m autotune search --recipe imagenet_resnet50 --time-budget 160 \
+        && python3 -m autotune show --recipe imagenet_resnet50"
+    cp /tmp/runs/imagenet160/recipes/imagenet_resnet50.tuned.toml "$OUT/imagenet160.tuned.toml" 2>/dev/null
+    [ "$(left)" -lt 130 ] || step text110 python3 -m autotune search --recipe text_transformer --time-budget 110
+    cp /tmp/runs/text110/recipes/text_transformer.tuned.toml "$OUT/text110.tuned.toml" 2>/dev/null
+    ;;
 minutes)
     step text110 bash -c "python3 -m autotune search --recipe text_transformer --time-budget 110"
     cp /tmp/runs/text110/recipes/text_transformer.tuned.toml "$OUT/text110.tuned.toml" 2>/dev/null
@@ -128,7 +138,7 @@ parts)
     cp /tmp/runs/parts_*.json "$OUT/" 2>/dev/null
     ;;
 *)
-    echo "unknown part $PART: stream, truth, hand, check, minutes or parts" >&2
+    echo "unknown part $PART: stream, truth, hand, check, short, minutes or parts" >&2
     exit 2
     ;;
 esac
