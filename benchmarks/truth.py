@@ -51,7 +51,10 @@ by its hand loop as it comes, with no sampler and no shuffle; its pass is the wo
 run's do), and the time to its first batch (workers started, shards opened, a shuffle
 buffer filled) is stated apart from the rates, beside autotune's. A device_normalize
 config's workers get a copy of the stream whose last stage, `.map_tuple(augment, ...)`,
-runs the augmentation up to ToTensor, then PILToTensor, written out in ``truthbench/data.py``:
+runs the augmentation up to ToTensor, then PILToTensor, written out in ``truthbench/data.py``. A
+``decode = gpu`` config's stream is the user's stages up to its decode, then each sample's
+JPEG bytes and class (``truthbench/data.py``, ``jpeg_stream``); a hybrid's workers decode the
+JPEGs whose CRC-32 falls above the share with PIL, as autotune's hybrid splits a stream:
 
     python benchmarks/truth.py --recipe webdataset_resnet50 --configs tuned
 """
