@@ -42,8 +42,10 @@ hybrid decode config's (``decode_share`` below 1) gives its workers the same spl
 sample index as autotune's loader, each batch's host half made by the pipeline (up to
 uint8 pixels, finished on the device, where it ends in ToTensor and Normalize, as
 autotune's does) and its device half decoded on the side stream.
-A hand loop does not capture CUDA graphs; a config that asks for one is run eager,
-and its row says so.
+A ``cuda_graph`` config's hand loop captures its step whole in a CUDA graph, as PyTorch's
+documentation writes it (static input and target, three eager steps on a side stream, the
+capture, then a copy and a replay a batch; ``truthbench/loop.py``, ``Graphed``); on a CPU,
+or for a workload that computes its own loss, it runs eager, and its row says so.
 
 A stream (a workload whose data set is an IterableDataset: webdataset_resnet50) is read
 by its hand loop as it comes, with no sampler and no shuffle; its pass is the workload's

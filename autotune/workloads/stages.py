@@ -7,7 +7,7 @@ first function of its ``map_tuple`` stage. ``device_normalize`` cuts it as it cu
 ``transform`` (``autotune.workloads.pixels``); this module finds it (``image_transform``),
 makes a copy of the pipeline with another in its place (``with_image_transform``; the
 user's pipeline is never changed), and reads the images that reach it
-(``images_before``), so both halves can be checked against it on the same images.
+(``images_before``, through copies of the stages), so both halves can be checked against it on the same images.
 
 Only a ``map_tuple`` stage that is the pipeline's last is taken: a stage after it would
 get the workers' uint8 images instead of the floats it was written for.
@@ -64,5 +64,6 @@ def images_before(dataset: Any, samples: int) -> list[Any]:
     import webdataset as wds
 
     at = last_map_tuple(dataset)
-    head = wds.DataPipeline(*dataset.pipeline[:at])  # the same stage objects: reading them changes none of them
+    # Copies of the stages: reading a stream moves them on (a shard shuffle's epoch), which the user's must not be.
+    head = wds.DataPipeline(*copy.deepcopy(dataset.pipeline[:at]))
     return [sample[0] for sample in itertools.islice(iter(head), samples)]

@@ -98,10 +98,10 @@ class KeepJpeg:
     """
 
     def __init__(self, spec: str) -> None:
-        self.extensions = {e.lower() for e in spec.split(";")}  # to_tuple's alternatives: "jpg;jpeg"
+        self.fields = {f.lower() for f in spec.split(";")}  # to_tuple's alternatives: "jpg;jpeg", or "input.jpg"
 
     def __call__(self, key: str, data: bytes) -> torch.Tensor | None:
-        if key.rsplit(".", 1)[-1].lower() not in self.extensions:
+        if key.lstrip(".").lower() not in self.fields:  # the Decoder hands each field's name with a dot before it
             return None
         if not data.startswith(JPEG_MAGIC):
             raise NotJpeg(f"the stream's {key} field is not a JPEG (its first bytes are {data[:4]!r}); the device "
@@ -130,6 +130,13 @@ def bytes_stream(dataset: Any) -> Any:
     spec = _image_key(dataset, decode, last)
     stage = dataset.pipeline[decode]
     _image_handler(stage.args[0])
+    handler = stage.kw.get("handler")
+    if handler is not None and getattr(handler, "__name__", "") != "reraise_exception":
+        # A lenient handler skips the samples it cannot decode; on the device path it would skip others (a field
+        # that is no JPEG, whole samples whose class decodes), and the workers would not say.
+        raise NotTranslatable(f"the stream's decode stage skips what it cannot decode (handler="
+                              f"{getattr(handler, '__name__', handler)}); the device path decodes every sample the "
+                              f"workers read, and takes a decode stage that raises only")
     decoder = copy.copy(stage.args[0])
     decoder.handlers = [KeepJpeg(spec), *decoder.handlers]
     copied = stages.with_image_transform(dataset, as_is)
@@ -145,7 +152,8 @@ def translate_stream(dataset: Any) -> DevicePipeline:
 
 
 def first_jpegs(dataset: Any, samples: int) -> list[torch.Tensor]:
-    """The image bytes of the stream's first `samples` samples, read in this process through the bytes copy."""
+    """The image bytes of the stream's first `samples` samples, read in this process through the bytes copy (through
+    copies of its stages, ``stages.images_before``: reading a stream moves them on, a shard shuffle's epoch)."""
     return stages.images_before(bytes_stream(dataset), samples)
 
 
@@ -203,7 +211,13 @@ def collate_split_stream(batch: list[tuple[tuple[Any, bool], Any]]) -> tuple[Any
 def derive_stream(dataset: Any) -> tuple[DevicePipeline, Any]:
     """The device pipeline and the bytes stream for `dataset`; raises NotTranslatable with the reason."""
     pipeline = translate_stream(dataset)
-    first_jpegs(dataset, SNIFFED)  # a field that is no JPEG raises here, before any trial
+    try:
+        first_jpegs(dataset, SNIFFED)  # a field that is no JPEG raises here, before any trial or training
+    except Exception as exc:  # webdataset raises a field's failure as a DecodingError from it
+        found = not_jpeg(exc)
+        if found is None:
+            raise
+        raise NotTranslatable(found) from exc
     return pipeline, bytes_stream(dataset)
 
 
@@ -220,9 +234,4 @@ def verdict(dataset: Any, collate_fn: Any = None) -> tuple[str, str]:
         pipeline, _ = derive_stream(dataset)
     except NotTranslatable as exc:
         return "", str(exc)
-    except Exception as exc:  # webdataset raises a field's failure as a DecodingError from it
-        found = not_jpeg(exc)
-        if found is None:
-            raise
-        return "", found
     return pipeline.describe(), ""

@@ -53,15 +53,23 @@ def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: to
             if own_loss is not None:
                 loss = own_loss(model, moved(batch, device, config.pin_memory))
             else:
-                x, y = batch
-                x = x.to(device, non_blocking=config.pin_memory)
-                if config.device_normalize and config.decode == "cpu":
-                    x = finish(x)
-                x = x.contiguous(memory_format=fmt)
-                loss = criterion(model(x), y.to(device, non_blocking=config.pin_memory))
-        optimizer.zero_grad(set_to_none=True)
+                x, y = inputs(batch)
+                loss = criterion(model(x), y)
+        optimizer.zero_grad(set_to_none=graphed is None or graphed.graph is None)
         loss.backward()
         optimizer.step()
+
+    def inputs(batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = batch
+        x = x.to(device, non_blocking=config.pin_memory)
+        if config.device_normalize and config.decode == "cpu":
+            x = finish(x)
+        return x.contiguous(memory_format=fmt), y.to(device, non_blocking=config.pin_memory)
+
+    graphed = None
+    if config.cuda_graph and device.type == "cuda" and own_loss is None:
+        graphed = Graphed(model, criterion, optimizer, dtype, step)
+        step = graphed.step_from(inputs)  # the graph's step, with the eager one for batches of other shapes
 
     passes = Passes(loader)
     feed = iter(passes)
@@ -105,9 +113,60 @@ def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: to
     epochs = len(arrived) / per_epoch
     return {"samples_per_s": samples / wall, "seconds": wall, "samples": samples,
             "epochs_worth": epochs if epochs == int(epochs) else None, "first_batch_s": first_batch_s,
-            "warmed_through_a_pass_end": through,
+            "warmed_through_a_pass_end": through, "graphed": graphed is not None and graphed.graph is not None,
             "main_cpu_ms": (cpu1.main_s - cpu0.main_s) / samples * 1e3, "workers_cpu_ms": workers_ms,
             **epoch_parts(arrived, samples, wall, per_epoch, capacity)}
+
+
+class Graphed:
+    """The step captured whole in a CUDA graph, by hand, as PyTorch's documentation writes it ("whole network
+    capture"): static input and target, three eager steps on a side stream, the capture of forward, loss, backward
+    and the optimizer's step, then a copy of each batch into the static tensors and a replay. A batch of another
+    shape (a pass's short last batches) takes the eager step, its gradients zeroed in place: the graph reads and
+    writes those buffers. Under autocast the weight cast cache is off, as the documentation asks of a capture."""
+
+    WARMUP = 3
+
+    def __init__(self, model: Any, criterion: Any, optimizer: Any, dtype: Any, eager: Any) -> None:
+        self.model, self.criterion, self.optimizer, self.dtype, self.eager = model, criterion, optimizer, dtype, eager
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.static: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.warmed = 0
+
+    def _train(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        with torch.autocast(x.device.type, dtype=self.dtype, enabled=self.dtype is not None, cache_enabled=False):
+            loss = self.criterion(self.model(x), y)
+        loss.backward()
+        self.optimizer.step()
+
+    def step_from(self, inputs: Any) -> Any:
+        def step(batch: Any) -> None:
+            x, y = inputs(batch)
+            if self.static is not None and (x.shape, y.shape) != (self.static[0].shape, self.static[1].shape):
+                return self.eager(batch)
+            if self.static is None:
+                self.static = (torch.empty_like(x), torch.empty_like(y))
+            self.static[0].copy_(x)
+            self.static[1].copy_(y)
+            if self.warmed < self.WARMUP:
+                self.warmed += 1
+                side = torch.cuda.Stream()
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    self.optimizer.zero_grad(set_to_none=True)
+                    self._train(*self.static)
+                torch.cuda.current_stream().wait_stream(side)
+                return None
+            if self.graph is None:
+                self.optimizer.zero_grad(set_to_none=True)
+                self.graph = torch.cuda.CUDAGraph()
+                # thread_local: the DataLoader's pinning thread calls CUDA while the capture runs.
+                with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
+                    self._train(*self.static)
+            self.graph.replay()
+            return None
+
+        return step
 
 
 def through_a_pass_end(feed: Iterator[Any], passes: Passes, step: Any, after: int, until: float) -> bool:

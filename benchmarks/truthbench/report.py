@@ -35,7 +35,7 @@ def print_row(row: dict[str, Any], config: Config) -> None:
           f"by hand {row['hand']:>8,.0f}/s over {row['hand_seconds']:.0f} s{_span(row['hand_whole_epochs'])}  "
           f"ratio {ratio:.3f}{'' if abs(ratio - 1) <= TOLERANCE else '  OUTSIDE ±7%'}"
           f"{'  HOST MOVED: hand slices ' + ', '.join(f'{r:,.0f}/s' for r in row['hand_slices']) if drifted else ''}"
-          f"{'  (the hand loop runs it eager, not in a CUDA graph)' if config.cuda_graph else ''}", flush=True)
+          f"{_graph(config, row.get('hand_graphed'))}", flush=True)
     print(f"  {'':<46} within epochs: autotune {row['autotune_steady']:,.0f}/s, by hand {rate(row['hand_steady'])}; "
           f"an epoch boundary (its start and its last batches): autotune {_seconds(row['autotune_boundary_s'])} "
           f"(its start alone {row['autotune_epoch_overhead_s']:.2f} s), by hand {_seconds(row['hand_boundary_s'])} "
@@ -108,3 +108,13 @@ def _warmed(slices: list[bool] | None) -> str:
 
 def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f} s"
+
+
+def _graph(config: Config, graphed: list[bool] | None) -> str:
+    """Where a config asks for a CUDA graph: whether the hand loop's slices replayed one (on a GPU, batches of one
+    signature) or ran it eager (on a CPU; a workload that computes its own loss)."""
+    if not config.cuda_graph:
+        return ""
+    if graphed and all(graphed):
+        return "  (the hand loop replays its step in a CUDA graph)"
+    return "  (the hand loop runs it eager, not in a CUDA graph)"

@@ -78,7 +78,9 @@ def joined(slices: list[dict[str, Any]]) -> dict[str, Any]:
             # timed part, as a run pays it once; each new pass pays it again within, in its boundaries.
             "first_batch_s": [h["first_batch_s"] for h in slices if h.get("first_batch_s") is not None],
             # A stream's slices: whether each warmed up through its first pass's end (`loop.through_a_pass_end`)
-            "warmed_through": [bool(h.get("warmed_through_a_pass_end")) for h in slices]}
+            "warmed_through": [bool(h.get("warmed_through_a_pass_end")) for h in slices],
+            # Whether each slice replayed its step in a CUDA graph (a config that asks for one, on a GPU)
+            "graphed": [bool(h.get("graphed")) for h in slices]}
 
 
 def hand_fields(hand: dict[str, Any]) -> dict[str, Any]:
@@ -88,4 +90,4 @@ def hand_fields(hand: dict[str, Any]) -> dict[str, Any]:
             "hand_boundary_s": hand["boundary_s"], "hand_timeline": hand["timeline"], "hand_slices": hand["slices"],
             "hand_whole_epochs": hand["whole_epochs"], "hand_workers_cpu_ms": hand["workers_cpu_ms"],
             "hand_main_cpu_ms": hand["main_cpu_ms"], "hand_first_batch_s": hand["first_batch_s"],
-            "hand_warmed_through": hand["warmed_through"]}
+            "hand_warmed_through": hand["warmed_through"], "hand_graphed": hand["graphed"]}

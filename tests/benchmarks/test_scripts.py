@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -364,3 +365,41 @@ def test_truth_s_hybrid_hand_loop_gives_its_workers_uint8_pixels_as_autotune_s_l
     # A pipeline with a tail of the user's own: the workers run all of it, and the device does nothing more.
     own = datasets.ImageFolder(str(tmp_path), transform=T.Compose([T.RandomResizedCrop(32), T.ToTensor()]))
     assert data.hybrid_host(own, torch.device("cpu")) == (own, None)
+
+
+@pytest.mark.gpu
+def test_gpu_the_hand_loops_graph_trains_as_its_eager_step_and_steps_a_short_batch_eagerly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Two copies of one model from one init, on the same batches: one by the eager step, one through the hand loop's
+    # CUDA graph (three warm-up steps, the capture, replays), then a short batch each. The parameters agree.
+    loop = _truth("loop", monkeypatch)
+    device = torch.device("cuda")
+    torch.manual_seed(0)
+    made = [torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.Flatten(), torch.nn.LazyLinear(4)).to(device)
+            for _ in range(2)]
+    made[0](torch.zeros(1, 3, 8, 8, device=device))
+    made[1](torch.zeros(1, 3, 8, 8, device=device))
+    made[1].load_state_dict(made[0].state_dict())
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in made]
+    criterion = torch.nn.CrossEntropyLoss()
+    g = torch.Generator().manual_seed(1)
+    batches = [(torch.randn(n, 3, 8, 8, generator=g), torch.randint(0, 4, (n,), generator=g)) for n in [16] * 8 + [5]]
+
+    def eager(model: torch.nn.Module, optimizer: torch.optim.Optimizer, set_to_none: bool = True) -> Any:
+        def step(batch: Any) -> None:
+            x, y = (t.to(device) for t in batch)
+            optimizer.zero_grad(set_to_none=set_to_none)
+            criterion(model(x), y).backward()
+            optimizer.step()
+        return step
+
+    graphed = loop.Graphed(made[1], criterion, optimizers[1], None, eager(made[1], optimizers[1], set_to_none=False))
+    step = graphed.step_from(lambda batch: tuple(t.to(device) for t in batch))
+    for batch in batches:
+        eager(made[0], optimizers[0])(batch)
+        step(batch)
+    torch.cuda.synchronize()
+    assert graphed.graph is not None and graphed.warmed == loop.Graphed.WARMUP
+    for a, b in zip(made[0].parameters(), made[1].parameters()):
+        assert torch.allclose(a, b, atol=1e-5), (a - b).abs().max()

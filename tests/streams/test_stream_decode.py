@@ -177,6 +177,46 @@ def test_a_stream_the_device_cannot_decode_is_left_with_its_reason(shards: list[
     assert verdict(make(shards, tmp_path)) == ("", reason)
 
 
+def _dotted_shard(folder: Path, shards: list[str]) -> list[str]:
+    """The first shard's samples again, each image under `KEY.input.jpg`: a field name with a dot in it."""
+    path = folder / "dotted.tar"
+    with tarfile.open(shards[0]) as source, tarfile.open(path, "w") as tar:
+        for member in source.getmembers():
+            data = source.extractfile(member).read()
+            info = tarfile.TarInfo(member.name.replace(".jpg", ".input.jpg"))
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return [str(path)]
+
+
+def test_an_image_field_named_with_a_dot_is_kept_as_bytes(shards: list[str], tmp_path: Path) -> None:
+    urls = _dotted_shard(tmp_path, shards)
+    dataset = (wds.WebDataset(urls, shardshuffle=False).decode("pil").to_tuple("input.jpg", "cls")
+               .map_tuple(AUGMENT, int))
+    assert verdict(dataset)[1] == ""
+    batches = list(decoding_loader(dataset, Config(batch_size=8, decode="gpu"), False, False, CPU))
+    assert sum(len(y) for _, y in batches) == 16 and batches[0][0].shape == (8, 3, 32, 32)
+
+
+def test_a_decode_stage_that_skips_what_it_cannot_decode_is_refused(shards: list[str]) -> None:
+    dataset = (wds.WebDataset(shards, shardshuffle=False).decode("pil", handler=wds.ignore_and_continue)
+               .to_tuple("jpg", "cls").map_tuple(AUGMENT, int))
+    assert verdict(dataset) == ("", "the stream's decode stage skips what it cannot decode (handler="
+                                    "ignore_and_continue); the device path decodes every sample the workers read, and "
+                                    "takes a decode stage that raises only")
+
+
+def test_reading_the_first_jpegs_leaves_the_users_stages_where_they_were(shards: list[str]) -> None:
+    # A shard shuffle counts its passes (its epoch): a read in this process must not move the user's on.
+    dataset = (wds.WebDataset(shards, shardshuffle=8, detshuffle=True, seed=1).decode("pil").to_tuple("jpg", "cls")
+               .map_tuple(AUGMENT, int))
+    shuffle = next(s for s in dataset.pipeline if type(s).__name__ == "detshuffle")
+    before = shuffle.epoch
+    first_jpegs(dataset, 4)
+    derive_stream(dataset)
+    assert shuffle.epoch == before
+
+
 def test_a_stream_that_is_no_webdataset_or_brings_its_own_collate_is_refused(shards: list[str]) -> None:
     class Own(torch.utils.data.IterableDataset):
         def __iter__(self):
