@@ -15,6 +15,9 @@
 #                                                      # imagenet_resnet50 profile, then the workload's own settings
 #     bash benchmarks/streams_gpu_runs.sh OUT short    # the data, imagenet_resnet50's search at --time-budget 160,
 #                                                      # then text_transformer's at 110 where the part has time
+#     bash benchmarks/streams_gpu_runs.sh OUT graph    # the hand loop's CUDA graph test (pytest -m gpu), then WON's
+#                                                      # winner by hand alone (its step in a CUDA graph), then its
+#                                                      # own settings by hand where the part has time
 #     bash benchmarks/streams_gpu_runs.sh OUT parts    # where a ResNet-50 part measurement's seconds go
 #                                                      # (lab/probes/part_costs.py), on both data sets
 #     bash benchmarks/streams_gpu_runs.sh OUT check    # without a search: the data, then through the truth
@@ -120,6 +123,18 @@ short)
     [ "$(left)" -lt 130 ] || step text110 python3 -m autotune search --recipe text_transformer --time-budget 110
     cp /tmp/runs/text110/recipes/text_transformer.tuned.toml "$OUT/text110.tuned.toml" 2>/dev/null
     ;;
+graph)
+    data
+    step gpu_test python3 -m pytest -q -m gpu -p no:cacheprovider "$REPO/tests/benchmarks/test_scripts.py" -k graph
+    GIVEN=$(realpath -m "${WON:-$REPO}")
+    step wds_graph bash -c "cd '$GIVEN' && python3 '$REPO/benchmarks/truth.py' --recipe webdataset_resnet50 \
+        --configs tuned --match '^tuned' --hand-only --seconds ${TRUTH_S:-15} --out /tmp/runs/wds_graph"
+    cp /tmp/runs/wds_graph/truth.json "$OUT/wds_graph.json" 2>/dev/null
+    [ "$(left)" -lt 70 ] || step wds_own_hand bash -c "cd '$GIVEN' && python3 '$REPO/benchmarks/truth.py' \
+        --recipe webdataset_resnet50 --configs tuned --match '^workload' --hand-only --seconds ${TRUTH_S:-15} \
+        --out /tmp/runs/wds_own_hand"
+    cp /tmp/runs/wds_own_hand/truth.json "$OUT/wds_own_hand.json" 2>/dev/null
+    ;;
 minutes)
     step text110 bash -c "python3 -m autotune search --recipe text_transformer --time-budget 110"
     cp /tmp/runs/text110/recipes/text_transformer.tuned.toml "$OUT/text110.tuned.toml" 2>/dev/null
@@ -138,7 +153,7 @@ parts)
     cp /tmp/runs/parts_*.json "$OUT/" 2>/dev/null
     ;;
 *)
-    echo "unknown part $PART: stream, truth, hand, check, short, minutes or parts" >&2
+    echo "unknown part $PART: stream, truth, hand, check, short, graph, minutes or parts" >&2
     exit 2
     ;;
 esac

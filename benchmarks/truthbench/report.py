@@ -66,7 +66,9 @@ def print_hand_row(row: dict[str, Any]) -> None:
     print(f"  {row['config']:<46} by hand {row['hand']:>8,.0f}/s over {row['hand_seconds']:.0f} s"
           f"{_span(row['hand_whole_epochs'])} (within epochs {rate(row['hand_steady'])}, an epoch boundary "
           f"{_seconds(row['hand_boundary_s'])}, the first batch {_each_s(first)} s"
-          f"{_warmed(row.get('hand_warmed_through'))})", flush=True)
+          f"{_warmed(row.get('hand_warmed_through'))}; per {TIMELINE_S:.0f} s: "
+          f"{', '.join(f'{r:,.0f}' for r in row['hand_timeline'])})"
+          f"{'  (its step replayed in a CUDA graph)' if all(row.get('hand_graphed') or [False]) else ''}", flush=True)
 
 
 def summary(rows: list[dict[str, Any]]) -> None:
