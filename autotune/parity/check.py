@@ -70,6 +70,7 @@ from autotune.parity.verdict import (
     numerics,
     run_length,
     run_seconds,
+    window_comparable,
 )
 
 
@@ -289,7 +290,8 @@ class ParityCheck:
             )
             return verdict, False
         may_help = math.isclose(run.initial_loss, base.initial_loss, rel_tol=INITIAL_RTOL)
-        return compare(base, run, name, self.samples, self.window), may_help
+        probe_only = not window_comparable(self.baseline, config)
+        return compare(base, run, name, self.samples, self.window, probe_only), may_help
 
     def _ensure_baseline(self) -> None:
         """The baseline's run made and judged (``BaselineRun.ensure``); an extended one sets every run's length."""

@@ -266,6 +266,7 @@ RECORD_KEYS: dict[str, tuple[tuple[type, ...], bool]] = {
     # amp and compile at the baseline's batch, judged with no run: its gradients against fp32's (parity.numerics)
     "numerics_passed": ((bool,), False),
     "numerics_ratio": (_NUMBER, False),
+    "probe_only": ((bool,), False),  # bucketing on one side: judged by the probe set alone
 }
 # Knobs whose change makes other arithmetic than the baseline's (fp32, eager, contiguous), whatever its batch size:
 # a config with any of these on cannot pass an inconclusive check (autotune.parity.verdict.SAME_MATH_KNOBS), unless a

@@ -60,6 +60,23 @@ def test_compare_weights_steps_by_the_samples_they_overlap() -> None:
     assert verdict.passed and verdict.deviation == pytest.approx(0.0) and verdict.loss == pytest.approx(1.0)
 
 
+def test_a_bucketed_run_is_judged_by_its_probe_alone_and_says_so() -> None:
+    # text_transformer on an H200: the bucketed run's window read +11.1% over the baseline's, its probe +0.2%.
+    # Batches of similar length weight the window's samples otherwise: the window is no like-for-like measure.
+    base = trace([2.0, 1.5, 1.0, 1.0], final=1.0)
+    bucketed = trace([2.0, 1.5, 1.11, 1.11], final=1.002)
+    assert parity.window_comparable(Config(batch_size=4), Config(batch_size=4, num_workers=2))
+    assert not parity.window_comparable(Config(batch_size=4), Config(batch_size=4, bucketing=True))
+    windowed = parity.compare(base, bucketed, "numerics", 16, 4)
+    probed = parity.compare(base, bucketed, "numerics", 16, 4, probe_only=True)
+    assert not windowed.passed and windowed.deviation == pytest.approx(0.11)
+    assert probed.passed and probed.deviation == windowed.deviation and probed.probe_deviation == pytest.approx(0.002)
+    assert probed.summary().endswith("; judged by the probe alone: bucketing makes batches of similar length, whose "
+                                     "losses weight the window's samples otherwise")
+    worse = parity.compare(base, trace([2.0, 1.5, 1.0, 1.0], final=1.2), "numerics", 16, 4, probe_only=True)
+    assert not worse.passed and worse.probe_deviation == pytest.approx(0.2)  # the probe still decides
+
+
 def test_compare_rejects_non_finite_parameters_and_a_non_finite_baseline() -> None:
     base = trace([2.0, 1.5, 1.0, 1.0])
     assert (
