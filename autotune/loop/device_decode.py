@@ -30,13 +30,13 @@ from torch.utils.data import DataLoader
 from autotune.batch import queued
 from autotune.config import Config
 from autotune.loop.crops import boxes
-from autotune.loop.hybrid_decode import SplitSamples, assemble, collate_split
+from autotune.loop.hybrid_decode import SplitSamples, assemble, collate_split, collate_split_stream
 from autotune.loop.sourced import WrappedLoader, dataloader_args
 from autotune.workloads.decode import COLLATE_REFUSAL, DevicePipeline, NotTranslatable, collate_bytes, derive, unpack
 from autotune.workloads.pixels import PixelSplit, differs, transform_of, with_transform
 from autotune.workloads.pixels import split as split_pixels
 from autotune.workloads.stages import is_webdataset
-from autotune.workloads.stream_jpegs import collate_split_stream, derive_stream, split_stream
+from autotune.workloads.stream_jpegs import derive_stream, split_stream
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 

@@ -71,6 +71,12 @@ def collate_split(
     return images, packed, lengths, default_collate([t for _, t in host] + [t for _, t in device])
 
 
+def collate_split_stream(batch: list[tuple[tuple[Any, bool], Any]]) -> tuple[Any, ...]:
+    """A stream's hybrid samples (``workloads.stream_jpegs.split_stream``: ``((image or bytes, on the device),
+    target)``) batched as ``collate_split`` batches the map-style hybrid's."""
+    return collate_split([(x, target, flag) for (x, flag), target in batch])
+
+
 def assemble(host: torch.Tensor | None, decoded: torch.Tensor | None, device: torch.device,
              memory_format: torch.memory_format, non_blocking: bool) -> torch.Tensor:
     """One batch on the device from its two halves, host-decoded first."""

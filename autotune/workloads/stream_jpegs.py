@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from autotune.errors import AutotuneError
 from autotune.workloads import stages
 from autotune.workloads.decode import JPEG_MAGIC, DevicePipeline, NotTranslatable, translate
 
@@ -87,7 +88,7 @@ def _image_key(dataset: Any, decode: int, last: int) -> str:
     return str(fields[0])
 
 
-class NotJpeg(ValueError):
+class NotJpeg(AutotuneError, ValueError):
     """A stream's image field that is not a JPEG: the device decodes JPEG only."""
 
 
@@ -199,13 +200,6 @@ def split_stream(dataset: Any, share: float, host: Any) -> Any:
     `share` of its JPEGs for the device, the rest decoded and run through `host` in the workers (``SplitJpeg``)."""
     handler = _image_handler(dataset.pipeline[_decoder_at(dataset)].args[0])
     return stages.with_image_transform(bytes_stream(dataset), SplitJpeg(share, handler, host))
-
-
-def collate_split_stream(batch: list[tuple[tuple[Any, bool], Any]]) -> tuple[Any, ...]:
-    """``split_stream``'s samples batched as the map-style hybrid's are (``hybrid_decode.collate_split``)."""
-    from autotune.loop.hybrid_decode import collate_split
-
-    return collate_split([(x, target, flag) for (x, flag), target in batch])
 
 
 def derive_stream(dataset: Any) -> tuple[DevicePipeline, Any]:

@@ -41,36 +41,10 @@ def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: to
     optimizer = workload.build_optimizer(model.parameters(), lr)
     if config.compile != "off":  # as a user compiles: the model; its warm-up below compiles it
         model = torch.compile(model, mode=config.compile)
-    own_loss = getattr(workload, "compute_loss", None)  # a batch not an (input, target) pair: the workload's loss
     count = getattr(workload, "count", None) or (lambda batch: len(batch[0]))  # a batch's samples, as it counts them
-    criterion = workload.build_loss() if own_loss is None else None
     dataset = workload.build_dataset(data_root())
     loader, finish, per_epoch = hand_loader(workload, dataset, config, device)
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.amp)
-
-    def step(batch: Any) -> None:
-        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-            if own_loss is not None:
-                loss = own_loss(model, moved(batch, device, config.pin_memory))
-            else:
-                x, y = inputs(batch)
-                loss = criterion(model(x), y)
-        optimizer.zero_grad(set_to_none=graphed is None or graphed.graph is None)
-        loss.backward()
-        optimizer.step()
-
-    def inputs(batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        x, y = batch
-        x = x.to(device, non_blocking=config.pin_memory)
-        if config.device_normalize and config.decode == "cpu":
-            x = finish(x)
-        return x.contiguous(memory_format=fmt), y.to(device, non_blocking=config.pin_memory)
-
-    graphed = None
-    if config.cuda_graph and device.type == "cuda" and own_loss is None:
-        graphed = Graphed(model, criterion, optimizer, dtype, step)
-        step = graphed.step_from(inputs)  # the graph's step, with the eager one for batches of other shapes
-
+    step, graphed = hand_step(workload, model, optimizer, config, device, finish)
     passes = Passes(loader)
     feed = iter(passes)
     if config.decode == "gpu":
@@ -116,6 +90,41 @@ def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: to
             "warmed_through_a_pass_end": through, "graphed": graphed is not None and graphed.graph is not None,
             "main_cpu_ms": (cpu1.main_s - cpu0.main_s) / samples * 1e3, "workers_cpu_ms": workers_ms,
             **epoch_parts(arrived, samples, wall, per_epoch, capacity)}
+
+
+def hand_step(workload: Any, model: Any, optimizer: Any, config: Config, device: torch.device,
+              finish: Any) -> tuple[Any, Graphed | None]:
+    """The hand loop's step, as a user writes it: autocast, the loss, backward, the optimizer's step; a cuda_graph
+    config's captured whole in a CUDA graph on a GPU (``Graphed``, returned too), the eager one for other shapes."""
+    own_loss = getattr(workload, "compute_loss", None)  # a batch not an (input, target) pair: the workload's loss
+    criterion = workload.build_loss() if own_loss is None else None
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.amp)
+    fmt = torch.channels_last if config.channels_last else torch.contiguous_format
+
+    def inputs(batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = batch
+        x = x.to(device, non_blocking=config.pin_memory)
+        if config.device_normalize and config.decode == "cpu":
+            x = finish(x)
+        return x.contiguous(memory_format=fmt), y.to(device, non_blocking=config.pin_memory)
+
+    def step(batch: Any) -> None:
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+            if own_loss is not None:
+                loss = own_loss(model, moved(batch, device, config.pin_memory))
+            else:
+                x, y = inputs(batch)
+                loss = criterion(model(x), y)
+        # Once a graph is captured, its gradient buffers are zeroed in place: the graph reads and writes them.
+        optimizer.zero_grad(set_to_none=graphed is None or graphed.graph is None)
+        loss.backward()
+        optimizer.step()
+
+    if not (config.cuda_graph and device.type == "cuda" and own_loss is None):
+        graphed = None
+        return step, graphed
+    graphed = Graphed(model, criterion, optimizer, dtype, step)
+    return graphed.step_from(inputs), graphed
 
 
 class Graphed:

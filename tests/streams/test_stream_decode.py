@@ -21,12 +21,9 @@ from torch.utils.data import DataLoader
 from torchvision import transforms as T
 
 from autotune.config import Config
-from autotune.knobs import Machine
 from autotune.loop.device_decode import DecodingLoader, decoding_loader
-from autotune.options import SearchOptions
 from autotune.parity import images as inputs
 from autotune.parity import inputs as parity_inputs
-from autotune.study import setup
 from autotune.workloads.decode import Flip
 from autotune.workloads.shards import write_shards
 from autotune.workloads.stream_jpegs import (
@@ -233,26 +230,3 @@ def test_the_first_jpegs_are_the_streams_first_samples_bytes(shards: list[str]) 
     first = [x.numpy().tobytes() for x in first_jpegs(dataset, 5)]
     again = [x.numpy().tobytes() for x, _ in list(DataLoader(bytes_stream(dataset), batch_size=None))[:5]]
     assert first == again and len(set(first)) == 5
-
-
-def test_a_search_on_a_gpu_host_offers_the_device_decode_of_a_stream(project: Path, shards: list[str],
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    (project / "recipes" / "halves_stream.py").write_text(
-        "import webdataset as wds\nfrom torch import nn, optim\nfrom torchvision import transforms as T\n"
-        f"URLS = {shards!r}\n"
-        "DEFAULTS = dict(batch_size=16, lr=0.1, epochs=1, samples_per_epoch=128)\n"
-        "def build_dataset(root):\n"
-        "    augment = T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip(), T.ToTensor(),\n"
-        "                         T.Normalize((0.5,) * 3, (0.2,) * 3)])\n"
-        "    return (wds.WebDataset(URLS, shardshuffle=False, workersplitter=wds.split_by_worker)\n"
-        "            .shuffle(16).decode('pil').to_tuple('jpg', 'cls').map_tuple(augment, int))\n"
-        "def build_model():\n    return nn.Sequential(nn.Flatten(), nn.LazyLinear(2))\n"
-        "def build_loss():\n    return nn.CrossEntropyLoss()\n"
-        "def build_optimizer(params, lr):\n    return optim.SGD(params, lr=lr)\n"
-    )
-    gpu = Machine("NVIDIA H100", cuda=True, cpu_share=2, amp_dtypes=("bf16",), memory_bytes=80 * 2**30)
-    monkeypatch.setattr(setup, "detect_machine", lambda *args: gpu)
-    p = setup.prepare("halves_stream", SearchOptions(trials=1), echo=lambda line: None)
-    assert "decode" not in p.space.excluded and p.space.domains["decode"] == ("cpu", "gpu")
-    assert "decode_share" not in p.space.excluded and len(p.space.domains["decode_share"]) > 1
-    assert p.facts.gpu_decode.startswith("decode JPEG on the device, then per image RandomResizedCrop(32")

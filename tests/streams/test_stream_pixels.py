@@ -103,7 +103,7 @@ def test_a_pipeline_the_device_cannot_take_over_is_left_with_its_reason(shards: 
     assert verdict(make(shards)) == ("", reason)
 
 
-def test_a_search_on_a_gpu_host_offers_device_normalize_on_the_stream(
+def test_a_search_on_a_gpu_host_offers_device_normalize_and_the_device_decode_on_the_stream(
     project: Path, shards: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (project / "recipes" / "shards.py").write_text(
@@ -121,7 +121,10 @@ def test_a_search_on_a_gpu_host_offers_device_normalize_on_the_stream(
     gpu = Machine("NVIDIA H100", cuda=True, cpu_share=2, amp_dtypes=("bf16",), memory_bytes=80 * 2**30)
     monkeypatch.setattr(setup, "detect_machine", lambda *args: gpu)
     p = setup.prepare("shards", SearchOptions(trials=1), echo=lambda line: None)
-    assert "decode" not in p.space.excluded  # the device decode path reads the stream's bytes (test_stream_decode)
+    # The device decode path reads the stream's bytes (workloads.stream_jpegs, tests/streams/test_stream_decode.py).
+    assert "decode" not in p.space.excluded and p.space.domains["decode"] == ("cpu", "gpu")
+    assert "decode_share" not in p.space.excluded and len(p.space.domains["decode_share"]) > 1
+    assert p.facts.gpu_decode.startswith("decode JPEG on the device, then per image RandomResizedCrop(24")
     assert "device_normalize" not in p.space.excluded and p.space.domains["device_normalize"] == (False, True)
     assert p.facts.device_normalize.startswith("the workers hand over uint8 pixels")
     assert p.facts.shards == 4
