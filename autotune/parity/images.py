@@ -82,17 +82,16 @@ class StreamDraws(Dataset):
 
     def __init__(self, dataset: Any, read: Sequence[torch.Tensor], draws: int) -> None:
         from autotune.workloads.stages import image_transform
+        from autotune.workloads.stream_jpegs import image_handler
 
-        self.dataset, self.read, self.draws = dataset, list(read), draws
-        self.transform = image_transform(dataset)
+        self.read, self.draws = [data.numpy().tobytes() for data in read], draws
+        self.decode, self.transform = image_handler(dataset), image_transform(dataset)
 
     def __len__(self) -> int:
         return len(self.read) * self.draws
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        from autotune.workloads.stream_jpegs import host_image
-
-        return self.transform(host_image(self.dataset, self.read[index // self.draws])), 0
+        return self.transform(self.decode(".jpg", self.read[index // self.draws])), 0
 
 
 def stream_draws(dataset: Any, read: Sequence[torch.Tensor], draws: int, workers: int) -> torch.Tensor:

@@ -13,7 +13,7 @@ that every sample is ``(the image file's bytes as a uint8 tensor, target)``:
 Every stage before the decode (shards, splitters, shuffle buffer) is the same object,
 so the shards, their order and the shuffle are the user's. ``translate`` reads the
 augmentation as it reads a map-style ``transform`` (``autotune.workloads.decode``),
-and ``host_image`` decodes bytes with the stream's own image handler, for the inputs
+and ``image_handler`` is the stream's own, which decodes bytes, for the inputs
 check. What is refused is named: a decode that is not PIL's, a stage between the
 decode and the augmentation other than ``to_tuple`` or ``shuffle``, more than an
 (image, target) pair, a file that is not a JPEG. For example::
@@ -146,22 +146,16 @@ def bytes_stream(dataset: Any) -> Any:
     return copied
 
 
-def translate_stream(dataset: Any) -> DevicePipeline:
-    """The device pipeline of the stream's augmentation; raises NotTranslatable naming what it cannot take."""
-    bytes_stream(dataset)  # the stages around it must allow the bytes through
-    return translate(stages.image_transform(dataset))
-
-
 def first_jpegs(dataset: Any, samples: int) -> list[torch.Tensor]:
     """The image bytes of the stream's first `samples` samples, read in this process through the bytes copy (through
     copies of its stages, ``stages.images_before``: reading a stream moves them on, a shard shuffle's epoch)."""
     return stages.images_before(bytes_stream(dataset), samples)
 
 
-def host_image(dataset: Any, data: torch.Tensor) -> Any:
-    """`data` (a JPEG's bytes) decoded as the stream's own decode stage decodes its images: an RGB PIL image."""
-    handler = _image_handler(dataset.pipeline[_decoder_at(dataset)].args[0])
-    return handler(".jpg", data.numpy().tobytes())
+def image_handler(dataset: Any) -> Any:
+    """The stream's own image handler: ``handler(".jpg", data)`` decodes a JPEG's bytes as its decode stage does, to
+    an RGB PIL image."""
+    return _image_handler(dataset.pipeline[_decoder_at(dataset)].args[0])
 
 
 class SplitJpeg:
@@ -180,14 +174,14 @@ class SplitJpeg:
         self.share, self.handler, self.host = share, handler, host
 
     def __call__(self, data: torch.Tensor) -> tuple[Any, bool]:
-        raw = data.numpy().tobytes()
+        raw = data.numpy()  # the tensor's own bytes: hashed without a copy; only the host's half is copied out
         if on_device(raw, self.share):
             return data, True
-        return self.host(self.handler(".jpg", raw)), False
+        return self.host(self.handler(".jpg", raw.tobytes())), False
 
 
-def on_device(raw: bytes, share: float) -> bool:
-    """Whether a JPEG of these bytes is decoded on the device at `share`.
+def on_device(raw: Any, share: float) -> bool:
+    """Whether a JPEG of these bytes (any bytes-like object) is decoded on the device at `share`.
 
     >>> on_device(b"a", 0.5), on_device(b"b", 0.5), on_device(b"a", 1.0)
     (False, True, True)
@@ -198,21 +192,21 @@ def on_device(raw: bytes, share: float) -> bool:
 def split_stream(dataset: Any, share: float, host: Any) -> Any:
     """A copy of the webdataset pipeline `dataset` whose samples are ``((bytes, True) or (pixels, False), target)``:
     `share` of its JPEGs for the device, the rest decoded and run through `host` in the workers (``SplitJpeg``)."""
-    handler = _image_handler(dataset.pipeline[_decoder_at(dataset)].args[0])
-    return stages.with_image_transform(bytes_stream(dataset), SplitJpeg(share, handler, host))
+    return stages.with_image_transform(bytes_stream(dataset), SplitJpeg(share, image_handler(dataset), host))
 
 
 def derive_stream(dataset: Any) -> tuple[DevicePipeline, Any]:
     """The device pipeline and the bytes stream for `dataset`; raises NotTranslatable with the reason."""
-    pipeline = translate_stream(dataset)
+    files = bytes_stream(dataset)  # refuses stages around the augmentation that would not let the bytes through
+    pipeline = translate(stages.image_transform(dataset))
     try:
-        first_jpegs(dataset, SNIFFED)  # a field that is no JPEG raises here, before any trial or training
+        stages.images_before(files, SNIFFED)  # a field that is no JPEG raises here, before any trial or training
     except Exception as exc:  # webdataset raises a field's failure as a DecodingError from it
         found = not_jpeg(exc)
         if found is None:
             raise
         raise NotTranslatable(found) from exc
-    return pipeline, bytes_stream(dataset)
+    return pipeline, files
 
 
 def verdict(dataset: Any, collate_fn: Any = None) -> tuple[str, str]:
