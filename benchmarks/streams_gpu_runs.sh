@@ -15,9 +15,10 @@
 #                                                      # imagenet_resnet50 profile, then the workload's own settings
 #     bash benchmarks/streams_gpu_runs.sh OUT short    # the data, imagenet_resnet50's search at --time-budget 160,
 #                                                      # then text_transformer's at 110 where the part has time
-#     bash benchmarks/streams_gpu_runs.sh OUT graph    # the hand loop's CUDA graph test (pytest -m gpu), then WON's
-#                                                      # winner by hand alone (its step in a CUDA graph), then its
-#                                                      # own settings by hand where the part has time
+#     bash benchmarks/streams_gpu_runs.sh OUT graph    # the hand loop's CUDA graph test (pytest -m gpu), then the
+#                                                      # winner (this host's, else WON's) by hand alone (its step in
+#                                                      # a CUDA graph), then its own settings by hand, then the
+#                                                      # committed imagenet_resnet50 profile, where the part has time
 #     bash benchmarks/streams_gpu_runs.sh OUT parts    # where a ResNet-50 part measurement's seconds go
 #                                                      # (lab/probes/part_costs.py), on both data sets
 #     bash benchmarks/streams_gpu_runs.sh OUT check    # without a search: the data, then through the truth
@@ -125,8 +126,9 @@ short)
     ;;
 graph)
     data
-    step gpu_test python3 -m pytest -q -m gpu -p no:cacheprovider "$REPO/tests/benchmarks/test_scripts.py" -k graph
+    step gpu_test python3 -m pytest -q -o addopts= -m gpu -p no:cacheprovider "$REPO/tests/benchmarks/test_scripts.py" -k graph
     GIVEN=$(realpath -m "${WON:-$REPO}")
+    [ -f /tmp/runs/wds_search/recipes/webdataset_resnet50.tuned.toml ] && GIVEN=/tmp/runs/wds_search
     step wds_graph bash -c "cd '$GIVEN' && python3 '$REPO/benchmarks/truth.py' --recipe webdataset_resnet50 \
         --configs tuned --match '^tuned' --hand-only --seconds ${TRUTH_S:-15} --out /tmp/runs/wds_graph"
     cp /tmp/runs/wds_graph/truth.json "$OUT/wds_graph.json" 2>/dev/null
@@ -134,6 +136,7 @@ graph)
         --recipe webdataset_resnet50 --configs tuned --match '^workload' --hand-only --seconds ${TRUTH_S:-15} \
         --out /tmp/runs/wds_own_hand"
     cp /tmp/runs/wds_own_hand/truth.json "$OUT/wds_own_hand.json" 2>/dev/null
+    [ "$(left)" -lt 200 ] || truth imagenet_truth imagenet_resnet50 "$REPO"
     ;;
 minutes)
     step text110 bash -c "python3 -m autotune search --recipe text_transformer --time-budget 110"
