@@ -17,8 +17,8 @@
 #                                                      # then text_transformer's at 110 where the part has time
 #     bash benchmarks/streams_gpu_runs.sh OUT graph    # the hand loop's CUDA graph test (pytest -m gpu), then the
 #                                                      # winner (this host's, else WON's) by hand alone (its step in
-#                                                      # a CUDA graph), then its own settings by hand, then the
-#                                                      # committed imagenet_resnet50 profile, where the part has time
+#                                                      # a CUDA graph), then the committed imagenet_resnet50 profile
+#                                                      # by hand, then its own settings by hand, where the part has time
 #     bash benchmarks/streams_gpu_runs.sh OUT parts    # where a ResNet-50 part measurement's seconds go
 #                                                      # (lab/probes/part_costs.py), on both data sets
 #     bash benchmarks/streams_gpu_runs.sh OUT check    # without a search: the data, then through the truth
@@ -132,11 +132,14 @@ graph)
     step wds_graph bash -c "cd '$GIVEN' && python3 '$REPO/benchmarks/truth.py' --recipe webdataset_resnet50 \
         --configs tuned --match '^tuned' --hand-only --seconds ${TRUTH_S:-15} --out /tmp/runs/wds_graph"
     cp /tmp/runs/wds_graph/truth.json "$OUT/wds_graph.json" 2>/dev/null
+    [ "$(left)" -lt 90 ] || step imagenet_hand bash -c "cd '$REPO' && python3 '$REPO/benchmarks/truth.py' \
+        --recipe imagenet_resnet50 --configs tuned --match '^tuned' --hand-only --seconds ${TRUTH_S:-15} \
+        --out /tmp/runs/imagenet_hand"
+    cp /tmp/runs/imagenet_hand/truth.json "$OUT/imagenet_hand.json" 2>/dev/null
     [ "$(left)" -lt 70 ] || step wds_own_hand bash -c "cd '$GIVEN' && python3 '$REPO/benchmarks/truth.py' \
         --recipe webdataset_resnet50 --configs tuned --match '^workload' --hand-only --seconds ${TRUTH_S:-15} \
         --out /tmp/runs/wds_own_hand"
     cp /tmp/runs/wds_own_hand/truth.json "$OUT/wds_own_hand.json" 2>/dev/null
-    [ "$(left)" -lt 200 ] || truth imagenet_truth imagenet_resnet50 "$REPO"
     ;;
 minutes)
     step text110 bash -c "python3 -m autotune search --recipe text_transformer --time-budget 110"
