@@ -60,9 +60,17 @@ truth() {  # truth NAME RECIPE FOLDER [own]: the tuned profile in FOLDER/recipes
         --seconds ${TRUTH_S:-20} --rounds 1 --out /tmp/runs/$1"
     cp "/tmp/runs/$1/truth.json" "$OUT/$1.json" 2>/dev/null
     [ "${4:-}" = own ] || return 0
-    step "$1_own" bash -c "cd '$3' && python3 '$REPO/benchmarks/truth.py' --recipe $2 --configs tuned \
-        --match '^workload' --hand-only --seconds ${TRUTH_S:-20} --out /tmp/runs/$1_own"
-    cp "/tmp/runs/$1_own/truth.json" "$OUT/$1_own.json" 2>/dev/null
+    by_hand "$1_own" $2 "$3" '^workload' 20
+}
+by_hand() {  # by_hand NAME RECIPE FOLDER MATCH DEFAULT_S: FOLDER's configs matching MATCH by hand alone, for TRUTH_S
+    # seconds (else DEFAULT_S)
+    step "$1" bash -c "cd '$3' && python3 '$REPO/benchmarks/truth.py' --recipe $2 --configs tuned --match '$4' \
+        --hand-only --seconds ${TRUTH_S:-$5} --out /tmp/runs/$1"
+    cp "/tmp/runs/$1/truth.json" "$OUT/$1.json" 2>/dev/null
+}
+winner() {  # the folder whose recipes/ holds the webdataset winner: this host's search, else WON, else the tree
+    if [ -f /tmp/runs/wds_search/recipes/webdataset_resnet50.tuned.toml ]; then echo /tmp/runs/wds_search
+    else realpath -m "${WON:-$REPO}"; fi
 }
 data() {  # the JPEGs and their shards, written once per host before any clock starts
     step data python3 -c "from autotune.workloads.builtins.webdataset_resnet50 import build_dataset
@@ -82,10 +90,7 @@ stream)
     ;;
 truth)
     data
-    GIVEN=$(realpath -m "${WON:-$REPO}")
-    WON=/tmp/runs/wds_search
-    [ -f $WON/recipes/webdataset_resnet50.tuned.toml ] || WON=$GIVEN
-    truth wds_truth webdataset_resnet50 "$WON" own
+    truth wds_truth webdataset_resnet50 "$(winner)" own
     # Each of the rest only where the part has the time it takes: one cut short says nothing.
     if [ "$(left)" -ge 220 ]; then
         step imagenet160 bash -c "python3 -m autotune search --recipe imagenet_resnet50 --time-budget 160 \
@@ -96,15 +101,9 @@ truth)
     ;;
 hand)
     data
-    GIVEN=$(realpath -m "${WON:-$REPO}")
-    WON=/tmp/runs/wds_search
-    [ -f $WON/recipes/webdataset_resnet50.tuned.toml ] || WON=$GIVEN
-    truth wds_truth webdataset_resnet50 "$WON"
+    truth wds_truth webdataset_resnet50 "$(winner)"
     [ "$(left)" -lt 200 ] || truth imagenet_truth imagenet_resnet50 "$REPO"
-    [ "$(left)" -lt 100 ] || step wds_truth_own bash -c "cd '$WON' && python3 '$REPO/benchmarks/truth.py' \
-        --recipe webdataset_resnet50 --configs tuned --match '^workload' --hand-only --seconds ${TRUTH_S:-20} \
-        --out /tmp/runs/wds_truth_own"
-    cp /tmp/runs/wds_truth_own/truth.json "$OUT/wds_truth_own.json" 2>/dev/null
+    [ "$(left)" -lt 100 ] || by_hand wds_truth_own webdataset_resnet50 "$(winner)" '^workload' 20
     ;;
 check)
     data
@@ -127,19 +126,9 @@ short)
 graph)
     data
     step gpu_test python3 -m pytest -q -o addopts= -m gpu -p no:cacheprovider "$REPO/tests/benchmarks/test_scripts.py" -k graph
-    GIVEN=$(realpath -m "${WON:-$REPO}")
-    [ -f /tmp/runs/wds_search/recipes/webdataset_resnet50.tuned.toml ] && GIVEN=/tmp/runs/wds_search
-    step wds_graph bash -c "cd '$GIVEN' && python3 '$REPO/benchmarks/truth.py' --recipe webdataset_resnet50 \
-        --configs tuned --match '^tuned' --hand-only --seconds ${TRUTH_S:-15} --out /tmp/runs/wds_graph"
-    cp /tmp/runs/wds_graph/truth.json "$OUT/wds_graph.json" 2>/dev/null
-    [ "$(left)" -lt 90 ] || step imagenet_hand bash -c "cd '$REPO' && python3 '$REPO/benchmarks/truth.py' \
-        --recipe imagenet_resnet50 --configs tuned --match '^tuned' --hand-only --seconds ${TRUTH_S:-15} \
-        --out /tmp/runs/imagenet_hand"
-    cp /tmp/runs/imagenet_hand/truth.json "$OUT/imagenet_hand.json" 2>/dev/null
-    [ "$(left)" -lt 70 ] || step wds_own_hand bash -c "cd '$GIVEN' && python3 '$REPO/benchmarks/truth.py' \
-        --recipe webdataset_resnet50 --configs tuned --match '^workload' --hand-only --seconds ${TRUTH_S:-15} \
-        --out /tmp/runs/wds_own_hand"
-    cp /tmp/runs/wds_own_hand/truth.json "$OUT/wds_own_hand.json" 2>/dev/null
+    by_hand wds_graph webdataset_resnet50 "$(winner)" '^tuned' 15
+    [ "$(left)" -lt 90 ] || by_hand imagenet_hand imagenet_resnet50 "$REPO" '^tuned' 15
+    [ "$(left)" -lt 70 ] || by_hand wds_own_hand webdataset_resnet50 "$(winner)" '^workload' 15
     ;;
 minutes)
     step text110 bash -c "python3 -m autotune search --recipe text_transformer --time-budget 110"
