@@ -24,7 +24,10 @@ from .data import decoded_ahead, last_stage, worker_data
 from .timings import epoch_parts
 
 LONGEST = 3.0  # a hand loop times on to whole epochs' worth unless that takes over this x its seconds (`rows.compared`)
-PASS_END_WARM_S = 120.0  # a stream's warm-up reads on to its first pass end if it comes this soon (through_a_pass_end)
+# A stream's warm-up reads on to its first pass end if it comes this soon (through_a_pass_end). A compiled model
+# compiles again at that end for its short batches' shapes: webdataset_resnet50's compiled, graphed winner on an
+# H100 (a compile of 44 s for its first shape) had not reached that end 120 s after its first batch.
+PASS_END_WARM_S = 300.0
 
 
 def by_hand(workload: Any, config: Config, lr: float, seconds: float, device: torch.device,
