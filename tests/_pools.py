@@ -9,6 +9,8 @@ from autotune.procs.trial_process import Outcome
 class FakePool:
     """What a search asks of its pool besides measuring: a subclass says what `run` and `parts` measure."""
 
+    startup_s = 0.0  # no process starts here: nothing to reserve for a round's
+
     def __init__(self, *args: object, **kwargs: object) -> None:
         pass
 

@@ -43,6 +43,7 @@ class ParityBudget:
         self.baseline_seconds = 0.0
         self.last_base_s = 0.0  # the latest baseline run's time: what a candidate's run is expected to take
         self.carried_s = 0.0  # of `seconds`, what an earlier run of the same search spent (a check taken up)
+        self.gradients_s = 0.0  # the longest judgement by gradients: what judging the next contender so may cost
         self._told_spent = False
 
     def timed(self, run: Callable[[], T]) -> T:
@@ -52,6 +53,14 @@ class ParityBudget:
             return run()
         finally:
             self.seconds += time.perf_counter() - start
+
+    def timed_gradients(self, run: Callable[[], T]) -> T:
+        """`timed`, for a config's gradients against the baseline's; the longest such is kept (``gradients_s``)."""
+        before = self.seconds
+        try:
+            return self.timed(run)
+        finally:
+            self.gradients_s = max(self.gradients_s, self.seconds - before)
 
     def timed_baseline(self, run: Callable[[], ParityRun]) -> ParityRun:
         """`timed`, its time the baseline's (a run that failed or was stopped cost it too), and, when it returns a

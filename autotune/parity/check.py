@@ -115,8 +115,9 @@ class ParityCheck:
         self.ordering = tuple(k for k in SAME_MATH_KNOBS if k not in same_math)
         self.inputs = DecodeInputs(baseline, check_inputs and (lambda c: self.budget.timed(lambda: check_inputs(c))),
                                    echo)
-        self.amp = AmpNumerics(baseline, check_numerics and (lambda c: self.budget.timed(lambda: check_numerics(c))),
-                               echo, same_math)
+        self.amp = AmpNumerics(
+            baseline, check_numerics and (lambda c: self.budget.timed_gradients(lambda: check_numerics(c))), echo,
+            same_math)
         self.lr_rule, self.lr_at = lr_rule, lr_at
         # Every run's time, the baseline's included: the check's cost.
         self.budget = ParityBudget(budget_s, echo, spare_s)

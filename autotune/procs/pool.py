@@ -75,6 +75,7 @@ class TrialPool:
         self.standby: list[TrialProcess] = []  # started, never used: fresh, of no class yet
         self._starting: threading.Thread | None = None  # prestart_in_background's
         self.children_started = 0
+        self.startup_s = 0.0  # the longest any child took from launch to ready: what a fresh process's start costs
         self._current: bool | None = None  # the plan class of the latest request
         self.killed = False  # killed (the search was interrupted): every later request fails at once
         self._made_dirs: list[Path] | None = None  # folders the first child's log created, deepest first
@@ -218,7 +219,11 @@ class TrialPool:
         free = oom.free_before(self.device)
         self._busy = True
         try:
-            outcome = self._drop_if_failed(attempt())
+            made = attempt()
+            started = getattr(self.live.get(self._current), "startup_s", None)  # None: a stand-in's, or not up
+            if started is not None:
+                self.startup_s = max(self.startup_s, started)
+            outcome = self._drop_if_failed(made)
         finally:
             self._busy = False
         if _is_oom(outcome) and free is not None:

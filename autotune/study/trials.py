@@ -83,7 +83,7 @@ def run_trials(setup: Setup, pool: TrialPool, learned: Learned | None = None, te
         learned.loader = loader_model(setup)
     learned.families.take_up(setup, pool)  # a rerun's first trial is skipped as the stopped run would have
     learned.kept = remembered.sync(setup, learned.valuation, learned.kept)
-    while not out_of_time(setup, learned.families.spent_s()):
+    while not out_of_time(setup, learned.families.spent_s(), learned.families.gradients_s(), pool.startup_s):
         check_baseline(setup)
         learn_failures(setup, learned)
         seed_retry.queue_retries(setup.study, setup.storage, learned.hopeless, setup.baseline)

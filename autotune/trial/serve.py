@@ -30,12 +30,12 @@ def serve(workload_path: str, device_name: str, cpu_share: int, send: Callable[.
     from autotune.trial.runner import classify_failure
 
     try:
-        runner = _start_up(workload_path, device_name, cpu_share, launched)
+        runner, startup_s = _start_up(workload_path, device_name, cpu_share, launched)
     except BaseException as exc:  # noqa: BLE001  (anything that stops start-up is the reason)
         traceback.print_exc()
         send(event="failed", reason=classify_failure(exc))
         return 1
-    send(event="ready")
+    send(event="ready", startup_s=startup_s)  # the search reserves a round's start from it
     answer = _Answer(runner, send, receive)
     while (request := receive()) is not None:
         if request.get("cmd") == "quit":
@@ -49,8 +49,9 @@ def serve(workload_path: str, device_name: str, cpu_share: int, send: Callable[.
     return 0  # the search closed our end
 
 
-def _start_up(workload_path: str, device_name: str, cpu_share: int, launched: float) -> Any:
-    """The workload, its device and its data set, built before any trial's clock; says what it cost."""
+def _start_up(workload_path: str, device_name: str, cpu_share: int, launched: float) -> tuple[Any, float]:
+    """The workload, its device and its data set, built before any trial's clock; says what it cost, and returns
+    the runner and the seconds from launch to ready."""
     entered = time.time()
     import torch
 
@@ -83,7 +84,7 @@ def _start_up(workload_path: str, device_name: str, cpu_share: int, launched: fl
         f"{context - imported:.1f} s, data set {ready - context:.1f} s)",
         flush=True,
     )
-    return runner
+    return runner, ready - launched
 
 
 class _Answer:

@@ -204,3 +204,26 @@ def test_once_nothing_of_the_budget_is_left_no_new_numerics_check_starts() -> No
     assert gate.select([fp16, bf16_graph], want=2, max_runs=1) == [bf16_graph]
     assert calls == [] and checked == [bf16] and fp16 not in gate.verdicts
     assert lines[-2].startswith("parity: the check's time is spent (20.0 s of its 15 s")
+
+
+def test_the_check_keeps_the_longest_judging_by_gradients_which_the_trials_reserve_for_the_next(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # On an H100 the webdataset search judged two contenders by their gradients during its trials, 29 s and 22 s,
+    # and its trials' end reserved nothing for the second: the search's end then had no time for a second round.
+    import autotune.parity.budget as budget
+
+    clock = [0.0]
+    monkeypatch.setattr(budget.time, "perf_counter", lambda: clock[0])
+    make_run, calls = recording_run()
+    took = {"bf16": 29.0, "fp16": 22.0}
+
+    def check(config: Config) -> NumericsVerdict:
+        clock[0] += took[config.amp]
+        return numerics_check(0.1)[0](config)
+
+    bf16, fp16 = Config(batch_size=16, amp="bf16"), Config(batch_size=16, amp="fp16")
+    gate = ParityCheck(BASE, lambda c: 0.05, make_run, [bf16, fp16], lambda line: None, check_numerics=check)
+    assert gate.budget.gradients_s == 0.0
+    gate.select([bf16], want=1, max_runs=1)
+    gate.select([fp16], want=1, max_runs=1)
+    assert calls == [] and (gate.budget.gradients_s, gate.budget.seconds) == (29.0, 51.0)

@@ -221,6 +221,8 @@ def test_a_parity_run_in_a_trial_process_matches_one_in_this_process(
 class FakePool:
     """Trials and parity runs without processes: larger batches run faster, and above batch 32 learn too little."""
 
+    startup_s = 0.0  # no process starts here: nothing to reserve for a round's
+
     runs: list[Any] = []  # the configs of the parity runs made, in order
     lrs: list[tuple[Any, float]] = []  # and each with its learning rate
 

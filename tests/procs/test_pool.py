@@ -156,7 +156,7 @@ def test_the_log_says_what_start_up_cost_and_a_crash_reason_never_quotes_it(proj
     try:
         assert pool.run(Config(batch_size=16), 0.05, QUICK).state == "complete"
         assert pool.child is not None
-        log = pool.child.log_path
+        log, first_start_s = pool.child.log_path, pool.startup_s
         os.kill(pool.child.proc.pid, signal.SIGKILL)
         pool.child.proc.wait()
         crashed = pool.run(Config(batch_size=16), 0.05, QUICK)
@@ -172,6 +172,8 @@ def test_the_log_says_what_start_up_cost_and_a_crash_reason_never_quotes_it(proj
     )
     # torch was imported once, by the fork server, before it forked this process
     assert took is not None and 0 <= float(took[2]) <= float(took[1]), lines[0]
+    # The pool keeps the start-up its process reported: the search reserves one for the rounds' first process.
+    assert f"{first_start_s:.1f}" == took[1], (first_start_s, lines[0])
 
 
 def test_stopping_children_that_never_ran_leaves_the_disk_as_it_was(project: Path) -> None:

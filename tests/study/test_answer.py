@@ -159,7 +159,7 @@ def test_a_rerun_of_the_same_command_after_a_failed_write_runs_no_trial(
 
     monkeypatch.setattr(FakePool, "parity_run", _parity({True: 1.0, False: 1.0}))
     out_of_time = trials.out_of_time
-    monkeypatch.setattr(trials, "out_of_time", lambda setup, spent=0.0: len(FakePool.runs) >= 3)  # budget spent
+    monkeypatch.setattr(trials, "out_of_time", lambda setup, *spent: len(FakePool.runs) >= 3)  # budget spent
     write_profile = _failing_write(monkeypatch)
     options = SearchOptions(trials=8, finalists=1, rounds=1)
     with pytest.raises(OSError, match="No space left on device"):

@@ -197,6 +197,7 @@ def test_a_search_names_a_graph_break_once_skips_compile_after_it_and_reports_it
         return Space({**space.domains, "compile": COMPILE_CHOICES}, excluded)
 
     class Breaks:
+        startup_s = 0.0
         runs: list[Config] = []
         give_up: list[float | None] = []
 

@@ -20,6 +20,8 @@ BROKEN = "\nBROKEN = True  # the fake trial fails while the workload says this\n
 class ContentPool:
     """Trials without processes: a config fails while its workload file is broken, else runs at a known speed."""
 
+    startup_s = 0.0  # no process starts here: nothing to reserve for a round's
+
     def __init__(self, workload_path: Path, *args: object, **kwargs: object) -> None:
         self.workload_path = workload_path
 

@@ -217,6 +217,8 @@ def test_a_crash_is_not_retried_at_a_gentler_rate_nor_is_a_rejection_without_a_g
 class FakePool:
     """Trials and parity runs without processes: batch 64 is 4x faster, and learns like batch 16 only up to lr 0.15."""
 
+    startup_s = 0.0  # no process starts here: nothing to reserve for a round's
+
     def __init__(self, *args: object, **kwargs: object) -> None:
         pass
 

@@ -29,6 +29,8 @@ pytestmark = pytest.mark.steady
 class FakePool:
     """Trials without processes: a config's speed is a known function of its knobs; channels_last breaks the model."""
 
+    startup_s = 0.0  # no process starts here: nothing to reserve for a round's
+
     runs: list[Config] = []
 
     def __init__(self, *args: object, **kwargs: object) -> None:

@@ -187,7 +187,8 @@ def test_a_round_the_budget_cannot_cover_measures_the_baseline_and_the_leader_ag
     # The H200 ResNet-50 search: round 1 took 95 s (the baseline 18 s, the leader 16 s, a gpu-decode finalist 25 s
     # and a graph one 36 s) and the 480 s budget left no room for a second, so its speed-up rested on one process
     # a side; the baseline's read 1,297/s, hand loops on the same host 899-1,124/s. What the budget covers of
-    # round 2 measures the baseline and the leader again, the first in a fresh process, as a round does.
+    # round 2 measures the leader and the baseline again, the first in a fresh process, as a round does: the leader
+    # first, since its rate is the one the profile states.
     seconds = {BASELINE: 18.0, LEADER: 16.0, DECODE: 25.0, GRAPH: 36.0}
     rates: dict[Config, list[float | None]] = {BASELINE: [1_297.0, 1_000.0], LEADER: [4_205.0, 3_700.0],
                                                DECODE: [2_953.0], GRAPH: [2_726.0]}
@@ -196,26 +197,27 @@ def test_a_round_the_budget_cannot_cover_measures_the_baseline_and_the_leader_ag
     results = measure_rounds(setup, pools, [LEADER, DECODE, GRAPH])  # type: ignore[arg-type]
     assert {c: [r["samples_per_s"] for r in results[c]] for c in results} == {
         BASELINE: [1_297.0, 1_000.0], LEADER: [4_205.0, 3_700.0], DECODE: [2_953.0], GRAPH: [2_726.0]}
-    assert runs[4:] == [(BASELINE, True), (LEADER, False)]
-    assert clock[0] == 340.0 + 95.0 + 18.0 + 16.0
+    assert runs[4:] == [(LEADER, True), (BASELINE, False)]
+    assert clock[0] == 340.0 + 95.0 + 16.0 + 18.0
     assert lines[-3:] == [
-        f"  round 2:        1,000/s  {BASELINE.describe()}",
         f"  round 2:        3,700/s  {LEADER.describe()}",
+        f"  round 2:        1,000/s  {BASELINE.describe()}",
         "  round 2 run in part: the last took 95 s, and the search's time budget (480 s) would not cover another; "
-        f"measured again: {BASELINE.describe()}, {LEADER.describe()}",
+        f"measured again: {LEADER.describe()}, {BASELINE.describe()}",
     ]
 
 
 def test_a_leader_that_falls_behind_when_measured_again_is_followed_by_the_new_one_while_the_budget_covers_it() -> None:
     # `LEADER` leads at 4,000/s; measured again at 3,000/s its median (3,500/s) falls behind DECODE's 3,800/s.
-    # Round 1 takes 95 s; then the baseline 18 s, LEADER 16 s and DECODE 25 s, as far as 480 s covers them.
+    # Round 1 takes 95 s; then LEADER 16 s, DECODE 25 s (the new leader, its rate now the stated one) and the
+    # baseline 18 s, as far as 480 s covers them.
     seconds = {BASELINE: 18.0, LEADER: 16.0, DECODE: 25.0, GRAPH: 36.0}
-    said = f"measured again: {BASELINE.describe()}"
+    said = f"measured again: {LEADER.describe()}"
     for start, again, end in (
-        (320.0, [BASELINE, LEADER, DECODE], f"{said}, {LEADER.describe()}, {DECODE.describe()}"),
-        (340.0, [BASELINE, LEADER], f"{said}, {LEADER.describe()}; the leader, {DECODE.describe()}, rests on 1 "
-                                    "process(es), the baseline on 2"),
-        (360.0, [BASELINE], f"{said}; the leader, {LEADER.describe()}, rests on 1 process(es), the baseline on 2"),
+        (320.0, [LEADER, DECODE, BASELINE], f"{said}, {DECODE.describe()}, {BASELINE.describe()}"),
+        (340.0, [LEADER, DECODE], f"{said}, {DECODE.describe()}; the leader, {DECODE.describe()}, rests on 2 "
+                                  "process(es), the baseline on 1"),
+        (360.0, [LEADER], said),
         (370.0, [], "would not cover another"),
     ):
         rates: dict[Config, list[float | None]] = {BASELINE: [1_000.0, 1_000.0], LEADER: [4_000.0, 3_000.0],
@@ -238,10 +240,11 @@ def test_a_measurement_again_that_fails_is_not_named_as_measured_and_the_leader_
     clock = [300.0]
     setup, pools, lines, runs = _rounds_of(seconds, rates, clock)
     results = measure_rounds(setup, pools, [LEADER, DECODE, GRAPH])  # type: ignore[arg-type]
-    assert runs[4:] == [(BASELINE, True), (LEADER, False)]
+    assert runs[4:] == [(LEADER, True), (BASELINE, False)]
     assert [len(results[c]) for c in (BASELINE, LEADER, DECODE, GRAPH)] == [2, 1, 1, 1]
-    assert lines[-2:] == [
+    assert lines[-3:] == [
         f"  round 2: {LEADER.describe()} failed: crashed: trial process killed by signal SIGKILL",
+        f"  round 2:        1,050/s  {BASELINE.describe()}",
         "  round 2 run in part: the last took 95 s, and the search's time budget (480 s) would not cover another; "
         f"measured again: {BASELINE.describe()}; the leader, {LEADER.describe()}, rests on 1 process(es), the "
         "baseline on 2",
@@ -344,3 +347,37 @@ def test_a_compiled_trial_keeps_its_step_part_s_whole_compile_where_it_compiled_
     _note_fresh_compile(whole, compiled, {"compile_s": 35.0}, parts)  # a fresh process: it paid the whole itself
     _note_fresh_compile(eager, BASELINE, {"compile_s": 0.0}, parts)
     assert (again.user_attrs, whole.user_attrs, eager.user_attrs) == ({FRESH_COMPILE: 32.8}, {}, {})
+
+
+def test_the_trials_end_where_the_leader_s_fresh_compile_a_judging_by_gradients_and_an_unhidden_start_are_due() -> None:
+    # webdataset_resnet50 on an H100 (480 s): the baseline's trial measured 38 s (41 s of wall), the compiled leader's
+    # 30 s (32 s), its compile 2 s again where its step part had compiled it in 44 s. Trial 8 then started 254 s in,
+    # and after it its judging by gradients (22 s; the leader's had taken 29 s); the checks needed no training run,
+    # so the rounds' processes started as the end began, unhidden (the baseline's round took 57 s); and the leader's
+    # second measurement compiles afresh as its first did (62 s). 163 s were left where about 285 s were needed.
+    # Reserved now: round 1, the baseline's 41 s and the leader's 32 + 42 s; the two again, 38 s and 30 + 42 s; the
+    # start beyond the baseline's wall, 38 + 15 - 41 = 12 s; a trial (the median, 34 s) and its judging, 29 s: 300 s.
+    from autotune.study.clock import round_cost
+
+    compiled = dataclasses.replace(BASELINE, amp="bf16", cuda_graph=True, compile="default")
+    setup = _setup([], elapsed_s=0.0)
+    for config, value, measured, wall, attrs in (
+        (BASELINE, 972.0, 38.0, 41.0, {"result": {"samples_per_s": 972.0}}),
+        (compiled, 3_110.0, 30.0, 32.0, {"result": {"samples_per_s": 3_110.0, "compile_s": 2.0},
+                                         round_cost.FRESH_COMPILE: 44.0}),
+    ):
+        trial = create_trial(state=TrialState.COMPLETE, value=value, params={"x": 0.0},
+                             distributions={"x": FloatDistribution(0, 1)},
+                             user_attrs={"duration_s": measured, "config": dataclasses.asdict(config), **attrs})
+        trial.datetime_start = trial.datetime_complete - datetime.timedelta(seconds=wall)
+        setup.study.add_trial(trial)
+    complete = setup.study.get_trials()
+    assert round_cost.measure_s(setup, complete, compiled, 34.0) == 30.0 + 42.0  # a round's process compiles afresh
+    for elapsed, ends in ((179.0, False), (181.0, True), (254.0, True)):
+        setup.elapsed = lambda elapsed=elapsed: elapsed
+        assert out_of_time(setup, gradients_s=29.0, start_s=15.0) is ends, elapsed
+    # Before any process reported its start-up, none is reserved: the same end 12 s later.
+    setup.elapsed = lambda: 179.0 + 12.0
+    assert not out_of_time(setup, gradients_s=29.0)
+    setup.elapsed = lambda: 181.0 + 12.0
+    assert out_of_time(setup, gradients_s=29.0)

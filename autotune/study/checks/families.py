@@ -143,6 +143,11 @@ class FamilyGate:
         """Seconds the check has taken so far, its baseline run included: the trials' reserve for it is that less."""
         return self.check.budget.seconds if self.check is not None else 0.0
 
+    def gradients_s(self) -> float:
+        """The longest a contender's judging by its gradients took so far (0 before one was): the next trial may be a
+        contender of a new family, judged before the next trial starts, and on ResNet-50 that takes 20-30 s."""
+        return self.check.budget.gradients_s if self.check is not None else 0.0
+
     def summary(self) -> str:
         """How many math families the search judged, and how many it ruled out."""
         check = self.check

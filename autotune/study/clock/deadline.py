@@ -19,15 +19,18 @@ from autotune.study.context import Setup
 from autotune.study.ranking import baseline_rate, contenders, rate_leader, trial_run_s
 
 
-def out_of_time(setup: Setup, check_spent_s: float = 0.0) -> bool:
+def out_of_time(setup: Setup, check_spent_s: float = 0.0, gradients_s: float = 0.0, start_s: float = 0.0) -> bool:
     """No trial may start: the time left in the budget would not cover a trial and the end of the search.
 
-    A trial is the median wall time of the complete trials. The end is the parity check's training runs, where a
-    complete trial changed the batch size (the baseline's run at its trial's rate, each finalist's guessed at half
-    that, never more than the check's own share of the budget, less what the check spent during the trials), and
-    the finalists' first round with the baseline and the leader once more (``reserve_s``). The rest of the later
-    rounds run on what is left (``autotune.study.rounds.measure_rounds``), and only complete trials cost a round: a
-    failed or pruned trial's time is not what a round costs (docs/search.md#when-no-trial-may-start).
+    A trial is the median wall time of the complete trials, and the judging of its config by gradients should it be
+    a contender of a new math family (`gradients_s`, the longest such judging so far: 22-29 s on ResNet-50). The end
+    is the parity check's training runs, where a complete trial changed the batch size (the baseline's run at its
+    trial's rate, each finalist's guessed at half that, never more than the check's own share of the budget, less
+    what the check spent during the trials: `check_spent_s`), the start of the rounds' first process where no run
+    of the check hides it (`start_s`, a trial process's start-up), and the finalists' first round with the baseline
+    and the leader once more (``reserve_s``). The rest of the later rounds run on what is left
+    (``autotune.study.rounds.measure_rounds``), and only complete trials cost a round: a failed or pruned trial's
+    time is not what a round costs (docs/search.md#when-no-trial-may-start).
     """
     budget = setup.options.time_budget_s
     if budget is None:
@@ -36,7 +39,8 @@ def out_of_time(setup: Setup, check_spent_s: float = 0.0) -> bool:
     trial_s = _trial_s(complete)
     if trial_s is None:
         return setup.elapsed() >= budget
-    return setup.elapsed() + trial_s + _reserve_s(setup, complete, trial_s, check_spent_s) >= budget
+    end_s = _reserve_s(setup, complete, trial_s, check_spent_s, start_s)
+    return setup.elapsed() + trial_s + gradients_s + end_s >= budget
 
 
 def check_budget(setup: Setup) -> float | None:
@@ -81,7 +85,8 @@ def spare_s(setup: Setup, check_left_s: float) -> float:
     return max(0.0, budget - setup.elapsed() - rounds_s - check_left_s)
 
 
-def _reserve_s(setup: Setup, complete: list[FrozenTrial], trial_s: float, check_spent_s: float) -> float:
+def _reserve_s(setup: Setup, complete: list[FrozenTrial], trial_s: float, check_spent_s: float,
+               start_s: float = 0.0) -> float:
     # No more finalists than trials have completed besides the baseline's: costed at the full count, a heavy
     # model's first two trials would end its search early (docs/search.md#when-no-trial-may-start).
     finalists = _finalists(setup, complete)
@@ -96,7 +101,19 @@ def _reserve_s(setup: Setup, complete: list[FrozenTrial], trial_s: float, check_
         samples, _ = run_length(setup.baseline.batch_size, max(setup.space.domains["batch_size"]), rate)
         check_s = min(samples / rate * (1 + 0.5 * finalists), check_budget(setup) or float("inf"))
         check_s = max(0.0, check_s - check_spent_s)  # what the check made during the trials is spent already
-    return check_s + _rounds_s(setup, complete, trial_s)
+    return check_s + _rounds_s(setup, complete, trial_s) + _first_start_s(setup, complete, trial_s, start_s - check_s)
+
+
+def _first_start_s(setup: Setup, complete: list[FrozenTrial], trial_s: float, unhidden_s: float) -> float:
+    """What the rounds' first measurement, the baseline's in a process started as the trials end, costs beyond its
+    round's reserve: the start-up no run of the check hides (`unhidden_s`), where the baseline's trial did not wait
+    for one of its own. On an H100 the webdataset search's checks needed no run, and the baseline's round took 57 s
+    where its trial's wall had been 41 s."""
+    if unhidden_s <= 0.0:
+        return 0.0
+    baseline = setup.baseline
+    first = round_cost.measure_s(setup, complete, baseline, trial_s) + unhidden_s
+    return max(0.0, first - round_cost.config_s(setup, complete, baseline, trial_s))
 
 
 def _finalists(setup: Setup, complete: list[FrozenTrial]) -> int:
@@ -118,8 +135,9 @@ def _rounds_s(setup: Setup, complete: list[FrozenTrial], trial_s: float) -> floa
     rounds_s = sum(round_cost.config_s(setup, complete, c, trial_s) for c in [setup.baseline, *likely])
     rounds_s += max(0, finalists - len(likely)) * trial_s
     # The stated speed-up's two sides, the baseline and the leader, are measured in a second round too, each at its
-    # measurement's time (the round's processes are started while the check runs): one process a side is one draw
-    # of the host, and a winner resting on one round missed its hand-timed rate (docs/search.md#the-finalists-rounds).
+    # measurement's time in a process the rounds started already, a compile afresh included (``measure_s``): one
+    # process a side is one draw of the host, and a winner resting on one round missed its hand-timed rate
+    # (docs/search.md#the-finalists-rounds).
     again_s = 0.0
     if setup.options.rounds >= 2:
         stated = [setup.baseline, *likely[:1]]
