@@ -8,6 +8,7 @@ import time
 from types import SimpleNamespace
 
 import optuna
+import pytest
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
@@ -392,3 +393,24 @@ def test_the_trials_end_where_the_leader_s_fresh_compile_a_judging_by_gradients_
     assert not out_of_time(setup, gradients_s=29.0)
     setup.elapsed = lambda: 181.0 + 12.0
     assert out_of_time(setup, gradients_s=29.0)
+
+
+def test_a_contender_the_parity_check_rejected_is_not_reserved_a_round() -> None:
+    # text_transformer at --time-budget 110 on an H100: batch 256 and batch 64 were rejected, and the end still
+    # reserved their rounds, so the check had nothing to spare for batch 64's next rate; 33 s of the budget went
+    # unused. Here a contender at batch 512 whose trial took 60 s of wall: rejected, its finalist slot costs a median
+    # trial (10 s) instead, and the leader's second measurement a median trial too.
+    from autotune.study import standing
+    from autotune.study.checks.families import math_family
+    from autotune.study.clock.deadline import reserve_s
+
+    setup = _setup([(TrialState.COMPLETE, 10.0)], elapsed_s=100.0)
+    wide = dataclasses.replace(BASELINE, batch_size=512)
+    trial = create_trial(state=TrialState.COMPLETE, value=4_000.0, params={"x": 0.0},
+                         distributions={"x": FloatDistribution(0, 1)},
+                         user_attrs={"duration_s": 10.0, "config": dataclasses.asdict(wide)})
+    trial.datetime_start = trial.datetime_complete - datetime.timedelta(seconds=60.0)
+    setup.study.add_trial(trial)
+    kept = reserve_s(setup)
+    standing.record(setup.study, math_family(wide))
+    assert kept - reserve_s(setup) == pytest.approx(50.0)

@@ -126,8 +126,11 @@ def _rounds_s(setup: Setup, complete: list[FrozenTrial], trial_s: float) -> floa
     # A round measures each config as long as its own trial took, build included (autotune.study.clock.round_cost):
     # a compiled config's round costs far more than the median trial (docs/search.md#what-a-round-costs). The likely
     # finalists are the contenders so far, fastest first, and the rate leader; a slot no contender fills yet costs a
-    # median trial.
-    found = contenders(setup)
+    # median trial. A contender the parity check rejected is never a finalist: reserved, its rounds took the time its
+    # check could have spared (text_transformer at 110 s on an H100: batch 256 rejected, batch 64 rejected at its
+    # first rate with the check's share spent, 33 s of the budget unused).
+    standing_now = {setup.config_of(t) for t in standing.standing_trials(setup.study) if "config" in t.user_attrs}
+    found = {c: n for c, n in contenders(setup).items() if c in standing_now}
     likely = list(found)[:finalists]
     leader = rate_leader(setup, found)
     if leader is not None and leader not in likely:
