@@ -75,7 +75,7 @@ class TrialPool:
         self.standby: list[TrialProcess] = []  # started, never used: fresh, of no class yet
         self._starting: threading.Thread | None = None  # prestart_in_background's
         self.children_started = 0
-        self.startup_s = 0.0  # the longest any child took from launch to ready: what a fresh process's start costs
+        self.startup_s = 0.0  # the longest any child took from its fork to ready: what a fresh process's start costs
         self._current: bool | None = None  # the plan class of the latest request
         self.killed = False  # killed (the search was interrupted): every later request fails at once
         self._made_dirs: list[Path] | None = None  # folders the first child's log created, deepest first

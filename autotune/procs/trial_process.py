@@ -72,7 +72,7 @@ class TrialProcess:
         requests_out.close()  # the process holds its own ends: when it dies, reading events ends
         events_in.close()
         self.ready = False
-        self.startup_s: float | None = None  # seconds from launch to ready, once it is up: what a start costs
+        self.startup_s: float | None = None  # seconds from its fork to ready, once it is up: what a start costs
         self.used = False  # asked to run something: its log may tell why that failed
         self.holding = False  # may hold device memory beyond its context: ran something since it last let go
 

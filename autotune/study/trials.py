@@ -83,7 +83,8 @@ def run_trials(setup: Setup, pool: TrialPool, learned: Learned | None = None, te
         learned.loader = loader_model(setup)
     learned.families.take_up(setup, pool)  # a rerun's first trial is skipped as the stopped run would have
     learned.kept = remembered.sync(setup, learned.valuation, learned.kept)
-    while not out_of_time(setup, learned.families.spent_s(), learned.families.gradients_s(), pool.startup_s):
+    start_s = round_start_s(setup, pool, team)
+    while not out_of_time(setup, learned.families.spent_s(), learned.families.gradients_s(), start_s):
         check_baseline(setup)
         learn_failures(setup, learned)
         seed_retry.queue_retries(setup.study, setup.storage, learned.hopeless, setup.baseline)
@@ -116,6 +117,13 @@ def run_trials(setup: Setup, pool: TrialPool, learned: Learned | None = None, te
             setup.echo(learned.stopped)
     check_baseline(setup)
     return learned
+
+
+def round_start_s(setup: Setup, pool: TrialPool, team: Team) -> float:
+    """The process start the end of this search waits for before its first round: the longest start-up the trial
+    pool's processes reported. None under --gpus, where the rounds' processes start beside the first trials
+    (``autotune.study.pools``), nor for a searcher that writes no file: it runs no round."""
+    return pool.startup_s if setup.options.write_tuned_file and not team.round_devices else 0.0
 
 
 def taken(setup: Setup) -> int:

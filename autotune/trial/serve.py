@@ -51,7 +51,7 @@ def serve(workload_path: str, device_name: str, cpu_share: int, send: Callable[.
 
 def _start_up(workload_path: str, device_name: str, cpu_share: int, launched: float) -> tuple[Any, float]:
     """The workload, its device and its data set, built before any trial's clock; says what it cost, and returns
-    the runner and the seconds from launch to ready."""
+    the runner and the seconds from its fork to ready."""
     entered = time.time()
     import torch
 
@@ -84,7 +84,9 @@ def _start_up(workload_path: str, device_name: str, cpu_share: int, launched: fl
         f"{context - imported:.1f} s, data set {ready - context:.1f} s)",
         flush=True,
     )
-    return runner, ready - launched
+    # The search reserves a round's start from this: from the fork to ready, not the fork server's own start,
+    # which only the first children wait for (the rounds' processes fork from a server already up).
+    return runner, ready - entered
 
 
 class _Answer:

@@ -227,3 +227,13 @@ def test_the_check_keeps_the_longest_judging_by_gradients_which_the_trials_reser
     gate.select([bf16], want=1, max_runs=1)
     gate.select([fp16], want=1, max_runs=1)
     assert calls == [] and (gate.budget.gradients_s, gate.budget.seconds) == (29.0, 51.0)
+    # The search reserves it beside its next trial while the check has time to start one; none once it has not.
+    from autotune.study.checks.families import FamilyGate
+
+    families = FamilyGate()
+    families.check = gate
+    assert families.gradients_s() == 29.0, "no bound on the check: a judging may start"
+    gate.budget.budget_s = 60.0
+    assert families.gradients_s() == 29.0, "9 s left: a judging may start"
+    gate.budget.budget_s = 51.0
+    assert families.gradients_s() == 0.0, "its time is spent: it starts no judging"

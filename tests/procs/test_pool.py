@@ -172,8 +172,9 @@ def test_the_log_says_what_start_up_cost_and_a_crash_reason_never_quotes_it(proj
     )
     # torch was imported once, by the fork server, before it forked this process
     assert took is not None and 0 <= float(took[2]) <= float(took[1]), lines[0]
-    # The pool keeps the start-up its process reported: the search reserves one for the rounds' first process.
-    assert f"{first_start_s:.1f}" == took[1], (first_start_s, lines[0])
+    # The pool keeps the start-up its process reported from its fork (the fork server's own start left out, which only
+    # the first children wait for): the search reserves one for the rounds' first process.
+    assert abs(first_start_s - (float(took[1]) - float(took[2]))) <= 0.11, (first_start_s, lines[0])
 
 
 def test_stopping_children_that_never_ran_leaves_the_disk_as_it_was(project: Path) -> None:

@@ -7,6 +7,7 @@ profile are the real ones.
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from study.test_search import FakePool
@@ -203,3 +204,29 @@ def test_a_rerun_that_measures_trials_after_a_failed_write_measures_its_end_afre
     assert len(trial_lines) == 2 and all("failed: error: RuntimeError: boom" in line for line in trial_lines)
     assert not any("reusing" in line for line in lines), lines
     assert "finalists: measuring 1 config(s) against the baseline, 1 round(s), fresh processes" in lines
+
+
+def test_the_trials_reserve_the_pools_measured_process_start_for_the_rounds(
+    project: Path, fake_pool: type[FakePool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each time the trials ask the clock, they pass the longest start-up the trial pool's processes reported; a
+    search whose round processes started with the trials (--gpus) passes none."""
+    from autotune.study import trials
+
+    monkeypatch.setattr(FakePool, "parity_run", _parity({True: 1.0, False: 1.0}))
+    monkeypatch.setattr(FakePool, "startup_s", 15.0)
+    asked: list[float] = []
+
+    def out_of_time(setup: object, spent: float = 0.0, gradients_s: float = 0.0, start_s: float = 0.0) -> bool:
+        asked.append(start_s)
+        return len(FakePool.runs) >= 2
+
+    monkeypatch.setattr(trials, "out_of_time", out_of_time)
+    search("tiny", SearchOptions(trials=8, finalists=1, rounds=1), echo=lambda line: None)
+    assert asked and set(asked) == {15.0}
+    pool = FakePool()
+    writer, searcher = SearchOptions(), SearchOptions(write_tuned_file=False)
+    assert trials.round_start_s(SimpleNamespace(options=writer), pool, pools.SOLO) == 15.0  # type: ignore[arg-type]
+    assert trials.round_start_s(SimpleNamespace(options=searcher), pool, pools.SOLO) == 0.0  # type: ignore[arg-type]
+    under_gpus = pools.Team(round_devices=("cuda:1",))
+    assert trials.round_start_s(SimpleNamespace(options=writer), pool, under_gpus) == 0.0  # type: ignore[arg-type]

@@ -81,7 +81,6 @@ def test_what_the_check_spent_during_the_trials_is_not_reserved_again() -> None:
     assert out_of_time(setup, check_spent_s=58.0)
 
 
-
 def test_the_rounds_first_process_start_is_reserved_only_where_no_training_run_of_the_check_hides_it() -> None:
     # The rounds' processes start as the trials end, beside the check's runs. With a larger batch tried, 72 s of them
     # are reserved and a 15 s start hides behind them: the end is 142 s, as without it. At the baseline's batch no run
@@ -91,6 +90,7 @@ def test_the_rounds_first_process_start_is_reserved_only_where_no_training_run_o
     same = [(TrialState.COMPLETE, 10.0)] * 4
     assert not out_of_time(_setup(same, elapsed_s=480.0 - 86.0, larger_batch=False), start_s=15.0)
     assert out_of_time(_setup(same, elapsed_s=480.0 - 84.0, larger_batch=False), start_s=15.0)
+
 
 def test_the_rounds_are_costed_for_no_more_finalists_than_configs_have_completed() -> None:
     # The H200 ResNet-50 search on 5 cores, 338 s: two trials of 31 and 37 s, 68 s in. Costed for three finalists

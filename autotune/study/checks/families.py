@@ -145,8 +145,11 @@ class FamilyGate:
 
     def gradients_s(self) -> float:
         """The longest a contender's judging by its gradients took so far (0 before one was): the next trial may be a
-        contender of a new family, judged before the next trial starts, and on ResNet-50 that takes 20-30 s."""
-        return self.check.budget.gradients_s if self.check is not None else 0.0
+        contender of a new family, judged before the next trial starts, and on ResNet-50 that takes 20-30 s. 0 once the
+        check has no time left: it starts no judging then."""
+        if self.check is None or self.check.budget.left_s() == 0.0:
+            return 0.0
+        return self.check.budget.gradients_s
 
     def summary(self) -> str:
         """How many math families the search judged, and how many it ruled out."""

@@ -51,8 +51,9 @@ def check_budget(setup: Setup) -> float | None:
 
 
 def reserve_s(setup: Setup, check_spent_s: float = 0.0) -> float:
-    """Seconds the end of the search needs (the parity check's runs, the finalists' first round); 0 before a trial
-    completed, when nothing costs them yet. See ``out_of_time``."""
+    """Seconds the end of the search needs (the parity check's runs, the finalists' rounds); 0 before a trial
+    completed, when nothing costs them yet. See ``out_of_time``, which adds a judging by gradients and the rounds'
+    process start: what a part or a compile may take is bounded by this, a little looser."""
     complete = setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     trial_s = _trial_s(complete)
     return 0.0 if trial_s is None else _reserve_s(setup, complete, trial_s, check_spent_s)
@@ -129,7 +130,8 @@ def _rounds_s(setup: Setup, complete: list[FrozenTrial], trial_s: float) -> floa
     # median trial. A contender the parity check rejected is never a finalist: reserved, its rounds took the time its
     # check could have spared (text_transformer at 110 s on an H100: batch 256 rejected, batch 64 rejected at its
     # first rate with the check's share spent, 33 s of the budget unused).
-    standing_now = {setup.config_of(t) for t in standing.standing_trials(setup.study) if "config" in t.user_attrs}
+    rejected = standing.rejected_families(setup.study)
+    standing_now = {setup.config_of(t) for t in standing.still_standing(complete, rejected) if "config" in t.user_attrs}
     found = {c: n for c, n in contenders(setup).items() if c in standing_now}
     likely = list(found)[:finalists]
     leader = rate_leader(setup, found)

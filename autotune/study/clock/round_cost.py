@@ -3,8 +3,9 @@
 A round measures each config in a process started for the rounds (while the parity
 check runs), so what a config costs there is what its trial cost in the study: its
 build (a compiled step compiles again) and its measurement, its trial's wall time. The
-first trial's wall time has its process's start in it too, and stands for the round's
-fresh start. A median over all trials does not say it (a compiled config's trial takes
+first trial's wall time has its process's start in it too where it waited for one;
+where it did not, the end's reserve adds the start no check run hides
+(``autotune.study.clock.deadline``). A median over all trials does not say it (a compiled config's trial takes
 several times the others'), nor does a start added to every config (the first trial's
 start is the data set's first read, paid once): both cost a round wrongly, one past the
 budget, the other ending the trials early (docs/search.md#what-a-round-costs).
