@@ -28,7 +28,7 @@ from autotune.streams.shares import shards_per_rank
 from autotune.study import progress, standing
 from autotune.study.checks.families import SKIPPED, FamilyGate
 from autotune.study.clock import patience
-from autotune.study.clock.deadline import give_up_after, out_of_time
+from autotune.study.clock.deadline import give_up_after, out_of_time, round_start_s
 from autotune.study.clock.round_cost import FRESH_COMPILE
 from autotune.study.context import SearchError, Setup
 from autotune.study.failed import seed_retry
@@ -83,7 +83,7 @@ def run_trials(setup: Setup, pool: TrialPool, learned: Learned | None = None, te
         learned.loader = loader_model(setup)
     learned.families.take_up(setup, pool)  # a rerun's first trial is skipped as the stopped run would have
     learned.kept = remembered.sync(setup, learned.valuation, learned.kept)
-    start_s = round_start_s(setup, pool, team)
+    start_s = round_start_s(setup, pool.startup_s, team.round_devices)
     while not out_of_time(setup, learned.families.spent_s(), learned.families.gradients_s(), start_s):
         check_baseline(setup)
         learn_failures(setup, learned)
@@ -117,13 +117,6 @@ def run_trials(setup: Setup, pool: TrialPool, learned: Learned | None = None, te
             setup.echo(learned.stopped)
     check_baseline(setup)
     return learned
-
-
-def round_start_s(setup: Setup, pool: TrialPool, team: Team) -> float:
-    """The process start the end of this search waits for before its first round: the longest start-up the trial
-    pool's processes reported. None under --gpus, where the rounds' processes start beside the first trials
-    (``autotune.study.pools``), nor for a searcher that writes no file: it runs no round."""
-    return pool.startup_s if setup.options.write_tuned_file and not team.round_devices else 0.0
 
 
 def taken(setup: Setup) -> int:

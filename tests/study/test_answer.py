@@ -224,9 +224,8 @@ def test_the_trials_reserve_the_pools_measured_process_start_for_the_rounds(
     monkeypatch.setattr(trials, "out_of_time", out_of_time)
     search("tiny", SearchOptions(trials=8, finalists=1, rounds=1), echo=lambda line: None)
     assert asked and set(asked) == {15.0}
-    pool = FakePool()
-    writer, searcher = SearchOptions(), SearchOptions(write_tuned_file=False)
-    assert trials.round_start_s(SimpleNamespace(options=writer), pool, pools.SOLO) == 15.0  # type: ignore[arg-type]
-    assert trials.round_start_s(SimpleNamespace(options=searcher), pool, pools.SOLO) == 0.0  # type: ignore[arg-type]
-    under_gpus = pools.Team(round_devices=("cuda:1",))
-    assert trials.round_start_s(SimpleNamespace(options=writer), pool, under_gpus) == 0.0  # type: ignore[arg-type]
+    writer, searcher = SimpleNamespace(options=SearchOptions()), SimpleNamespace(options=SearchOptions(
+        write_tuned_file=False))
+    assert trials.round_start_s(writer, 15.0, ()) == 15.0  # type: ignore[arg-type]
+    assert trials.round_start_s(searcher, 15.0, ()) == 0.0, "it runs no round"  # type: ignore[arg-type]
+    assert trials.round_start_s(writer, 15.0, ("cuda:1",)) == 0.0, "under --gpus"  # type: ignore[arg-type]

@@ -8,6 +8,7 @@ config's whole declared run is given up. Both are costed from measurements.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -41,6 +42,13 @@ def out_of_time(setup: Setup, check_spent_s: float = 0.0, gradients_s: float = 0
         return setup.elapsed() >= budget
     end_s = _reserve_s(setup, complete, trial_s, check_spent_s, start_s)
     return setup.elapsed() + trial_s + gradients_s + end_s >= budget
+
+
+def round_start_s(setup: Setup, startup_s: float, round_devices: Sequence[str]) -> float:
+    """The process start the end of this search waits for before its first round: the longest start-up its trial
+    pool's processes reported (`startup_s`). None under --gpus (`round_devices`), where the rounds' processes start
+    beside the first trials (``autotune.study.pools``), nor for a searcher that writes no file: it runs no round."""
+    return startup_s if setup.options.write_tuned_file and not round_devices else 0.0
 
 
 def check_budget(setup: Setup) -> float | None:
