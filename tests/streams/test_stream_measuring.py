@@ -189,3 +189,16 @@ def test_a_stream_that_goes_on_past_its_declared_pass_keeps_the_declared_pass() 
                 rel_tol=0.03), clock=clock, pass_samples=1600)
     assert m.steps_per_epoch == 100
     assert m.samples_per_s == pytest.approx(1600 / (100 * 0.01 + 0.5))  # the declared pass, its start timed
+
+
+def test_windows_that_reach_the_pass_end_read_the_stream_to_its_own_end_not_a_restart() -> None:
+    # As above, with 4 workers holding 8 batches ready, and windows that do not stop before the pass ends (40 of them
+    # at least): the windows reach its last batches. Ended there by a restart at its declared 103 batches, the pass
+    # lost its 104th batch and the last straggler's wait: 1.81 s, where a loop over it takes 1.94 s.
+    clock = Clock()
+    loader = StragglerLoader(clock, samples=1648, batch=16, first_s=0.5, stragglers=4, partial=12, tail_s=0.1)
+    loader.num_workers, loader.prefetch_factor = 4, 2
+    windows = Windows(warmup_steps=2, window_s=0.05, min_windows=40, max_windows=40)
+    m = measure(_step(clock, 0.01), loader, windows, clock=clock, pass_samples=1648)
+    assert len(m.window_rates) == 40 and m.steps_per_epoch == 104
+    assert m.epoch_s == pytest.approx(0.5 + 104 * 0.01 + 4 * 0.1)
