@@ -149,12 +149,14 @@ class TrialPool:
         on_window: Callable[[int, float], bool] | None = None,
         fresh: bool = False,
         give_up_s: float | None = None,
+        limit_s: float | None = None,
     ) -> Outcome:
-        """Measure `config` in a trial process; `give_up_s`: prune it once it has taken that long (see TrialProcess)."""
+        """Measure `config` in a trial process; `give_up_s`: prune it once it has taken that long; `limit_s`: the
+        seconds its measurement should end by, where sooner than its timeout says (see TrialProcess)."""
         if self.killed:
             return Outcome("failed", reason=INTERRUPTED)
         return self._alone_after_oom(lambda: self._child(fresh, config).run(config, lr, windows, self.timeout_s,
-                                                                            on_window, give_up_s))
+                                                                            on_window, give_up_s, limit_s))
 
     def parity_run(self, config: Config, lr: float, samples: int, probe_batch: int, timeout_s: float,
                    probe_samples: int | None = None) -> Outcome:

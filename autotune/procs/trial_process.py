@@ -112,11 +112,14 @@ class TrialProcess:
         timeout_s: float,
         on_window: Callable[[int, float], bool] | None = None,
         give_up_s: float | None = None,
+        limit_s: float | None = None,
     ) -> Outcome:
         """Measure one config in this child; the process is unusable after a failed or given-up outcome.
 
         `give_up_s`: past it the trial is killed and pruned, windows or not; a trial that is still starting
         (workers filling a large first batch, cuDNN's autotuning) sends none that the pruner could judge.
+        `limit_s`: the search's clock asks the measurement to end by then, where that is sooner than MEASURE_SHARE
+        of the timeout (``autotune.study.clock.deadline.measure_limit_s``).
         """
         self.used = self.holding = True
         timeout_s += COMPILE_ALLOWANCE_S[config.compile]  # compiling is starting, not hanging
@@ -128,8 +131,9 @@ class TrialProcess:
             began = time.monotonic()
             deadline = began + timeout_s
             give_up = began + give_up_s if give_up_s is not None and give_up_s < timeout_s else None
+            limit = MEASURE_SHARE * timeout_s if limit_s is None else min(MEASURE_SHARE * timeout_s, limit_s)
             self._send({"cmd": "trial", "config": config.as_dict(), "lr": lr, "windows": dataclasses.asdict(windows),
-                        "time_limit_s": MEASURE_SHARE * timeout_s})
+                        "time_limit_s": limit})
             while True:
                 try:
                     event = self._read(deadline if give_up is None else give_up)

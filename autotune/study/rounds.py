@@ -16,6 +16,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.config import Config
 from autotune.procs.pool import TrialPool
 from autotune.study.clock import round_cost
+from autotune.study.clock.deadline import round_limit_s
 from autotune.study.context import Setup
 from autotune.study.pools import SearchPools
 from autotune.study.ranking import Results, counted_once, run_s
@@ -92,7 +93,8 @@ def _round(setup: Setup, pool: TrialPool, r: int, order: list[Config], results: 
             if past_budget(setup, round_cost.config_s(setup, complete, config, max(took.values(), default=0.0))):
                 left_out.append(config)
                 continue
-        took[config] = _measure(setup, pool, r, config, results, fresh=not took)
+        due = len(rotated) - rotated.index(config)  # this one and those after it
+        took[config] = _measure(setup, pool, r, config, results, fresh=not took, due=due)
     if left_out:
         setup.echo(f"  round {r + 1}: not measured, the search's time budget ({setup.options.time_budget_s:.0f} s) "
                    f"would not cover them: {', '.join(c.describe() for c in left_out)}")
@@ -121,7 +123,7 @@ def _in_part(setup: Setup, pool: TrialPool, r: int, order: list[Config], results
         if due is None or past_budget(setup, took.get(due, math.inf)):
             break
         before = len(results[due])
-        _measure(setup, pool, r, due, results, fresh=not tried)
+        _measure(setup, pool, r, due, results, fresh=not tried, due=2 - len(tried))
         tried.append(due)
         if len(results[due]) > before:
             again.append(due)
@@ -135,10 +137,12 @@ def _in_part(setup: Setup, pool: TrialPool, r: int, order: list[Config], results
     setup.echo(said)
 
 
-def _measure(setup: Setup, pool: TrialPool, r: int, config: Config, results: Results, fresh: bool) -> float:
-    """`config` measured in round `r`, its result kept and echoed; the seconds it took."""
+def _measure(setup: Setup, pool: TrialPool, r: int, config: Config, results: Results, fresh: bool,
+             due: int = 1) -> float:
+    """`config` measured in round `r`, its result kept and echoed; the seconds it took. Its measurement ends by
+    its share of the budget left, `due` measurements of the round still to come (``deadline.round_limit_s``)."""
     began = setup.elapsed()
-    outcome = pool.run(config, setup.lr(config), setup.windows, fresh=fresh)
+    outcome = pool.run(config, setup.lr(config), setup.windows, fresh=fresh, limit_s=round_limit_s(setup, config, due))
     if outcome.state != "complete" or outcome.result is None:
         setup.echo(f"  round {r + 1}: {config.describe()} failed: {outcome.reason}")
         if isinstance(results, Measured):

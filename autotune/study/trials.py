@@ -28,7 +28,7 @@ from autotune.streams.shares import shards_per_rank
 from autotune.study import progress, standing
 from autotune.study.checks.families import SKIPPED, FamilyGate
 from autotune.study.clock import patience
-from autotune.study.clock.deadline import give_up_after, out_of_time, round_start_s
+from autotune.study.clock.deadline import give_up_after, out_of_time, round_start_s, trial_limit_s
 from autotune.study.clock.round_cost import FRESH_COMPILE
 from autotune.study.context import SearchError, Setup
 from autotune.study.failed import seed_retry
@@ -258,7 +258,7 @@ def _measure(setup: Setup, trial: optuna.Trial, config: Config, lr: float, pool:
     give_up = give_up_after(setup, trial)
     # A step still compiling sends no window: it is given up only past the compile's allowance too.
     give_up_s = give_up[0] + COMPILE_ALLOWANCE_S[config.compile] if give_up else None
-    outcome = pool.run(config, lr, setup.windows, on_window, give_up_s=give_up_s)
+    outcome = pool.run(config, lr, setup.windows, on_window, give_up_s=give_up_s, limit_s=trial_limit_s(setup, config))
     if give_up and outcome.state == "pruned" and (outcome.reason or "").startswith(GAVE_UP):
         outcome = dataclasses.replace(outcome, reason=f"{outcome.reason}: {give_up[1]}")
     # Wall time, as a finalist's round pays it: the build, warm-up and backlog, the windows and the teardown, and a

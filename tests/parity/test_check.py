@@ -231,7 +231,7 @@ class FakePool:
 
     def run(
         self, config: Any, lr: float, windows: object = None, on_window: object = None, fresh: bool = False,
-        give_up_s: float | None = None,
+        give_up_s: float | None = None, limit_s: float | None = None,
     ) -> Any:
         from autotune.procs.trial_process import Outcome
 

@@ -35,7 +35,7 @@ class _Child:
 
     def run(
         self, config: Config, lr: float, windows: Windows, timeout_s: float, on_window: object = None,
-        give_up_s: float | None = None,
+        give_up_s: float | None = None, limit_s: float | None = None,
     ) -> Outcome:
         self.used = self.holding = True
         if any(c is not self and c.device == self.device for c in _Child.alive) or config.batch_size > 1024:

@@ -291,7 +291,7 @@ class _RecordingChild:
 
     def run(
         self, config: Config, lr: float, windows: Windows, timeout_s: float, on_window: object = None,
-        give_up_s: float | None = None,
+        give_up_s: float | None = None, limit_s: float | None = None,
     ) -> Outcome:
         self.used = self.holding = True
         self.seen.append(config.cudnn_benchmark)

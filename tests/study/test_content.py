@@ -27,7 +27,7 @@ class ContentPool:
 
     def run(
         self, config: Config, lr: float, windows: object = None, on_window: object = None, fresh: bool = False,
-        give_up_s: float | None = None,
+        give_up_s: float | None = None, limit_s: float | None = None,
     ) -> Outcome:
         if "BROKEN = True" in Path(self.workload_path).read_text():
             return Outcome("failed", reason="error: ValueError: cannot read sample 3")

@@ -224,7 +224,7 @@ class FakePool:
 
     def run(
         self, config: Config, lr: float, windows: object = None, on_window: object = None, fresh: bool = False,
-        give_up_s: float | None = None,
+        give_up_s: float | None = None, limit_s: float | None = None,
     ) -> Outcome:
         rate = config.batch_size * 100.0
         result = dict(

@@ -221,7 +221,8 @@ def test_the_trials_end_in_time_for_the_leader_and_the_baseline_to_be_measured_t
     clock[0] += 17.0  # the last trial started runs to its end
 
     class Rounds:
-        def run(self, config: Config, lr: float, windows: object, fresh: bool = False) -> Outcome:
+        def run(self, config: Config, lr: float, windows: object, fresh: bool = False,
+                limit_s: float | None = None) -> Outcome:
             clock[0] += {BASELINE: 18.0, LEADER: 16.0}[config]
             return Outcome("complete", result={"samples_per_s": 1.0})
 

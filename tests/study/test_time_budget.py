@@ -137,12 +137,14 @@ def test_the_rounds_after_the_first_keep_to_the_budget() -> None:
     lines: list[str] = []
 
     class Pool:
-        def run(self, config: Config, lr: float, windows: object, fresh: bool = False) -> Outcome:
+        def run(self, config: Config, lr: float, windows: object, fresh: bool = False,
+                limit_s: float | None = None) -> Outcome:
             clock[0] += 20.0
             return Outcome("complete", result={"samples_per_s": 1000.0})
 
     finalist = Config(256, num_workers=16, pin_memory=True)
     setup = SimpleNamespace(options=SearchOptions(time_budget_s=480.0, rounds=3), elapsed=lambda: clock[0],
+                            study=optuna.create_study(direction="maximize"),
                             lr=lambda config: 0.1, windows=None, baseline=BASELINE, echo=lines.append,
                             workload=SimpleNamespace(defaults={"epochs": 10}),
                             facts=SimpleNamespace(stream_refused=(), size=51_200))
@@ -162,16 +164,21 @@ Runs = list[tuple[Config, bool]]  # the configs a fake pool was asked to run, ea
 
 
 def _rounds_of(seconds: dict[Config, float], rates: dict[Config, list[float | None]], clock: list[float],
-               budget_s: float = 480.0) -> tuple[SimpleNamespace, SimpleNamespace, list[str], Runs]:
+               budget_s: float = 480.0, limits: list[float | None] | None = None,
+               ) -> tuple[SimpleNamespace, SimpleNamespace, list[str], Runs]:
     """A search's rounds on a fake pool: each config's run takes its `seconds` on `clock` and reads its next rate
-    (None: it fails); also the runs asked of the pool, each with whether it wanted a fresh process."""
+    (None: it fails); also the runs asked of the pool, each with whether it wanted a fresh process. `limits` gets
+    the seconds each run's measurement was asked to end by."""
     lines: list[str] = []
     runs: Runs = []
 
     class Pool:
-        def run(self, config: Config, lr: float, windows: object, fresh: bool = False) -> Outcome:
+        def run(self, config: Config, lr: float, windows: object, fresh: bool = False,
+                limit_s: float | None = None) -> Outcome:
             clock[0] += seconds[config]
             runs.append((config, fresh))
+            if limits is not None:
+                limits.append(limit_s)
             rate = rates[config].pop(0)
             if rate is None:
                 return Outcome("failed", reason="crashed: trial process killed by signal SIGKILL")
@@ -302,13 +309,33 @@ def test_a_first_round_the_budget_cannot_cover_measures_the_baseline_and_the_lea
     rates: dict[Config, list[float | None]] = {BASELINE: [1_297.0], LEADER: [4_205.0], DECODE: [2_953.0],
                                                GRAPH: [2_726.0]}
     clock = [420.0]
-    setup, pools, lines, runs = _rounds_of(seconds, rates, clock)
+    limits: list[float | None] = []
+    setup, pools, lines, runs = _rounds_of(seconds, rates, clock, limits=limits)
     results = measure_rounds(setup, pools, [LEADER, GRAPH, DECODE])  # type: ignore[arg-type]
     assert runs == [(BASELINE, True), (LEADER, False), (DECODE, False)]
+    # Each measurement may take its share of what is left (60 s over four, 42 s over three, 26 s for the last),
+    # never less than its own trial took.
+    assert limits == [18.0, 16.0, 26.0]
     assert [len(results[c]) for c in (BASELINE, LEADER, GRAPH, DECODE)] == [1, 1, 0, 1]
     assert clock[0] == 420.0 + 18.0 + 16.0 + 25.0
     assert lines[-2] == ("  round 1: not measured, the search's time budget (480 s) would not cover them: "
                          f"{GRAPH.describe()}")
+
+
+def test_a_rounds_measurement_ends_by_what_the_budget_has_left_never_under_its_trials_time() -> None:
+    # hf_stream_text at 90 s on the 2-core CPU: no config beat the baseline, whose trial measured in 4 s; its round,
+    # 66 s in, read on to its stream's pass end (its rate then let the pass fit in 40 s) and took 41 s, ending the
+    # search 17 s past its budget with one round. Now it may take what is left, 24 s, and round 2 the 20 s after it.
+    clock = [66.0]
+    limits: list[float | None] = []
+    setup, pools, lines, runs = _rounds_of({BASELINE: 4.0}, {BASELINE: [818.0, 800.0, 810.0, 805.0]}, clock, budget_s=90.0,
+                                           limits=limits)
+    results = measure_rounds(setup, pools, [])  # type: ignore[arg-type]
+    assert limits == [24.0, 20.0] and len(results[BASELINE]) == 2 and clock[0] == 74.0
+    limits.clear()
+    setup.options = SearchOptions(time_budget_s=None, rounds=2)
+    measure_rounds(setup, pools, [])  # type: ignore[arg-type]
+    assert limits == [None, None]  # no budget: the trial's own limit
 
 
 def test_a_first_round_on_a_later_pool_still_measures_the_baseline_and_the_leader_whatever_the_rotation() -> None:

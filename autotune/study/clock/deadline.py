@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.config import COMPILE_ALLOWANCE_S, Config
 from autotune.parity.verdict import CHECK_SHARE, run_length
 from autotune.study import standing
 from autotune.study.clock import round_cost
@@ -49,6 +50,38 @@ def round_start_s(setup: Setup, startup_s: float, round_devices: Sequence[str]) 
     pool's processes reported (`startup_s`). None under --gpus (`round_devices`), where the rounds' processes start
     beside the first trials (``autotune.study.pools``), nor for a searcher that writes no file: it runs no round."""
     return startup_s if setup.options.write_tuned_file and not round_devices else 0.0
+
+
+# The most of a time budget one trial's measurement may take, its compile aside: a stream's trial reads on to its pass
+# end where the rest of the pass fits in 40 s (autotune.trial.steady), and on the 2-core CPU hf_stream_text's baseline
+# trial took 47 s of a 90 s budget so, leaving none for a second trial.
+TRIAL_SHARE = 0.25
+
+
+def trial_limit_s(setup: Setup, config: Config) -> float | None:
+    """Seconds a trial may measure `config` for by the budget: TRIAL_SHARE of it, and a compile's allowance
+    (compiling is starting, not measuring; ``autotune.study.planning.compile_cost`` decides whether a compile can
+    pay); None without a budget, where the trial's own limit holds."""
+    budget = setup.options.time_budget_s
+    return None if budget is None else TRIAL_SHARE * budget + COMPILE_ALLOWANCE_S[config.compile]
+
+
+def round_limit_s(setup: Setup, config: Config, due: int) -> float | None:
+    """Seconds a finalists' round may measure `config` for: the budget's time left, shared by the `due` measurements
+    of the round still to come (this one's included), never under what measuring it again was costed at
+    (``round_cost.measure_s``); None without a budget, where the trial's own limit holds.
+
+    The first round measures the baseline and the leader whatever the clock says, and a stream's measurement reads
+    on to its pass end where that fits in 40 s (``autotune.trial.steady``): on the 2-core CPU, hf_stream_text's
+    baseline took 4 s in its trial, where the rest of its pass did not fit, and 41 s in its round, which ended
+    a 90 s search 17 s past its budget.
+    """
+    budget = setup.options.time_budget_s
+    if budget is None:
+        return None
+    complete = setup.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    own_s = round_cost.measure_s(setup, complete, config, default_s=0.0)
+    return max(own_s, (budget - setup.elapsed()) / max(1, due), 0.0)
 
 
 def check_budget(setup: Setup) -> float | None:
