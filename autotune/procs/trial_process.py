@@ -119,7 +119,7 @@ class TrialProcess:
         `give_up_s`: past it the trial is killed and pruned, windows or not; a trial that is still starting
         (workers filling a large first batch, cuDNN's autotuning) sends none that the pruner could judge.
         `limit_s`: the search's clock asks the measurement to end by then, where that is sooner than MEASURE_SHARE
-        of the timeout (``autotune.study.clock.deadline.measure_limit_s``).
+        of the timeout (``autotune.study.clock.deadline``: `trial_limit_s`, `round_limit_s`).
         """
         self.used = self.holding = True
         timeout_s += COMPILE_ALLOWANCE_S[config.compile]  # compiling is starting, not hanging

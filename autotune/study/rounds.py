@@ -123,7 +123,8 @@ def _in_part(setup: Setup, pool: TrialPool, r: int, order: list[Config], results
         if due is None or past_budget(setup, took.get(due, math.inf)):
             break
         before = len(results[due])
-        _measure(setup, pool, r, due, results, fresh=not tried, due=2 - len(tried))
+        left = len({c for c in (leader, baseline) if c is not None and c not in tried})  # this one's included
+        _measure(setup, pool, r, due, results, fresh=not tried, due=left)
         tried.append(due)
         if len(results[due]) > before:
             again.append(due)

@@ -184,7 +184,8 @@ class Steady:
         n = self._window_steps()
         if self._room_for_window():
             return timed(self.feed, self.step, n, self.clock, self.sync, cpu=self.cpu)
-        if self.feed.stream and len(self.boundaries) < self.config.boundaries and self._cross():
+        # A stream's pass end is read through as a loop meets it: timed while boundaries are owed, untimed after.
+        if self.feed.stream and self._cross(timing=len(self.boundaries) < self.config.boundaries):
             self.allowance = 0  # a new pass's backlog: what the last one's windows did is not in it
             return None
         if self.tail and self.feed.remaining > 0:
@@ -220,23 +221,26 @@ class Steady:
         if not self.boundaries:
             self._cross()
 
-    def _cross(self) -> bool:
-        """The rest of a stream's pass read to its own end and one batch into the next, timed as its boundary (see
-        `cross_the_pass_end`); True where it was.
+    def _cross(self, timing: bool = True) -> bool:
+        """The rest of a stream's pass read to its own end and one batch into the next, with `timing` timed as its
+        boundary (see `cross_the_pass_end`); True where the pass ended.
 
-        `_next` crosses so too where the windows reach a pass's last batches before they agree. Ended instead by a
-        restart at its declared count, its last `capacity` batches timed as a tail, a pass lost the batches its
-        partial ones outran and its stragglers' waits: 64 shards over 15 workers read 3% fast against a loop over
-        whole passes (docs/streams.md, "Measuring a stream").
+        `_next` crosses so too where the windows reach a pass's last batches before they agree, untimed once the
+        boundaries are timed. Ended instead by a restart at its declared count, its last `capacity` batches timed as
+        a tail, a pass lost the batches its partial ones outran and its stragglers' waits: 64 shards over 15 workers
+        read 3% fast against a loop over whole passes (docs/streams.md, "Measuring a stream"); and a tail beside a
+        crossing counts the pass's end twice. A window may end at the declared count itself: the partial batches
+        are still to come.
         """
         feed = self.feed
-        if not feed.stream or self.whole or not self.windows or feed.remaining <= 0:
+        if not feed.stream or self.whole or not self.windows:
             return False
         step_s = sum(w.seconds for w in self.windows) / sum(w.steps for w in self.windows)
         room = PASS_END_MOST_S if self.deadline is None else min(PASS_END_MOST_S, self.deadline - self.clock())
-        if feed.remaining * step_s + self.setup_s > room:
+        left = max(0, feed.remaining)
+        if left * step_s + self.setup_s > room:
             return False
-        declared, most = feed.steps_per_epoch, feed.remaining + max(1, self.min_steps) + 1
+        declared, most = feed.steps_per_epoch, left + max(1, self.min_steps) + 1
         full = max(round(w.samples / w.steps) for w in self.windows)  # a steady window's batches are whole
         feed.steps_per_epoch = UNENDING  # asked on until the stream says its pass is over (`Feed._ask`)
         feed.reset_window()
@@ -247,16 +251,19 @@ class Steady:
         while steps < most:
             before = feed.position
             batch, count = feed.take()
-            if count < full and count not in self.short_sizes:  # a worker's last: a size not stepped before
+            new = count < full and count not in self.short_sizes  # a worker's last: a size not stepped before
+            if new:
                 self.short_sizes.add(count)
+            if new and timing:
                 self.once_s += self._once(batch, step_s)
             else:
                 self.step(batch)
             samples, steps = samples + count, steps + 1
             if feed.position <= before:  # the pass ended: this step took the next pass's first batch
                 self.sync()
-                self.boundaries.append(Window(self.clock() - t0 + carried - (self.once_s - once_before), steps,
-                                              samples, 0))
+                if timing:
+                    self.boundaries.append(Window(self.clock() - t0 + carried - (self.once_s - once_before), steps,
+                                                  samples, 0))
                 return True
         # No end near the declared pass: the stream goes on (it repeats); the declared pass stays its pass.
         feed.steps_per_epoch = declared

@@ -13,7 +13,7 @@ from autotune.config import Config
 from autotune.procs import lifecycle
 from autotune.procs import pool as pool_module
 from autotune.procs.pool import TrialPool, cudnn_plan_key
-from autotune.procs.trial_process import INTERRUPTED, Outcome
+from autotune.procs.trial_process import INTERRUPTED, Outcome, TrialProcess
 from autotune.trial.timing import Windows
 
 QUICK = Windows(warmup_steps=1, window_s=0.01, min_windows=2, max_windows=3, boundaries=1)
@@ -442,3 +442,17 @@ def test_a_trial_past_its_give_up_time_is_pruned_and_the_next_runs_in_a_fresh_ch
     assert re.fullmatch(r"given up at [34] s, before its first window", stuck.reason or ""), stuck.reason
     assert after.state == "complete"
     assert pool.children_started == 2
+
+
+@pytest.mark.parametrize(("limit_s", "sent_s"), [(22.5, 22.5), (100.0, 72.0), (None, 72.0)])
+def test_a_trials_measurement_is_asked_to_end_by_the_clocks_limit_where_that_is_sooner(
+    monkeypatch: pytest.MonkeyPatch, limit_s: float | None, sent_s: float
+) -> None:
+    # The search's clock (autotune.study.clock.deadline) may ask for less than 80% of the trial's 90 s limit.
+    sent: list[dict[str, object]] = []
+    child = TrialProcess.__new__(TrialProcess)  # no process: what it is asked is what is under test
+    child.ready = True
+    monkeypatch.setattr(child, "_send", sent.append)
+    monkeypatch.setattr(child, "_read", lambda deadline: {"event": "result", "result": {"stopped_early": False}})
+    outcome = child.run(Config(batch_size=16), 0.1, Windows(), 90.0, limit_s=limit_s)
+    assert outcome.state == "complete" and sent[0]["time_limit_s"] == sent_s

@@ -202,3 +202,16 @@ def test_windows_that_reach_the_pass_end_read_the_stream_to_its_own_end_not_a_re
     m = measure(_step(clock, 0.01), loader, windows, clock=clock, pass_samples=1648)
     assert len(m.window_rates) == 40 and m.steps_per_epoch == 104
     assert m.epoch_s == pytest.approx(0.5 + 104 * 0.01 + 4 * 0.1)
+
+
+@pytest.mark.parametrize("boundaries", [1, 2])
+def test_pass_ends_past_the_timed_boundaries_are_read_through_not_counted_again_as_a_tail(boundaries: int) -> None:
+    # 80 windows cross three pass ends and more. Once the boundaries were timed, a pass end read as a tail (its last
+    # 8 batches, stragglers and all) was counted beside the crossings that had timed it already: 2.19 s a pass.
+    clock = Clock()
+    loader = StragglerLoader(clock, samples=1648, batch=16, first_s=0.5, stragglers=4, partial=12, tail_s=0.1)
+    loader.num_workers, loader.prefetch_factor = 4, 2
+    windows = Windows(warmup_steps=2, window_s=0.05, min_windows=80, max_windows=80, boundaries=boundaries)
+    m = measure(_step(clock, 0.01), loader, windows, clock=clock, pass_samples=1648)
+    assert len(m.window_rates) == 80 and m.steps_per_epoch == 104
+    assert m.epoch_s == pytest.approx(0.5 + 104 * 0.01 + 4 * 0.1)

@@ -12,10 +12,10 @@ import pytest
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
-from autotune.config import Config
+from autotune.config import COMPILE_ALLOWANCE_S, Config
 from autotune.options import SearchOptions
 from autotune.procs.trial_process import Outcome
-from autotune.study.clock.deadline import out_of_time
+from autotune.study.clock.deadline import out_of_time, trial_limit_s
 from autotune.study.rounds import measure_rounds
 
 BASELINE = Config(256, num_workers=4, pin_memory=True)
@@ -328,14 +328,33 @@ def test_a_rounds_measurement_ends_by_what_the_budget_has_left_never_under_its_t
     # search 17 s past its budget with one round. Now it may take what is left, 24 s, and round 2 the 20 s after it.
     clock = [66.0]
     limits: list[float | None] = []
-    setup, pools, lines, runs = _rounds_of({BASELINE: 4.0}, {BASELINE: [818.0, 800.0, 810.0, 805.0]}, clock, budget_s=90.0,
-                                           limits=limits)
+    rates: dict[Config, list[float | None]] = {BASELINE: [818.0, 800.0, 810.0, 805.0]}
+    setup, pools, lines, runs = _rounds_of({BASELINE: 4.0}, rates, clock, budget_s=90.0, limits=limits)
     results = measure_rounds(setup, pools, [])  # type: ignore[arg-type]
     assert limits == [24.0, 20.0] and len(results[BASELINE]) == 2 and clock[0] == 74.0
     limits.clear()
     setup.options = SearchOptions(time_budget_s=None, rounds=2)
     measure_rounds(setup, pools, [])  # type: ignore[arg-type]
     assert limits == [None, None]  # no budget: the trial's own limit
+
+
+def test_a_rounds_measurement_keeps_its_trials_time_where_that_is_longer_than_its_share() -> None:
+    # As above, with a baseline whose trial measured in 30 s: the 24 s left would cut it shorter than the end's
+    # reserve costed it, so it keeps its 30 s; the search then ends past its budget with one round, as it reserved.
+    clock = [66.0]
+    limits: list[float | None] = []
+    setup, pools, lines, runs = _rounds_of({BASELINE: 30.0}, {BASELINE: [818.0]}, clock, budget_s=90.0,
+                                           limits=limits)
+    results = measure_rounds(setup, pools, [])  # type: ignore[arg-type]
+    assert limits == [30.0] and len(results[BASELINE]) == 1
+
+
+def test_a_trials_measurement_ends_by_a_quarter_of_the_budget_a_compile_aside() -> None:
+    setup = SimpleNamespace(options=SearchOptions(time_budget_s=90.0))
+    assert trial_limit_s(setup, BASELINE) == 22.5  # type: ignore[arg-type]
+    compiled = dataclasses.replace(BASELINE, compile="default")
+    assert trial_limit_s(setup, compiled) == 22.5 + COMPILE_ALLOWANCE_S["default"]  # type: ignore[arg-type]
+    assert trial_limit_s(SimpleNamespace(options=SearchOptions(time_budget_s=None)), BASELINE) is None  # type: ignore[arg-type]
 
 
 def test_a_first_round_on_a_later_pool_still_measures_the_baseline_and_the_leader_whatever_the_rotation() -> None:
