@@ -215,3 +215,15 @@ def test_pass_ends_past_the_timed_boundaries_are_read_through_not_counted_again_
     m = measure(_step(clock, 0.01), loader, windows, clock=clock, pass_samples=1648)
     assert len(m.window_rates) == 80 and m.steps_per_epoch == 104
     assert m.epoch_s == pytest.approx(0.5 + 104 * 0.01 + 4 * 0.1)
+
+
+def test_a_rate_that_moves_within_a_run_is_told_apart_from_processes_that_disagree() -> None:
+    # A user's stream at 2 workers: its windows 2,226-6,369/s (±45% within a run), its processes 2,877-2,963/s.
+    assert profile.noise_said("the winner's", 0.447, [2_888.0, 2_963.0, 2_877.0]) == (
+        "note: the winner's rate moves by ±45% within a run (its windows: a stream's feed within its pass, a "
+        "loader's bursts), while its 3 processes agree within ±3%; the stated rate is over whole passes")
+    disagree = profile.noise_said("the baseline's", 0.30, [1_000.0, 1_400.0])
+    assert disagree is not None and disagree.startswith("warning: the baseline's measurements disagree by ±30%")
+    alone = profile.noise_said("the winner's", 0.30, [1_000.0])  # one process says nothing of the others
+    assert alone is not None and alone.startswith("warning:")
+    assert profile.noise_said("the winner's", 0.25, [1_000.0, 2_000.0]) is None  # within NOISY: nothing said
