@@ -332,9 +332,8 @@ def measured_values(
 
 def noise_said(whose: str, spread: float, rates: Sequence[float]) -> str | None:
     """What a noise past NOISY says of a speed-up: a guess where the processes that measured it (`rates`) disagree;
-    where they agree, a rate that moves within a run, which the rate over whole passes is not. A user's stream of
-    slow reads at 2 workers read its windows at 2,226-6,369/s (±45%), its three processes 2,877-2,963/s, and the
-    hand loop 0.96 of what was stated (lab/results/cpu_slow_stream_2026-12-08)."""
+    where they agree, a rate that moves within a run, which the rate over whole passes is not
+    (docs/search.md#the-finalists-rounds)."""
     if spread <= NOISY:
         return None
     across = (max(rates) - min(rates)) / statistics.median(rates) if len(rates) > 1 else math.inf

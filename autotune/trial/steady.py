@@ -237,10 +237,9 @@ class Steady:
             return False
         step_s = sum(w.seconds for w in self.windows) / sum(w.steps for w in self.windows)
         room = PASS_END_MOST_S if self.deadline is None else min(PASS_END_MOST_S, self.deadline - self.clock())
-        left = max(0, feed.remaining)
-        if left * step_s + self.setup_s > room:
+        if feed.remaining * step_s + self.setup_s > room:
             return False
-        declared, most = feed.steps_per_epoch, left + max(1, self.min_steps) + 1
+        declared, most = feed.steps_per_epoch, feed.remaining + max(1, self.min_steps) + 1
         full = max(round(w.samples / w.steps) for w in self.windows)  # a steady window's batches are whole
         feed.steps_per_epoch = UNENDING  # asked on until the stream says its pass is over (`Feed._ask`)
         feed.reset_window()

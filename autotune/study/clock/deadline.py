@@ -53,8 +53,8 @@ def round_start_s(setup: Setup, startup_s: float, round_devices: Sequence[str]) 
 
 
 # The most of a time budget one trial's measurement may take, its compile aside: a stream's trial reads on to its pass
-# end where the rest of the pass fits in 40 s (autotune.trial.steady), and on the 2-core CPU hf_stream_text's baseline
-# trial took 47 s of a 90 s budget so, leaving none for a second trial.
+# end where the rest of the pass fits in 40 s (autotune.trial.steady), which would leave a short budget no second
+# trial (docs/search.md#measurements-under-the-clock).
 TRIAL_SHARE = 0.25
 
 
@@ -72,9 +72,8 @@ def round_limit_s(setup: Setup, config: Config, due: int) -> float | None:
     (``round_cost.measure_s``); None without a budget, where the trial's own limit holds.
 
     The first round measures the baseline and the leader whatever the clock says, and a stream's measurement reads
-    on to its pass end where that fits in 40 s (``autotune.trial.steady``): on the 2-core CPU, hf_stream_text's
-    baseline took 4 s in its trial, where the rest of its pass did not fit, and 41 s in its round, which ended
-    a 90 s search 17 s past its budget.
+    on to its pass end where that fits in 40 s (``autotune.trial.steady``), which a round may do where its trial did
+    not: a short search then ends past its budget (docs/search.md#measurements-under-the-clock).
     """
     budget = setup.options.time_budget_s
     if budget is None:
