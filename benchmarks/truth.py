@@ -42,6 +42,9 @@ hybrid decode config's (``decode_share`` below 1) gives its workers the same spl
 sample index as autotune's loader, each batch's host half made by the pipeline (up to
 uint8 pixels, finished on the device, where it ends in ToTensor and Normalize, as
 autotune's does) and its device half decoded on the side stream.
+A ``placement = device`` config's hand loop reads the data set once into tensors on the device and slices a
+fresh permutation of it each epoch (``truthbench/data.py``, ``OnDevice``), for a workload whose samples are the
+same at every read (DETERMINISTIC_TRANSFORM).
 A ``cuda_graph`` config's hand loop captures its step whole in a CUDA graph, as PyTorch's
 documentation writes it (static input and target, three eager steps on a side stream, the
 capture, then a copy and a replay a batch; ``truthbench/loop.py``, ``Graphed``); on a CPU,

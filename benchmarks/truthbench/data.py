@@ -183,3 +183,25 @@ def take(x: torch.Tensor, y: torch.Tensor, done: Any, device: torch.device) -> t
         x.record_stream(main)
         y.record_stream(main)
     return x, y
+
+
+class OnDevice:
+    """A ``placement = device`` loop by hand: the data set read once into tensors on the device before the clock (every
+    sample stacked), then each epoch a fresh permutation drawn on the device and its slices, as a user writes it.
+    Only for a data set whose samples are the same at every read (the workload's DETERMINISTIC_TRANSFORM): an
+    augmentation redone on the device each batch is not written here (``hand_loader`` refuses it)."""
+
+    def __init__(self, dataset: Any, batch_size: int, device: torch.device) -> None:
+        xs, ys = zip(*(dataset[i] for i in range(len(dataset))))
+        self.x = torch.stack(xs).to(device)
+        self.y = (torch.stack(ys) if torch.is_tensor(ys[0]) else torch.as_tensor(ys)).to(device)
+        self.dataset, self.batch_size = dataset, batch_size
+
+    def __len__(self) -> int:
+        return -(-len(self.y) // self.batch_size)
+
+    def __iter__(self):
+        order = torch.randperm(len(self.y), device=self.x.device)
+        for start in range(0, len(order), self.batch_size):
+            rows = order[start:start + self.batch_size]
+            yield self.x[rows], self.y[rows]

@@ -20,7 +20,7 @@ from autotune.trial.cputime import cpu_times
 from autotune.workloads.decode import translate
 from autotune.workloads.locate import data_root
 
-from .data import decoded_ahead, last_stage, worker_data
+from .data import OnDevice, decoded_ahead, last_stage, worker_data
 from .timings import epoch_parts
 
 LONGEST = 3.0  # a hand loop times on to whole epochs' worth unless that takes over this x its seconds (`rows.compared`)
@@ -219,7 +219,15 @@ def hand_loader(workload: Any, dataset: Any, config: Config, device: torch.devic
     """The hand loop's DataLoader, what the device does to its images after (`finish`), and the batches of a pass.
 
     A stream has no sampler to shuffle: its order is its own, and its pass is the workload's declared one
-    (DEFAULTS' `samples_per_epoch`, else its own `len()`), in batches."""
+    (DEFAULTS' `samples_per_epoch`, else its own `len()`), in batches. A data set kept on the device is read once into
+    it and sliced there (``OnDevice``), with no DataLoader."""
+    if config.placement == "device":
+        if not getattr(workload, "deterministic_transform", False):
+            raise ValueError(f"placement = device by hand needs samples that are the same at every read "
+                             f"(DETERMINISTIC_TRANSFORM = True), but {workload.path} does not declare it: an "
+                             f"augmentation redone on the device each batch is not written in the hand loop")
+        resident = OnDevice(dataset, config.batch_size, device)
+        return resident, None, len(resident)  # type: ignore[return-value]
     files, collate, finish = worker_data(dataset, config, device)
     if collate is None and getattr(workload, "collate_fn", None) is not None:  # the workload's own, as a user passes it
         collate = workload.collate_fn

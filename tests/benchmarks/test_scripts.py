@@ -275,6 +275,27 @@ def test_truth_hands_the_device_uint8_pixels_and_normalises_there_as_the_pipelin
     assert result["samples"] > 0 and result["samples"] % 4 == 0
 
 
+def test_truth_keeps_a_device_placed_data_set_on_the_device_and_slices_a_fresh_permutation_each_epoch(
+    project: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Before, a placement = device config was timed by hand through a DataLoader reading sample by sample: on the
+    # 2-core CPU, mnist_cnn's winner read 2.18 times its hand loop, two different loops compared.
+    data, loop = _truth("data", monkeypatch), _truth("loop", monkeypatch)
+    resident = data.OnDevice(TensorDataset(torch.arange(10.0).unsqueeze(1), torch.arange(10)), 4, torch.device("cpu"))
+    torch.manual_seed(0)
+    first = list(resident)
+    assert len(resident) == 3 and [len(y) for _, y in first] == [4, 4, 2]
+    assert sorted(torch.cat([y for _, y in first]).tolist()) == list(range(10))  # each sample once an epoch
+    assert all(torch.equal(x.squeeze(1), y.float()) for x, y in first)  # inputs and targets stay paired
+    assert torch.cat([y for _, y in first]).tolist() != torch.cat([y for _, y in resident]).tolist()  # reshuffled
+    config = Config(batch_size=32, placement="device")
+    result = loop.by_hand(load(resolve("tiny")), config, 0.05, 0.5, torch.device("cpu"))
+    assert result["samples"] > 0 and result["epochs_worth"] is not None
+    augmented = SimpleNamespace(path=Path("augmented.py"), deterministic_transform=None)
+    with pytest.raises(ValueError, match=r"DETERMINISTIC_TRANSFORM = True\), but augmented.py does not declare it"):
+        loop.hand_loader(augmented, None, config, torch.device("cpu"))
+
+
 # A package's modules (truthbench/, truth.py's parts) are imported by their script, not run: they are checked apart.
 PACKAGES = sorted(path.parent for path in BENCHMARKS.rglob("__init__.py"))
 MODULES = sorted(path for path in BENCHMARKS.rglob("*.py") if any(package in path.parents for package in PACKAGES))
